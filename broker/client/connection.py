@@ -1,0 +1,189 @@
+"""A blocking connection to one broker: pipelined requests, in-order responses.
+
+Uses only the codec (broker.protocol), never the server or the storage.
+Thread-safety: ``send`` may be called by one thread while another calls
+``receive`` (the producer's sender and reader); other use is single-threaded.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections import deque
+
+from broker.protocol import api
+from broker.protocol.errors import ErrorCode, ProtocolError, SamsaError
+
+_SIZE = struct.Struct(">i")
+DEFAULT_MAX_RESPONSE_BYTES = 256 << 20
+
+
+class BrokerConnectionError(ConnectionError):
+    """The connection to a broker failed or was closed."""
+
+
+def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
+    """'host:port' (or 'host') -> (host, port), with a clear error."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep:
+        return address.strip(), default_port
+    try:
+        port_number = int(port)
+    except ValueError:
+        raise ValueError(f"bad broker address {address!r}: port must be a number") from None
+    if not 0 < port_number < 65536:
+        raise ValueError(f"bad broker address {address!r}: port out of range")
+    return host.strip("[]") or "127.0.0.1", port_number
+
+
+class BrokerConnection:
+    def __init__(self, host: str, port: int, client_id: str = "samsa-python",
+                 connect_timeout: float = 10.0, request_timeout: float | None = 30.0,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.max_response_bytes = max_response_bytes
+        self._sock: socket.socket | None = None
+        self._rfile = None
+        self._next_correlation_id = 0
+        self._pending: deque[tuple[int, int]] = deque()   # (correlation id, api key)
+        self._send_lock = threading.Lock()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def connect(self) -> None:
+        if self._sock is not None:
+            return
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        except OSError as exc:
+            raise BrokerConnectionError(
+                f"cannot connect to broker {self.address}: {exc.strerror or exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.settimeout(self.request_timeout)
+        self._sock = sock
+        self._rfile = sock.makefile("rb", buffering=1 << 18)
+        self._pending.clear()
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        if self._rfile is not None:
+            try:
+                self._rfile.close()
+            except OSError:
+                pass
+            self._rfile = None
+        self._pending.clear()
+
+    # ------------------------------------------------------------ sending
+
+    def encode(self, request, expect_response: bool = True) -> tuple[int, bytes]:
+        """Assign a correlation id and encode ``request`` as a frame."""
+        self._next_correlation_id = (self._next_correlation_id + 1) & 0x7FFFFFFF
+        cid = self._next_correlation_id
+        return cid, api.encode_request(request, cid, self.client_id)
+
+    def send_frames(self, frames: list[bytes], expected: list[tuple[int, int]]) -> None:
+        """Write pre-encoded request frames in one go; ``expected`` lists the
+        (correlation id, api key) of those that will be answered."""
+        if self._sock is None:
+            self.connect()
+        with self._send_lock:
+            self._pending.extend(expected)
+            try:
+                self._sock.sendall(b"".join(frames) if len(frames) > 1 else frames[0])
+            except OSError as exc:
+                self.close()
+                raise BrokerConnectionError(f"send to broker {self.address} failed: "
+                                            f"{exc.strerror or exc}") from None
+
+    def send(self, request, expect_response: bool = True) -> int:
+        cid, frame = self.encode(request)
+        self.send_frames([frame], [(cid, request.API)] if expect_response else [])
+        return cid
+
+    # ------------------------------------------------------------ receiving
+
+    def receive(self):
+        """Read the next response (they come in request order); returns
+        (correlation id, decoded response)."""
+        if self._sock is None or not self._pending:
+            raise BrokerConnectionError("no request is waiting for a response")
+        cid_expected, api_key = self._pending[0]
+        payload = self._read_frame()
+        try:
+            cid, response = api.decode_response(api_key, payload)
+        except ProtocolError as exc:
+            self.close()
+            raise BrokerConnectionError(f"unreadable response from {self.address}: {exc}") \
+                from None
+        if cid != cid_expected:
+            self.close()
+            raise BrokerConnectionError(f"response out of order from {self.address}: "
+                                        f"expected correlation id {cid_expected}, got {cid}")
+        self._pending.popleft()
+        return cid, response
+
+    def _read_frame(self) -> bytes:
+        try:
+            head = self._rfile.read(4)
+            if len(head) < 4:
+                raise EOFError
+            (size,) = _SIZE.unpack(head)
+            if size < 4 or size > self.max_response_bytes:
+                raise ProtocolError(f"bad response size {size}")
+            payload = self._rfile.read(size)
+            if len(payload) < size:
+                raise EOFError
+            return payload
+        except EOFError:
+            self.close()
+            raise BrokerConnectionError(f"broker {self.address} closed the connection") from None
+        except ProtocolError as exc:
+            self.close()
+            raise BrokerConnectionError(f"broker {self.address}: {exc}") from None
+        except (OSError, ValueError, AttributeError) as exc:   # timeout, reset, closed file
+            self.close()
+            if isinstance(exc, socket.timeout):
+                raise BrokerConnectionError(f"no response from broker {self.address} within "
+                                            f"{self.request_timeout}s") from None
+            raise BrokerConnectionError(f"receive from broker {self.address} failed: "
+                                        f"{exc}") from None
+
+    def request(self, request):
+        """Send one request and wait for its response. An error response for
+        the whole request raises SamsaError."""
+        self.send(request)
+        _cid, response = self.receive()
+        if isinstance(response, api.ErrorResponse):
+            raise SamsaError(response.error, response.message)
+        return response
+
+    def __enter__(self) -> "BrokerConnection":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def check(error: int, message: str, **fields) -> None:
+    """Raise SamsaError for a non-zero per-entry error code."""
+    if error != ErrorCode.NONE:
+        raise SamsaError(error, message, **fields)

@@ -1,0 +1,245 @@
+"""A simple pull consumer of named partitions (groups come with ZooKeeper).
+
+The consumer, not the broker, keeps its position: one offset per partition.
+Each poll sends one Fetch for every assigned partition (long-poll: the broker
+holds it until data arrives or ``max_wait_ms`` passes, so an idle consumer
+does not spin), decodes the whole messages of each result and advances the
+position past them. A fetch may end in a partial message: it is dropped and
+fetched again next time. A message larger than ``fetch_max_bytes`` makes the
+consumer retry that partition with a doubled size (up to
+``max_fetch_bytes_limit``) instead of stalling.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterator
+
+from broker.protocol import api
+from broker.protocol.errors import ErrorCode, SamsaError
+from broker.protocol.message import Message, decode_message_set
+
+from .connection import BrokerConnection, BrokerConnectionError, parse_address
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    bootstrap: str = "127.0.0.1:9092"
+    """Broker address host:port."""
+    client_id: str = "samsa-consumer"
+    fetch_max_bytes: int = 300 * 1024
+    """Bytes asked for per partition per fetch (the paper's ~hundreds of KB)."""
+    max_fetch_bytes_limit: int = 64 << 20
+    """Upper bound when growing the fetch size for one oversized message."""
+    max_wait_ms: int = 500
+    """Long-poll: how long the broker may hold a fetch that has no data."""
+    min_bytes: int = 1
+    """The broker answers once this many bytes are available."""
+    check_crcs: bool = True
+    """Verify every message's CRC (catches corruption on disk or wire)."""
+    auto_offset_reset: str = "earliest"
+    """On OFFSET_OUT_OF_RANGE: "earliest", "latest" or "error" (raise)."""
+    request_timeout_ms: int = 40_000
+    reconnect_backoff_ms: int = 200
+    """Wait between reconnection attempts after a connection loss."""
+
+    def __post_init__(self) -> None:
+        if self.auto_offset_reset not in ("earliest", "latest", "error"):
+            raise ValueError("auto_offset_reset must be earliest, latest or error")
+        if self.fetch_max_bytes < 64:
+            raise ValueError("fetch_max_bytes must be >= 64")
+        if self.request_timeout_ms <= self.max_wait_ms:
+            raise ValueError("request_timeout_ms must exceed max_wait_ms")
+
+
+class Consumer:
+    """Pull messages from a set of partitions you name.
+
+    >>> c = Consumer(ConsumerConfig(bootstrap="127.0.0.1:9092"))
+    >>> c.assign([("events", 0)], start="earliest")
+    >>> for m in c.messages(timeout_ms=1000): print(m.offset, m.value)
+
+    Not thread-safe: one thread per consumer.
+    """
+
+    def __init__(self, config: ConsumerConfig | None = None, **overrides) -> None:
+        if config is None:
+            config = ConsumerConfig(**overrides)
+        elif overrides:
+            raise TypeError("pass either a ConsumerConfig or keyword settings")
+        self.config = config
+        host, port = parse_address(config.bootstrap)
+        self.conn = BrokerConnection(host, port, config.client_id,
+                                     request_timeout=config.request_timeout_ms / 1000)
+        self._positions: dict[TopicPartition, int] = {}
+        self._fetch_sizes: dict[TopicPartition, int] = {}
+        self.high_watermarks: dict[TopicPartition, int] = {}
+        self._buffer: deque[Message] = deque()
+
+    # ------------------------------------------------------------ positions
+
+    def assign(self, partitions: list[TopicPartition], start: str | int = "latest") -> None:
+        """Consume these partitions, starting at "earliest", "latest" or an offset."""
+        self._positions = {}
+        self._buffer.clear()
+        for tp in partitions:
+            self._positions[(tp[0], int(tp[1]))] = 0
+            self.seek(tp, start)
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._positions)
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset the next message of ``tp`` will be fetched from."""
+        return self._positions[tp]
+
+    def seek(self, tp: TopicPartition, where: str | int) -> None:
+        """Move to an offset, or "earliest"/"latest". Drops buffered messages of tp."""
+        tp = (tp[0], int(tp[1]))
+        if tp not in self._positions:
+            raise KeyError(f"{tp} is not assigned")
+        if where == "earliest":
+            offset = self._offsets(tp, api.EARLIEST)[0]
+        elif where == "latest":
+            offset = self._offsets(tp, api.LATEST)[0]
+        elif isinstance(where, int) and where >= 0:
+            offset = where
+        else:
+            raise ValueError(f"seek wants an offset >= 0, 'earliest' or 'latest', not {where!r}")
+        self._positions[tp] = offset
+        self._buffer = deque(m for m in self._buffer if (m.topic, m.partition) != tp)
+
+    def seek_to_time(self, tp: TopicPartition, time_ms: int) -> int:
+        """Move to the start of the newest segment that begins at or before
+        ``time_ms`` (Kafka 0.7 semantics: never skips a message newer than
+        the time); to the earliest offset if none does. Returns the offset."""
+        tp = (tp[0], int(tp[1]))
+        offsets = self._offsets(tp, time_ms)
+        offset = offsets[0] if offsets else self._offsets(tp, api.EARLIEST)[0]
+        self.seek(tp, offset)
+        return offset
+
+    def _offsets(self, tp: TopicPartition, time: int) -> list[int]:
+        resp = self._request(api.OffsetsRequest(tp[0], tp[1], time, 1))
+        if resp.error:
+            raise SamsaError(resp.error, resp.message)
+        return list(resp.offsets)
+
+    # ------------------------------------------------------------ fetching
+
+    def poll(self, timeout_ms: int | None = None) -> list[Message]:
+        """Messages fetched since the last call (possibly none once
+        ``timeout_ms`` passes; ``None`` waits for at least one message)."""
+        if self._buffer:
+            out = list(self._buffer)
+            self._buffer.clear()
+            return out
+        if not self._positions:
+            raise RuntimeError("no partitions assigned")
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        while True:
+            wait = self.config.max_wait_ms
+            if deadline is not None:
+                left = int((deadline - time.monotonic()) * 1000)
+                if left <= 0:
+                    return []
+                wait = min(wait, left)
+            messages = self._fetch_once(wait)
+            if messages:
+                return messages
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
+
+    def messages(self, timeout_ms: int | None = None) -> Iterator[Message]:
+        """Iterate over messages forever, blocking for new ones. With
+        ``timeout_ms`` the iteration ends after that long without a message."""
+        while True:
+            batch = self.poll(timeout_ms)
+            if not batch:
+                if timeout_ms is not None:
+                    return
+                continue
+            yield from batch
+
+    def __iter__(self) -> Iterator[Message]:
+        return self.messages()
+
+    def _fetch_once(self, max_wait_ms: int) -> list[Message]:
+        entries = tuple(api.FetchEntry(t, p, off, self._fetch_sizes.get((t, p),
+                                                                        self.config.fetch_max_bytes))
+                        for (t, p), off in self._positions.items())
+        resp = self._request(api.FetchRequest(max_wait_ms, self.config.min_bytes, entries))
+        if isinstance(resp, api.ErrorResponse):
+            raise SamsaError(resp.error, resp.message)
+        out: list[Message] = []
+        for r in resp.results:
+            tp = (r.topic, r.partition)
+            if tp not in self._positions:
+                continue
+            if r.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                self._reset_out_of_range(tp, r)
+                continue
+            if r.error:
+                raise SamsaError(r.error, r.message)
+            self.high_watermarks[tp] = r.high_watermark
+            data = r.message_set
+            if not data:
+                continue
+            start = self._positions[tp]
+            messages, used = decode_message_set(data, start, self.config.check_crcs,
+                                                r.topic, r.partition)
+            if used == 0:
+                self._grow_fetch_size(tp, len(data))
+                continue
+            self._positions[tp] = start + used
+            self._fetch_sizes.pop(tp, None)
+            out.extend(messages)
+        return out
+
+    def _grow_fetch_size(self, tp: TopicPartition, got: int) -> None:
+        size = self._fetch_sizes.get(tp, self.config.fetch_max_bytes) * 2
+        if size > self.config.max_fetch_bytes_limit:
+            raise SamsaError(ErrorCode.MESSAGE_TOO_LARGE,
+                             f"a message at offset {self._positions[tp]} of {tp[0]}/{tp[1]} is "
+                             f"larger than max_fetch_bytes_limit "
+                             f"({self.config.max_fetch_bytes_limit} bytes)")
+        log.info("message at %s/%d offset %d is larger than %d bytes; fetching %d",
+                 tp[0], tp[1], self._positions[tp], got, size)
+        self._fetch_sizes[tp] = size
+
+    def _reset_out_of_range(self, tp: TopicPartition, r: api.FetchResult) -> None:
+        policy = self.config.auto_offset_reset
+        if policy == "error":
+            raise SamsaError(r.error, r.message, earliest=r.earliest, latest=r.high_watermark)
+        new = r.earliest if policy == "earliest" else r.high_watermark
+        log.warning("offset %d of %s/%d is out of range (valid %d..%d); resetting to %s (%d)",
+                    self._positions[tp], tp[0], tp[1], r.earliest, r.high_watermark, policy, new)
+        self._positions[tp] = new
+
+    def _request(self, request):
+        """One request/response, reconnecting once after a lost connection."""
+        for attempt in (1, 2):
+            try:
+                response = self.conn.request(request)
+                return response
+            except BrokerConnectionError:
+                if attempt == 2:
+                    raise
+                self.conn.close()
+                time.sleep(self.config.reconnect_backoff_ms / 1000)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

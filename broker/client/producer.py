@@ -1,0 +1,435 @@
+"""The producer: batches messages per partition and sends them asynchronously.
+
+Three layers (as kafka-python / aiokafka do):
+  * batch builder — ``encode_values`` / ``encode_message_set`` (+ compression)
+    turn a batch's messages into one message set;
+  * ``Batch`` — the messages bound for one partition and a ``SendFuture``
+    that completes when the batch is acknowledged (or sent, with acks=none);
+  * accumulator — an open batch per partition. A batch is *ready* when it
+    holds ``batch_size`` messages or ``batch_bytes`` bytes, when it is
+    ``linger_ms`` old, or when ``flush()``/``close()`` asks.
+
+One sender thread takes ready batches, encodes one produce request per batch,
+writes them pipelined (many requests per socket write), and, unless acks is
+"none", reads the responses in order, keeping at most ``max_in_flight``
+requests unanswered. A lost connection or a retriable error puts the batch
+back at the head of the queue (up to ``retries`` times): delivery is
+at-least-once, in order within a partition.
+
+Partitioning: a message with a key goes to ``crc32(key) % partitions`` (the
+same partition from every producer); without a key, to "any partition"
+(the broker picks one round-robin; no metadata needed, works behind a load
+balancer), or to a random partition with ``partitioner="random"``.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass
+
+from broker.protocol import api
+from broker.protocol.api import Acks
+from broker.protocol.compression import Codec
+from broker.protocol.errors import ErrorCode, SamsaError
+from broker.protocol.message import compress_message_set, encode_message_set, encode_values
+
+from .admin import AdminClient
+from .connection import BrokerConnection, BrokerConnectionError, parse_address
+
+log = logging.getLogger(__name__)
+
+RETRIABLE = {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.BROKER_SHUTTING_DOWN,
+             ErrorCode.STORAGE_ERROR}
+_MAX_WRITE = 4 << 20
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    bootstrap: str = "127.0.0.1:9092"
+    """Broker (or load balancer) address host:port."""
+    client_id: str = "samsa-producer"
+    acks: str = "none"
+    """"none" (fire and forget, the paper's default: fastest, errors only logged),
+    "written" (answered once in the broker's log file), "flushed" (once fsync'ed
+    and visible to consumers: nothing acknowledged is lost if the broker dies)."""
+    batch_size: int = 200
+    """Messages per batch (per produce request). 1 sends each message alone."""
+    batch_bytes: int = 512 * 1024
+    """A batch is sent once its values reach this many bytes."""
+    linger_ms: int = 5
+    """How long a batch may wait to fill up; 0 sends as soon as the sender is free."""
+    compression: str = "none"
+    """"none", "gzip", "lz4" or "zstd": each batch becomes one compressed wrapper."""
+    partitioner: str = "any"
+    """For messages without a key: "any" (the broker picks) or "random"."""
+    request_timeout_ms: int = 30_000
+    retries: int = 5
+    """Resends of a batch after a lost connection or a retriable error."""
+    retry_backoff_ms: int = 100
+    max_in_flight: int = 5
+    """Unanswered requests allowed on the connection (acks written/flushed)."""
+    buffer_messages: int = 200_000
+    """send() blocks while this many messages wait to be sent (back-pressure)."""
+
+    def __post_init__(self) -> None:
+        try:
+            self.acks_mode
+            Codec.from_name(self.compression)
+        except (KeyError, ValueError) as exc:
+            raise ValueError(str(exc)) from None
+        if self.partitioner not in ("any", "random"):
+            raise ValueError("partitioner must be 'any' or 'random'")
+        for name in ("batch_size", "batch_bytes", "max_in_flight", "buffer_messages"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.buffer_messages < self.batch_size:
+            raise ValueError("buffer_messages must be >= batch_size")
+        if self.linger_ms < 0 or self.retries < 0:
+            raise ValueError("linger_ms and retries must be >= 0")
+
+    @property
+    def acks_mode(self) -> Acks:
+        try:
+            return Acks[self.acks.upper()]
+        except KeyError:
+            raise ValueError(f"acks must be none, written or flushed, not {self.acks!r}") from None
+
+
+class SendFuture:
+    """Completes when a batch is acknowledged (with acks=none: written to the
+    socket). ``result()`` returns (partition, base offset) or raises."""
+
+    __slots__ = ("_done", "_value", "_error", "_event")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._value = None
+        self._error: BaseException | None = None
+        self._event: threading.Event | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def _finish(self, value=None, error: BaseException | None = None) -> None:
+        self._value, self._error, self._done = value, error, True
+        if self._event is not None:
+            self._event.set()
+
+    def result(self, timeout: float | None = None):
+        if not self._done:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._done:
+                    self._event.set()
+            if not self._event.wait(timeout):
+                raise TimeoutError("the batch was not acknowledged in time")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+
+class Batch:
+    __slots__ = ("topic", "partition", "messages", "nbytes", "created", "future", "attempts",
+                 "keyed")
+
+    def __init__(self, topic: str, partition: int, created: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.messages: list = []
+        self.nbytes = 0
+        self.created = created
+        self.future = SendFuture()
+        self.attempts = 0
+        self.keyed = False
+
+
+class Producer:
+    """Thread-safe: any number of threads may call ``send``."""
+
+    def __init__(self, config: ProducerConfig | None = None, **overrides) -> None:
+        if config is None:
+            config = ProducerConfig(**overrides)
+        elif overrides:
+            raise TypeError("pass either a ProducerConfig or keyword settings")
+        self.config = config
+        self._acks = config.acks_mode
+        self._codec = Codec.from_name(config.compression)
+        host, port = parse_address(config.bootstrap)
+        self.conn = BrokerConnection(host, port, config.client_id,
+                                     request_timeout=config.request_timeout_ms / 1000)
+        self._encoder = api.ProduceFrameEncoder(config.client_id, self._acks,
+                                                config.request_timeout_ms)
+        self._admin: AdminClient | None = None
+        self._partition_counts: dict[str, int] = {}
+        self._cond = threading.Condition()
+        self._open: dict[tuple[str, int], Batch] = {}
+        self._ready: deque[Batch] = deque()
+        self._inflight: deque[tuple[int, Batch]] = deque()
+        self._queued = 0            # messages accepted by send() and not yet done
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+        self.failed_batches = 0
+        self.sent_messages = 0
+        self._sender = threading.Thread(target=self._run, name="samsa-producer-sender",
+                                        daemon=True)
+        self._sender.start()
+
+    # ------------------------------------------------------------ the API
+
+    def send(self, topic: str, value: bytes, key: bytes | None = None,
+             partition: int | None = None, timestamp: int | None = None) -> SendFuture:
+        """Queue one message; returns the future of the batch it joins."""
+        if partition is None:
+            if key is not None:
+                partition = zlib.crc32(key) % self._partitions_of(topic)
+            elif self.config.partitioner == "random":
+                partition = random.randrange(self._partitions_of(topic))
+            else:
+                partition = api.ANY_PARTITION
+        if timestamp is None:
+            timestamp = time.time_ns() // 1_000_000
+        cfg = self.config
+        with self._cond:
+            if self._closing:
+                raise RuntimeError("the producer is closed")
+            while self._queued >= cfg.buffer_messages:
+                self._cond.wait()
+                if self._closing:
+                    raise RuntimeError("the producer is closed")
+            tp = (topic, partition)
+            batch = self._open.get(tp)
+            if batch is None:
+                batch = self._open[tp] = Batch(topic, partition, time.monotonic())
+                if len(self._open) == 1 and not self._ready:
+                    self._cond.notify_all()     # the sender may sleep without a linger deadline
+            batch.messages.append((key, value, timestamp))
+            if key is not None:
+                batch.keyed = True
+            batch.nbytes += len(value)
+            self._queued += 1
+            if len(batch.messages) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
+                del self._open[tp]
+                self._ready.append(batch)
+                if len(self._ready) == 1:
+                    self._cond.notify_all()
+            return batch.future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued and wait until it is done (acknowledged,
+        or written to the socket with acks=none)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while self._queued:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"{self._queued} messages still unsent")
+                    self._cond.wait(left)
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Flush, then stop the sender and close the connection."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+            self._sender.join(timeout=10)
+            self.conn.close()
+            if self._admin is not None:
+                self._admin.close()
+            self._closed = True
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _partitions_of(self, topic: str) -> int:
+        count = self._partition_counts.get(topic)
+        if count is None:
+            with self._cond:    # one metadata client, used under the lock
+                if self._admin is None:
+                    self._admin = AdminClient(self.config.bootstrap, self.config.client_id)
+                count = self._admin.partition_count(topic)
+                if count is None:
+                    raise SamsaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                     f"topic {topic!r} does not exist: create it before sending "
+                                     f"keyed messages (their partition depends on the count)")
+                self._partition_counts[topic] = count
+        return count
+
+    # ------------------------------------------------------------ the sender thread
+
+    def _run(self) -> None:
+        try:
+            while True:
+                batches = self._take_ready()
+                if batches is None:
+                    return
+                if batches:
+                    self._send(batches)
+                if self._inflight and (not batches
+                                       or len(self._inflight) >= self.config.max_in_flight):
+                    self._read_response()
+        except Exception:   # never die silently: fail what is left
+            log.exception("producer sender thread crashed")
+            with self._cond:
+                error = SamsaError(ErrorCode.UNKNOWN, "producer sender thread crashed")
+                for _cid, b in self._inflight:
+                    self._fail(b, error)
+                while self._ready:
+                    self._fail(self._ready.popleft(), error)
+                for b in list(self._open.values()):
+                    self._fail(b, error)
+                self._open.clear()
+                self._closing = True
+                self._cond.notify_all()
+
+    def _take_ready(self) -> list[Batch] | None:
+        """Ready batches to send now (possibly none if responses are due);
+        None when closing with nothing left."""
+        linger = self.config.linger_ms / 1000
+        room = (self.config.max_in_flight - len(self._inflight)
+                if self._acks != Acks.NONE else 1 << 30)
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                if self._open and (self._flushing or self._closing or linger == 0
+                                   or any(now - b.created >= linger for b in self._open.values())):
+                    for tp, b in list(self._open.items()):
+                        if self._flushing or self._closing or now - b.created >= linger:
+                            del self._open[tp]
+                            self._ready.append(b)
+                if self._ready and room > 0:
+                    out = []
+                    while self._ready and len(out) < room:
+                        out.append(self._ready.popleft())
+                    return out
+                if self._inflight:
+                    return []
+                if self._closing and not self._open and not self._ready:
+                    return None
+                timeout = None
+                if self._open:
+                    oldest = min(b.created for b in self._open.values())
+                    timeout = max(0.0, oldest + linger - now)
+                self._cond.wait(timeout)
+
+    def _send(self, batches: list[Batch]) -> None:
+        frames: list[bytes] = []
+        expected: list[tuple[int, int]] = []
+        size = 0
+        encode_frame = self._encoder.frame
+        conn = self.conn
+        for b in batches:
+            if b.keyed or self._codec:
+                ms = encode_message_set(b.messages)
+                if self._codec:
+                    ms = compress_message_set(ms, self._codec,
+                                              max(m[2] for m in b.messages))
+            else:
+                ts = b.messages[0][2]
+                if all(m[2] == ts for m in b.messages):
+                    ms = encode_values([m[1] for m in b.messages], ts)
+                else:
+                    ms = encode_message_set(b.messages)
+            conn._next_correlation_id = cid = (conn._next_correlation_id + 1) & 0x7FFFFFFF
+            frame = encode_frame(cid, b.topic, b.partition, ms)
+            frames.append(frame)
+            size += len(frame)
+            b.attempts += 1
+            if self._acks != Acks.NONE:
+                expected.append((cid, api.ApiKey.PRODUCE))
+                self._inflight.append((cid, b))
+            if size >= _MAX_WRITE:
+                if not self._write(frames, expected, batches):
+                    return
+                frames, expected, size = [], [], 0
+        if frames and not self._write(frames, expected, batches):
+            return
+        if self._acks == Acks.NONE:
+            with self._cond:
+                for b in batches:
+                    self._done(b, (b.partition, -1))
+
+    def _write(self, frames, expected, batches) -> bool:
+        try:
+            self.conn.send_frames(frames, expected)
+            return True
+        except BrokerConnectionError as exc:
+            self._connection_lost(exc, batches if self._acks == Acks.NONE else [])
+            return False
+
+    def _read_response(self) -> None:
+        try:
+            cid, response = self.conn.receive()
+        except BrokerConnectionError as exc:
+            self._connection_lost(exc, [])
+            return
+        expected_cid, batch = self._inflight.popleft()
+        with self._cond:
+            if isinstance(response, api.ErrorResponse):
+                self._retry_or_fail(batch, SamsaError(response.error, response.message))
+                return
+            result = response.results[0]
+            if result.error:
+                self._retry_or_fail(batch, SamsaError(result.error, result.message))
+            else:
+                self._done(batch, (result.partition, result.base_offset))
+
+    def _connection_lost(self, exc: Exception, unsent: list[Batch]) -> None:
+        """Requeue every batch whose fate is unknown, oldest first."""
+        self.conn.close()
+        again = [b for _cid, b in self._inflight] + [b for b in unsent if not b.future.done()]
+        self._inflight.clear()
+        with self._cond:
+            retry = []
+            for b in again:
+                if b.attempts > self.config.retries:
+                    self._fail(b, SamsaError(ErrorCode.UNKNOWN, f"giving up after "
+                                             f"{b.attempts} attempts: {exc}"))
+                else:
+                    retry.append(b)
+            self._ready.extendleft(reversed(retry))
+        log.warning("producer lost its connection (%s); retrying %d batches in %d ms", exc,
+                    len(retry), self.config.retry_backoff_ms)
+        time.sleep(self.config.retry_backoff_ms / 1000)
+
+    def _retry_or_fail(self, batch: Batch, error: SamsaError) -> None:
+        if error.code in RETRIABLE and batch.attempts <= self.config.retries:
+            log.warning("retrying a batch for %s/%d: %s", batch.topic, batch.partition, error)
+            self._ready.appendleft(batch)
+        else:
+            self._fail(batch, error)
+
+    # called with self._cond held
+    def _done(self, batch: Batch, value) -> None:
+        n = len(batch.messages)
+        self._queued -= n
+        self.sent_messages += n
+        batch.future._finish(value)
+        self._cond.notify_all()
+
+    def _fail(self, batch: Batch, error: BaseException) -> None:
+        self._queued -= len(batch.messages)
+        self.failed_batches += 1
+        log.error("dropping a batch of %d messages for %s/%d: %s", len(batch.messages),
+                  batch.topic, batch.partition, error)
+        batch.future._finish(None, error)
+        self._cond.notify_all()

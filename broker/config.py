@@ -1,0 +1,171 @@
+"""Broker settings: a frozen dataclass loaded from a TOML file, with command-line
+overrides, validated together when built.
+
+File format (every key optional; see config/broker.toml for the documented
+defaults)::
+
+    broker_id = 0
+    port = 9092
+    data_dir = "/var/lib/samsa"
+    [log]                       # defaults for every topic (per-topic overrides
+    segment_bytes = 1073741824  #  use the dotted names: segment.bytes ...)
+    flush_ms = 50
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.storage.log_config import LogConfig
+
+
+class ConfigError(ValueError):
+    """A setting is unknown or has a value it cannot take."""
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_id: int = 0
+    """This broker's id, unique in its cluster."""
+    host: str = "127.0.0.1"
+    """Address to listen on ("0.0.0.0" for every interface)."""
+    port: int = 9092
+    """TCP port of the Samsa protocol (0 picks a free port, logged at start-up)."""
+    advertised_host: str = ""
+    """Host name clients should use to reach this broker (default: host)."""
+    data_dir: str = "./samsa-data"
+    """Directory holding the topics' segment files."""
+    metrics_port: int = 9093
+    """HTTP port for Prometheus metrics at /metrics; 0 picks a free port, -1 disables."""
+    auto_create_topics: bool = True
+    """Create an unknown topic on its first produce (fetches never create)."""
+    default_partitions: int = 2
+    """Partitions of an auto-created topic, and of `topics --create` without --partitions."""
+    max_request_bytes: int = 64 << 20
+    """Largest request frame accepted; a larger one closes the connection before
+    its payload is read."""
+    max_message_bytes: int = 1 << 20
+    """Largest single message (or compressed wrapper) accepted in a produce."""
+    max_fetch_wait_ms: int = 30_000
+    """Upper bound on a fetch's long-poll wait."""
+    retention_check_ms: int = 60_000
+    """How often retention runs over every partition."""
+    checkpoint_interval_ms: int = 10_000
+    """How often recovery points are persisted (bounds the rescan after a crash)."""
+    log_level: str = "INFO"
+    log_format: str = "text"
+    """"text" or "json" (one JSON object per line)."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Defaults for every partition log; topics may override them."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be 0..65535, got {self.port}")
+        if not -1 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port must be -1..65535, got {self.metrics_port}")
+        if self.broker_id < 0:
+            raise ConfigError(f"broker_id must be >= 0, got {self.broker_id}")
+        if not 1 <= self.default_partitions <= 10_000:
+            raise ConfigError("default_partitions must be 1..10000")
+        if self.max_message_bytes < 64:
+            raise ConfigError("max_message_bytes must be >= 64")
+        if self.max_request_bytes < self.max_message_bytes + 1024:
+            raise ConfigError("max_request_bytes must exceed max_message_bytes by 1 KiB at least")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigError(f"unknown log_level {self.log_level!r}")
+        for name in ("max_fetch_wait_ms", "retention_check_ms", "checkpoint_interval_ms"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+
+    @property
+    def public_host(self) -> str:
+        return self.advertised_host or ("127.0.0.1" if self.host in ("", "0.0.0.0") else self.host)
+
+
+def _coerce(name: str, current: Any, value: Any) -> Any:
+    if isinstance(current, bool):
+        if isinstance(value, str):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ConfigError(f"{name} must be true or false, got {value!r}")
+        return bool(value)
+    if isinstance(current, int):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+    return str(value)
+
+
+def _build(cls, values: dict[str, Any], prefix: str = ""):
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    defaults = cls()
+    kwargs = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"unknown setting {prefix}{key!r}; known: "
+                              f"{', '.join(prefix + k for k in sorted(known))}")
+        current = getattr(defaults, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{key} must be a table")
+            kwargs[key] = _build(type(current), value, prefix + key + ".")
+        else:
+            kwargs[key] = _coerce(prefix + key, current, value)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def load_config(path: str | None = None, overrides: dict[str, Any] | None = None) -> BrokerConfig:
+    """Settings from ``path`` (TOML; None for defaults) with ``overrides`` on
+    top. Override keys may be dotted for nested tables: ``log.flush_ms``."""
+    values: dict[str, Any] = {}
+    if path:
+        try:
+            with open(path, "rb") as f:
+                values = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    for key, value in (overrides or {}).items():
+        target = values
+        parts = key.split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise ConfigError(f"{key}: {part} is not a table")
+        target[parts[-1]] = value
+    return _build(BrokerConfig, values)
+
+
+def to_toml(config: BrokerConfig) -> str:
+    """The effective settings as TOML (for --print-config)."""
+    lines, tables = [], []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            tables.append((f.name, value))
+        else:
+            lines.append(f"{f.name} = {_toml_value(value)}")
+    for name, table in tables:
+        lines.append(f"\n[{name}]")
+        for f in dataclasses.fields(table):
+            lines.append(f"{f.name} = {_toml_value(getattr(table, f.name))}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,219 @@
+/*
+ * Optional C accelerator for broker/protocol/message.py (as aiokafka ships a
+ * Cython one). Same byte layout, same results as the pure-Python code, which
+ * stays the reference and the fallback; tests run both.
+ *
+ *   walk(buf, max_message_bytes, verify_crc)
+ *       -> (status, pos, count, first_ts, max_ts, wrappers)
+ *       Walks whole messages from the start. status 0: all of buf is whole
+ *       valid messages; otherwise it stopped at byte `pos` for reason
+ *       `status` (see WALK_* below). `wrappers` counts compressed wrappers.
+ *   decode(buf, base_offset, verify_crc, topic, partition, message_type)
+ *       -> (messages, pos, status)
+ *       Decodes uncompressed messages into `message_type` instances (a
+ *       7-field NamedTuple); stops at the end, at a partial message
+ *       (status 0), at a compressed wrapper (status WALK_WRAPPER, pos at it)
+ *       or at an invalid message (status > 0, pos at it).
+ *   encode_values(values, timestamp) -> bytes
+ *       Key-less messages sharing one timestamp.
+ *
+ * Never touches sockets or files; holds no state.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+enum {
+    WALK_OK = 0,
+    WALK_PARTIAL = 1,      /* fewer bytes than a header, or length runs past the end */
+    WALK_BAD_LENGTH = 2,   /* length < 18 */
+    WALK_TOO_LARGE = 3,
+    WALK_BAD_CRC = 4,
+    WALK_BAD_MAGIC = 5,    /* magic != 0 or unknown attribute bits */
+    WALK_BAD_KEY = 6,      /* key length out of range */
+    WALK_WRAPPER = 7,      /* decode only: a compressed wrapper starts here */
+};
+
+#define HEADER 22
+
+static inline uint32_t rd32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline int64_t rd64(const unsigned char *p) {
+    return (int64_t)(((uint64_t)rd32(p) << 32) | rd32(p + 4));
+}
+static inline void wr32(unsigned char *p, uint32_t v) {
+    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+static inline void wr64(unsigned char *p, uint64_t v) {
+    wr32(p, (uint32_t)(v >> 32)); wr32(p + 4, (uint32_t)v);
+}
+
+/* Checks one message at p (avail bytes left); returns a WALK_* code and its size. */
+static inline int check_one(const unsigned char *p, Py_ssize_t avail, Py_ssize_t max_bytes,
+                            int verify, Py_ssize_t *size_out) {
+    if (avail < HEADER) return WALK_PARTIAL;
+    int32_t length = (int32_t)rd32(p);
+    if (length < 18) return WALK_BAD_LENGTH;
+    if ((Py_ssize_t)length + 4 > avail) return WALK_PARTIAL;
+    if ((Py_ssize_t)length + 4 > max_bytes) return WALK_TOO_LARGE;
+    if (verify) {
+        uint32_t crc = rd32(p + 4);
+        uint32_t got = (uint32_t)crc32(0L, p + 8, (uInt)(length - 4));
+        if (got != crc) return WALK_BAD_CRC;
+    }
+    if (p[8] != 0 || (p[9] & ~0x07)) return WALK_BAD_MAGIC;
+    int32_t key_length = (int32_t)rd32(p + 18);
+    if (key_length < -1 || key_length > length - 18) return WALK_BAD_KEY;
+    *size_out = (Py_ssize_t)length + 4;
+    return WALK_OK;
+}
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t max_bytes;
+    int verify;
+    if (!PyArg_ParseTuple(args, "y*np", &view, &max_bytes, &verify)) return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t end = view.len, pos = 0, count = 0, wrappers = 0, size = 0;
+    long long first_ts = -1, max_ts = -1;
+    int status = WALK_OK;
+    Py_BEGIN_ALLOW_THREADS
+    while (pos < end) {
+        status = check_one(buf + pos, end - pos, max_bytes, verify, &size);
+        if (status != WALK_OK) break;
+        long long ts = rd64(buf + pos + 10);
+        if (first_ts < 0) first_ts = ts;
+        if (ts > max_ts) max_ts = ts;
+        if (buf[pos + 9]) wrappers++;
+        count++;
+        pos += size;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("inLLLn", status, pos, (long long)count, first_ts, max_ts, wrappers);
+}
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long base;
+    int verify;
+    PyObject *topic, *partition, *type;
+    if (!PyArg_ParseTuple(args, "y*LpOOO", &view, &base, &verify, &topic, &partition, &type))
+        return NULL;
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "message_type must be a tuple subclass");
+        return NULL;
+    }
+    PyTypeObject *tp = (PyTypeObject *)type;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t end = view.len, pos = 0, size = 0;
+    int status = WALK_OK;
+    PyObject *list = PyList_New(0);
+    if (!list) goto fail;
+    while (pos < end) {
+        const unsigned char *p = buf + pos;
+        status = check_one(p, end - pos, PY_SSIZE_T_MAX, verify, &size);
+        if (status == WALK_PARTIAL) { status = WALK_OK; break; }
+        if (status != WALK_OK) break;
+        if (p[9]) { status = WALK_WRAPPER; break; }
+        int32_t key_length = (int32_t)rd32(p + 18);
+        PyObject *key, *value;
+        if (key_length < 0) {
+            key = Py_None; Py_INCREF(key);
+            value = PyBytes_FromStringAndSize((const char *)p + HEADER, size - HEADER);
+        } else {
+            key = PyBytes_FromStringAndSize((const char *)p + HEADER, key_length);
+            value = PyBytes_FromStringAndSize((const char *)p + HEADER + key_length,
+                                              size - HEADER - key_length);
+        }
+        PyObject *off = PyLong_FromLongLong(base + pos);
+        PyObject *next = PyLong_FromLongLong(base + pos + size);
+        PyObject *ts = PyLong_FromLongLong(rd64(p + 10));
+        PyObject *m = tp->tp_alloc(tp, 7);
+        if (!key || !value || !off || !next || !ts || !m) {
+            Py_XDECREF(key); Py_XDECREF(value); Py_XDECREF(off); Py_XDECREF(next);
+            Py_XDECREF(ts); Py_XDECREF(m);
+            goto fail;
+        }
+        Py_INCREF(topic); Py_INCREF(partition);
+        PyTuple_SET_ITEM(m, 0, topic);
+        PyTuple_SET_ITEM(m, 1, partition);
+        PyTuple_SET_ITEM(m, 2, off);
+        PyTuple_SET_ITEM(m, 3, next);
+        PyTuple_SET_ITEM(m, 4, ts);
+        PyTuple_SET_ITEM(m, 5, key);
+        PyTuple_SET_ITEM(m, 6, value);
+        int rc = PyList_Append(list, m);
+        Py_DECREF(m);
+        if (rc < 0) goto fail;
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    PyObject *result = Py_BuildValue("Oni", list, pos, status);
+    Py_DECREF(list);
+    return result;
+fail:
+    Py_XDECREF(list);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyObject *encode_values(PyObject *self, PyObject *args) {
+    PyObject *values;
+    long long ts;
+    if (!PyArg_ParseTuple(args, "OL", &values, &ts)) return NULL;
+    PyObject *seq = PySequence_Fast(values, "values must be a sequence of bytes");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_Check(items[i])) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "values must be bytes");
+            return NULL;
+        }
+        Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
+        if (len > INT32_MAX - HEADER) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "value too large");
+            return NULL;
+        }
+        total += HEADER + len;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) { Py_DECREF(seq); return NULL; }
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    unsigned char prefix[14];
+    prefix[0] = 0; prefix[1] = 0;
+    wr64(prefix + 2, (uint64_t)ts);
+    wr32(prefix + 10, 0xFFFFFFFFu);
+    uLong prefix_crc = crc32(0L, prefix, 14);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
+        const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(items[i]);
+        wr32(w, (uint32_t)(len + 18));
+        wr32(w + 4, (uint32_t)crc32(prefix_crc, v, (uInt)len));
+        memcpy(w + 8, prefix, 14);
+        memcpy(w + HEADER, v, len);
+        w += HEADER + len;
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"walk", walk, METH_VARARGS, "Validate/scan whole messages; see the file comment."},
+    {"decode", decode, METH_VARARGS, "Decode uncompressed messages; see the file comment."},
+    {"encode_values", encode_values, METH_VARARGS, "Encode key-less values."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", "C accelerator for the Samsa message codec", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }

@@ -1,0 +1,669 @@
+"""Requests and responses of the Samsa protocol (version 0), sans-IO.
+
+Every request and response is a frozen dataclass with ``encode()`` returning
+the frame payload (without the size prefix) and a ``decode`` function that
+reads one from bytes, raising only ``ProtocolError`` on malformed input.
+
+Primitive types (big-endian)::
+
+    int8 int16 int32 int64   signed integers
+    string  := length:int16 utf8:byte[length]       (length -1 = null)
+    bytes   := length:int32 byte[length]             (length -1 = null)
+    array[T]:= count:int32 T[count]
+
+Request  := header body;  header := api_key:int16 api_version:int16
+                                    correlation_id:int32 client_id:string
+Response := correlation_id:int32 error:int16 message:string body
+            (when error != 0 the request failed as a whole and no body follows)
+
+Bodies are documented on each class below and in docs/protocol.md.
+"""
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from .errors import ErrorCode, ProtocolError
+
+API_VERSION = 0
+ANY_PARTITION = -1
+LATEST = -1      # Offsets request "time" for the log end offset
+EARLIEST = -2    # Offsets request "time" for the earliest retained offset
+
+
+class ApiKey(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    OFFSETS = 2
+    METADATA = 3
+    CREATE_TOPIC = 4
+    DELETE_TOPIC = 5
+
+
+class Acks(enum.IntEnum):
+    """When the broker answers a produce request."""
+
+    NONE = 0      # never: fire and forget (the paper's default); errors close the connection
+    WRITTEN = 1   # once the messages are in the log file (the OS page cache)
+    FLUSHED = 2   # once the messages are fsync'ed, and so visible to consumers
+
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_HEADER = struct.Struct(">hhi")
+_I16_I32 = struct.Struct(">hi")
+
+
+class Reader:
+    """Bounds-checked reading of primitive types from a buffer."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes | memoryview, pos: int = 0) -> None:
+        self.buf = buf
+        self.pos = pos
+
+    def _take(self, st: struct.Struct) -> int:
+        pos = self.pos
+        if pos + st.size > len(self.buf):
+            raise ProtocolError(f"truncated: needed {st.size} bytes at {pos}, "
+                                f"have {len(self.buf) - pos}")
+        self.pos = pos + st.size
+        return st.unpack_from(self.buf, pos)[0]
+
+    def int8(self) -> int:
+        return self._take(_I8)
+
+    def int16(self) -> int:
+        return self._take(_I16)
+
+    def int32(self) -> int:
+        return self._take(_I32)
+
+    def int64(self) -> int:
+        return self._take(_I64)
+
+    def raw_string(self) -> bytes | None:
+        n = self.int16()
+        if n == -1:
+            return None
+        if n < 0 or self.pos + n > len(self.buf):
+            raise ProtocolError(f"bad string length {n} at {self.pos - 2}")
+        s = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return s
+
+    def string(self) -> str | None:
+        raw = self.raw_string()
+        if raw is None:
+            return None
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError("string is not valid UTF-8") from None
+
+    def required_string(self, what: str) -> str:
+        s = self.string()
+        if s is None:
+            raise ProtocolError(f"{what} must not be null")
+        return s
+
+    def bytes_(self) -> bytes | None:
+        n = self.int32()
+        if n == -1:
+            return None
+        if n < 0 or self.pos + n > len(self.buf):
+            raise ProtocolError(f"bad bytes length {n} at {self.pos - 4}")
+        b = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return b
+
+    def count(self, min_item_bytes: int) -> int:
+        """An array count, checked against the bytes left so that a forged
+        count cannot make the decoder loop or allocate for nothing."""
+        n = self.int32()
+        if n < 0 or n * min_item_bytes > len(self.buf) - self.pos:
+            raise ProtocolError(f"bad array count {n} at {self.pos - 4}")
+        return n
+
+    def done(self) -> None:
+        if self.pos != len(self.buf):
+            raise ProtocolError(f"{len(self.buf) - self.pos} unexpected trailing bytes")
+
+
+def enc_string(s: str | None) -> bytes:
+    if s is None:
+        return _I16.pack(-1)
+    raw = s.encode("utf-8")
+    if len(raw) > 32767:
+        raise ValueError("string longer than 32767 bytes")
+    return _I16.pack(len(raw)) + raw
+
+
+def enc_bytes(b: bytes | None) -> bytes:
+    if b is None:
+        return _I32.pack(-1)
+    return _I32.pack(len(b)) + b
+
+
+# ----------------------------------------------------------------- header
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+    def encode(self) -> bytes:
+        return _HEADER.pack(self.api_key, self.api_version, self.correlation_id) + \
+            enc_string(self.client_id)
+
+
+def decode_request_header(buf: bytes | memoryview) -> tuple[RequestHeader, int]:
+    """Decode a request header; returns it and the position of the body."""
+    r = Reader(buf)
+    api_key = r.int16()
+    version = r.int16()
+    correlation_id = r.int32()
+    client_id = r.string()
+    return RequestHeader(api_key, version, correlation_id, client_id), r.pos
+
+
+# ----------------------------------------------------------------- produce
+
+@dataclass(frozen=True, slots=True)
+class ProduceEntry:
+    topic: str
+    partition: int          # ANY_PARTITION (-1): the broker picks one
+    message_set: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    """acks:int8 timeout_ms:int32 entries:array[topic:string partition:int32
+    message_set:bytes]"""
+
+    API: ClassVar[ApiKey] = ApiKey.PRODUCE
+    acks: int
+    timeout_ms: int
+    entries: tuple[ProduceEntry, ...]
+
+    def encode_body(self) -> bytes:
+        parts = [_I8.pack(self.acks), _I32.pack(self.timeout_ms), _I32.pack(len(self.entries))]
+        for e in self.entries:
+            parts += (enc_string(e.topic), _I32.pack(e.partition), enc_bytes(e.message_set))
+        return b"".join(parts)
+
+
+def decode_produce_request(r: Reader) -> ProduceRequest:
+    acks = r.int8()
+    if acks not in (0, 1, 2):
+        raise ProtocolError(f"unknown acks mode {acks}")
+    timeout_ms = r.int32()
+    entries = []
+    for _ in range(r.count(10)):
+        topic = r.required_string("topic")
+        partition = r.int32()
+        ms = r.bytes_()
+        if ms is None:
+            raise ProtocolError("message set must not be null")
+        entries.append(ProduceEntry(topic, partition, ms))
+    r.done()
+    return ProduceRequest(acks, timeout_ms, tuple(entries))
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    topic: str
+    partition: int          # the partition written (the broker's choice for ANY)
+    error: int
+    message: str
+    base_offset: int        # offset of the first message appended (-1 on error)
+    end_offset: int         # offset after the last message appended (-1 on error)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse:
+    """results:array[topic:string partition:int32 error:int16 message:string
+    base_offset:int64 end_offset:int64]"""
+
+    results: tuple[ProduceResult, ...]
+
+    def encode_body(self) -> bytes:
+        parts = [_I32.pack(len(self.results))]
+        for x in self.results:
+            parts += (enc_string(x.topic), _I32.pack(x.partition), _I16.pack(x.error),
+                      enc_string(x.message), _I64.pack(x.base_offset), _I64.pack(x.end_offset))
+        return b"".join(parts)
+
+
+def decode_produce_response(r: Reader) -> ProduceResponse:
+    out = []
+    for _ in range(r.count(26)):
+        out.append(ProduceResult(r.required_string("topic"), r.int32(), r.int16(),
+                                 r.string() or "", r.int64(), r.int64()))
+    r.done()
+    return ProduceResponse(tuple(out))
+
+
+# ----------------------------------------------------------------- fetch
+
+@dataclass(frozen=True, slots=True)
+class FetchEntry:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """max_wait_ms:int32 min_bytes:int32 entries:array[topic:string
+    partition:int32 offset:int64 max_bytes:int32]"""
+
+    API: ClassVar[ApiKey] = ApiKey.FETCH
+    max_wait_ms: int
+    min_bytes: int
+    entries: tuple[FetchEntry, ...]
+
+    def encode_body(self) -> bytes:
+        parts = [_I32.pack(self.max_wait_ms), _I32.pack(self.min_bytes),
+                 _I32.pack(len(self.entries))]
+        for e in self.entries:
+            parts += (enc_string(e.topic), _I32.pack(e.partition), _I64.pack(e.offset),
+                      _I32.pack(e.max_bytes))
+        return b"".join(parts)
+
+
+def decode_fetch_request(r: Reader) -> FetchRequest:
+    max_wait = r.int32()
+    min_bytes = r.int32()
+    if max_wait < 0 or min_bytes < 0:
+        raise ProtocolError("max_wait_ms and min_bytes must not be negative")
+    entries = []
+    for _ in range(r.count(18)):
+        topic = r.required_string("topic")
+        partition = r.int32()
+        offset = r.int64()
+        max_bytes = r.int32()
+        if max_bytes < 0:
+            raise ProtocolError("max_bytes must not be negative")
+        entries.append(FetchEntry(topic, partition, offset, max_bytes))
+    r.done()
+    return FetchRequest(max_wait, min_bytes, tuple(entries))
+
+
+_FETCH_RESULT_TAIL = struct.Struct(">qqi")
+
+
+def encode_fetch_result_header(topic: str, partition: int, error: int, message: str,
+                               earliest: int, high_watermark: int, size: int) -> bytes:
+    """Everything of one fetch result up to its message-set bytes, which the
+    broker then sends straight from the segment file (sendfile)."""
+    return (enc_string(topic) + _I32.pack(partition) + _I16.pack(error) + enc_string(message)
+            + _FETCH_RESULT_TAIL.pack(earliest, high_watermark, size))
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    topic: str
+    partition: int
+    error: int
+    message: str
+    earliest: int           # earliest retained offset of the partition
+    high_watermark: int     # flushed end: the offset after the last visible message
+    message_set: bytes      # may end in a partial message
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    """results:array[topic:string partition:int32 error:int16 message:string
+    earliest:int64 high_watermark:int64 message_set:bytes]"""
+
+    results: tuple[FetchResult, ...]
+
+    def encode_body(self) -> bytes:
+        parts = [_I32.pack(len(self.results))]
+        for x in self.results:
+            parts.append(encode_fetch_result_header(x.topic, x.partition, x.error, x.message,
+                                                    x.earliest, x.high_watermark,
+                                                    len(x.message_set)))
+            parts.append(x.message_set)
+        return b"".join(parts)
+
+
+def decode_fetch_response(r: Reader) -> FetchResponse:
+    out = []
+    for _ in range(r.count(30)):
+        topic = r.required_string("topic")
+        partition = r.int32()
+        error = r.int16()
+        message = r.string() or ""
+        earliest = r.int64()
+        hw = r.int64()
+        ms = r.bytes_() or b""
+        out.append(FetchResult(topic, partition, error, message, earliest, hw, ms))
+    r.done()
+    return FetchResponse(tuple(out))
+
+
+# ----------------------------------------------------------------- offsets
+
+@dataclass(frozen=True, slots=True)
+class OffsetsRequest:
+    """topic:string partition:int32 time:int64 max_offsets:int32
+
+    time: LATEST (-1), EARLIEST (-2), or milliseconds since the epoch."""
+
+    API: ClassVar[ApiKey] = ApiKey.OFFSETS
+    topic: str
+    partition: int
+    time: int
+    max_offsets: int = 1
+
+    def encode_body(self) -> bytes:
+        return (enc_string(self.topic) + _I32.pack(self.partition) + _I64.pack(self.time)
+                + _I32.pack(self.max_offsets))
+
+
+def decode_offsets_request(r: Reader) -> OffsetsRequest:
+    req = OffsetsRequest(r.required_string("topic"), r.int32(), r.int64(), r.int32())
+    r.done()
+    if req.max_offsets < 1:
+        raise ProtocolError("max_offsets must be at least 1")
+    return req
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsResponse:
+    """error:int16 message:string offsets:array[int64] (newest first)"""
+
+    error: int
+    message: str
+    offsets: tuple[int, ...]
+
+    def encode_body(self) -> bytes:
+        return (_I16.pack(self.error) + enc_string(self.message) + _I32.pack(len(self.offsets))
+                + b"".join(_I64.pack(o) for o in self.offsets))
+
+
+def decode_offsets_response(r: Reader) -> OffsetsResponse:
+    error = r.int16()
+    message = r.string() or ""
+    offsets = tuple(r.int64() for _ in range(r.count(8)))
+    r.done()
+    return OffsetsResponse(error, message, offsets)
+
+
+# ----------------------------------------------------------------- metadata
+
+@dataclass(frozen=True, slots=True)
+class MetadataRequest:
+    """topics:array[string] (empty: every topic)"""
+
+    API: ClassVar[ApiKey] = ApiKey.METADATA
+    topics: tuple[str, ...] = ()
+
+    def encode_body(self) -> bytes:
+        return _I32.pack(len(self.topics)) + b"".join(enc_string(t) for t in self.topics)
+
+
+def decode_metadata_request(r: Reader) -> MetadataRequest:
+    topics = tuple(r.required_string("topic") for _ in range(r.count(2)))
+    r.done()
+    return MetadataRequest(topics)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    earliest: int           # earliest retained offset
+    latest: int             # flushed end offset (high watermark)
+    size_bytes: int
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    error: int
+    message: str
+    config: tuple[tuple[str, str], ...] = ()
+    partitions: tuple[PartitionInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponse:
+    """broker_id:int32 host:string port:int32
+    topics:array[name:string error:int16 message:string
+                 config:array[key:string value:string]
+                 partitions:array[partition:int32 earliest:int64 latest:int64
+                                  size_bytes:int64 segments:int32]]"""
+
+    broker_id: int
+    host: str
+    port: int
+    topics: tuple[TopicInfo, ...] = field(default_factory=tuple)
+
+    def encode_body(self) -> bytes:
+        parts = [_I32.pack(self.broker_id), enc_string(self.host), _I32.pack(self.port),
+                 _I32.pack(len(self.topics))]
+        for t in self.topics:
+            parts += (enc_string(t.name), _I16.pack(t.error), enc_string(t.message),
+                      _I32.pack(len(t.config)))
+            for k, v in t.config:
+                parts += (enc_string(k), enc_string(v))
+            parts.append(_I32.pack(len(t.partitions)))
+            for p in t.partitions:
+                parts += (_I32.pack(p.partition), _I64.pack(p.earliest), _I64.pack(p.latest),
+                          _I64.pack(p.size_bytes), _I32.pack(p.segments))
+        return b"".join(parts)
+
+
+def decode_metadata_response(r: Reader) -> MetadataResponse:
+    broker_id = r.int32()
+    host = r.string() or ""
+    port = r.int32()
+    topics = []
+    for _ in range(r.count(12)):
+        name = r.required_string("topic")
+        error = r.int16()
+        message = r.string() or ""
+        config = tuple((r.required_string("key"), r.required_string("value"))
+                       for _ in range(r.count(4)))
+        parts = tuple(PartitionInfo(r.int32(), r.int64(), r.int64(), r.int64(), r.int32())
+                      for _ in range(r.count(32)))
+        topics.append(TopicInfo(name, error, message, config, parts))
+    r.done()
+    return MetadataResponse(broker_id, host, port, tuple(topics))
+
+
+# ----------------------------------------------------------------- topic admin
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicRequest:
+    """name:string partitions:int32 config:array[key:string value:string]"""
+
+    API: ClassVar[ApiKey] = ApiKey.CREATE_TOPIC
+    name: str
+    partitions: int
+    config: tuple[tuple[str, str], ...] = ()
+
+    def encode_body(self) -> bytes:
+        parts = [enc_string(self.name), _I32.pack(self.partitions), _I32.pack(len(self.config))]
+        for k, v in self.config:
+            parts += (enc_string(k), enc_string(v))
+        return b"".join(parts)
+
+
+def decode_create_topic_request(r: Reader) -> CreateTopicRequest:
+    name = r.required_string("topic")
+    partitions = r.int32()
+    config = tuple((r.required_string("key"), r.required_string("value"))
+                   for _ in range(r.count(4)))
+    r.done()
+    return CreateTopicRequest(name, partitions, config)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicRequest:
+    """name:string"""
+
+    API: ClassVar[ApiKey] = ApiKey.DELETE_TOPIC
+    name: str
+
+    def encode_body(self) -> bytes:
+        return enc_string(self.name)
+
+
+def decode_delete_topic_request(r: Reader) -> DeleteTopicRequest:
+    req = DeleteTopicRequest(r.required_string("topic"))
+    r.done()
+    return req
+
+
+@dataclass(frozen=True, slots=True)
+class EmptyResponse:
+    """No body: the answer to CreateTopic and DeleteTopic, whose outcome is the
+    response header's error code and message."""
+
+    def encode_body(self) -> bytes:
+        return b""
+
+
+def decode_empty_response(r: Reader) -> EmptyResponse:
+    r.done()
+    return EmptyResponse()
+
+
+# ----------------------------------------------------------------- dispatch
+
+REQUEST_DECODERS = {
+    ApiKey.PRODUCE: decode_produce_request,
+    ApiKey.FETCH: decode_fetch_request,
+    ApiKey.OFFSETS: decode_offsets_request,
+    ApiKey.METADATA: decode_metadata_request,
+    ApiKey.CREATE_TOPIC: decode_create_topic_request,
+    ApiKey.DELETE_TOPIC: decode_delete_topic_request,
+}
+
+RESPONSE_DECODERS = {
+    ApiKey.PRODUCE: decode_produce_response,
+    ApiKey.FETCH: decode_fetch_response,
+    ApiKey.OFFSETS: decode_offsets_response,
+    ApiKey.METADATA: decode_metadata_response,
+    ApiKey.CREATE_TOPIC: decode_empty_response,
+    ApiKey.DELETE_TOPIC: decode_empty_response,
+}
+
+
+def encode_request(request, correlation_id: int, client_id: str | None) -> bytes:
+    """The whole frame (size prefix included) of a request."""
+    payload = (_HEADER.pack(request.API, API_VERSION, correlation_id) + enc_string(client_id)
+               + request.encode_body())
+    return _I32.pack(len(payload)) + payload
+
+
+_RESPONSE_OK = _I16.pack(0) + enc_string(None)
+# correlation_id:int32 + error:int16 + null message:int16
+_RESPONSE_OK_HEADER_SIZE = 4 + len(_RESPONSE_OK)
+
+
+def encode_response(correlation_id: int, response) -> bytes:
+    """The whole frame (size prefix included) of a successful response."""
+    body = response.encode_body()
+    return (_I32.pack(len(body) + _RESPONSE_OK_HEADER_SIZE) + _I32.pack(correlation_id)
+            + _RESPONSE_OK + body)
+
+
+def encode_response_header(correlation_id: int, body_size: int) -> bytes:
+    """Size prefix and header of a successful response whose body of
+    ``body_size`` bytes is sent separately (fetch: sendfile)."""
+    return (_I32.pack(body_size + _RESPONSE_OK_HEADER_SIZE) + _I32.pack(correlation_id)
+            + _RESPONSE_OK)
+
+
+def encode_error_response(correlation_id: int, error: int, message: str) -> bytes:
+    """The whole frame of a response saying the request failed as a whole."""
+    payload = _I32.pack(correlation_id) + _I16.pack(error) + enc_string(message[:2000])
+    return _I32.pack(len(payload)) + payload
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResponse:
+    """A request that failed as a whole (the header's error was not NONE)."""
+
+    error: int
+    message: str
+
+
+def decode_request(payload: bytes | memoryview):
+    """Decode a request frame payload into (header, request).
+
+    Raises ``ProtocolError``; if the header itself was readable its
+    correlation id is attached as ``exc.correlation_id`` so the broker can
+    answer with an error response instead of only closing the connection."""
+    header, pos = decode_request_header(payload)
+    try:
+        decoder = REQUEST_DECODERS[ApiKey(header.api_key)]
+    except ValueError:
+        raise _with_correlation(ProtocolError(f"unknown API key {header.api_key}"),
+                                header, ErrorCode.UNSUPPORTED_VERSION) from None
+    if header.api_version != API_VERSION:
+        raise _with_correlation(
+            ProtocolError(f"unsupported version {header.api_version} of API {header.api_key}"),
+            header, ErrorCode.UNSUPPORTED_VERSION)
+    try:
+        return header, decoder(Reader(payload, pos))
+    except ProtocolError as exc:
+        raise _with_correlation(exc, header, exc.code) from None
+
+
+def _with_correlation(exc: ProtocolError, header: RequestHeader, code: int) -> ProtocolError:
+    exc.code = code
+    exc.correlation_id = header.correlation_id
+    exc.api_key = header.api_key
+    return exc
+
+
+def decode_response(api_key: int, payload: bytes | memoryview):
+    """Decode a response frame payload into (correlation_id, response); the
+    response is an ``ErrorResponse`` when the request failed as a whole."""
+    r = Reader(payload)
+    correlation_id = r.int32()
+    error = r.int16()
+    message = r.string() or ""
+    if error != ErrorCode.NONE:
+        r.done()
+        return correlation_id, ErrorResponse(error, message)
+    try:
+        decoder = RESPONSE_DECODERS[ApiKey(api_key)]
+    except ValueError:
+        raise ValueError(f"unknown API key {api_key}") from None
+    return correlation_id, decoder(r)
+
+
+class ProduceFrameEncoder:
+    """Encodes single-entry produce request frames quickly (the producer's hot
+    path): the same bytes as ``encode_request(ProduceRequest(...))`` without
+    building dataclasses per request."""
+
+    __slots__ = ("_client", "_tail", "_topics")
+
+    def __init__(self, client_id: str | None, acks: int, timeout_ms: int) -> None:
+        self._client = enc_string(client_id)
+        self._tail = _I8.pack(acks) + _I32.pack(timeout_ms) + _I32.pack(1)
+        self._topics: dict[str, bytes] = {}
+
+    def frame(self, correlation_id: int, topic: str, partition: int, message_set: bytes) -> bytes:
+        t = self._topics.get(topic)
+        if t is None:
+            t = self._topics[topic] = enc_string(topic)
+        head = (_HEADER.pack(ApiKey.PRODUCE, API_VERSION, correlation_id) + self._client
+                + self._tail + t + _I32.pack(partition) + _I32.pack(len(message_set)))
+        return _I32.pack(len(head) + len(message_set)) + head + message_set

@@ -1,0 +1,79 @@
+"""Error codes of the Samsa wire protocol, and the exceptions the codec raises.
+
+Two kinds of failure are kept apart (as h11 does):
+
+* ``ProtocolError`` — the *peer* sent bytes that do not parse (a remote error).
+  Random bytes fed to any decoder only ever raise this (or a subclass).
+* ``ValueError`` / ``TypeError`` — *we* misused the codec (a local error), e.g.
+  encoding a topic name that is too long.
+
+``ErrorCode`` values travel on the wire in responses; ``SamsaError`` carries one
+to the application on the client side. This module must never import I/O.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    """Wire error codes (int16). Documented one by one in docs/protocol.md."""
+
+    NONE = 0
+    UNKNOWN = 1                     # unexpected server error; see the broker log
+    UNKNOWN_TOPIC_OR_PARTITION = 2
+    OFFSET_OUT_OF_RANGE = 3
+    MESSAGE_TOO_LARGE = 4
+    CORRUPT_MESSAGE = 5             # CRC mismatch or malformed message set
+    INVALID_REQUEST = 6             # the request does not parse or breaks a rule
+    STORAGE_ERROR = 7               # disk full, I/O error: nothing was appended
+    TOPIC_ALREADY_EXISTS = 8
+    UNSUPPORTED_VERSION = 9         # unknown API key or version
+    REQUEST_TIMED_OUT = 10          # e.g. a "flushed" ack not reached within the timeout
+    INVALID_TOPIC = 11              # bad topic name
+    INVALID_CONFIG = 12             # bad topic configuration value
+    BROKER_SHUTTING_DOWN = 13
+
+
+class ProtocolError(Exception):
+    """The bytes received do not follow the protocol (a remote error)."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class CorruptMessageError(ProtocolError):
+    """A message failed its CRC check or its framing inside a message set."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class MessageTooLargeError(CorruptMessageError):
+    """One message is larger than the configured maximum."""
+
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame announced more bytes than the receiver accepts."""
+
+
+class SamsaError(Exception):
+    """An error response from a broker, carried to the application.
+
+    ``code`` is the ``ErrorCode``; ``message`` the broker's explanation. Extra
+    keyword fields (e.g. ``earliest``/``latest`` for OFFSET_OUT_OF_RANGE) are
+    kept as attributes.
+    """
+
+    def __init__(self, code: int, message: str = "", **fields: object) -> None:
+        self.code = ErrorCode(code) if code in ErrorCode._value2member_map_ else code
+        self.message = message
+        self.fields = fields
+        for name, value in fields.items():
+            setattr(self, name, value)
+        name = self.code.name if isinstance(self.code, ErrorCode) else f"ERROR_{code}"
+        extra = "".join(f" {k}={v}" for k, v in fields.items())
+        super().__init__(f"{name}: {message}{extra}" if message else f"{name}{extra}")
+
+    @property
+    def retriable(self) -> bool:
+        return self.code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.BROKER_SHUTTING_DOWN)

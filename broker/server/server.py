@@ -1,0 +1,602 @@
+"""The broker: serves the Samsa protocol over TCP on one asyncio event loop.
+
+Request flow (one event-loop thread; the flusher thread only fsyncs):
+
+  bytes -> Connection (framing) -> handle_frames: decode and handle every
+  whole request of the read, appending produced message sets to in-memory
+  buffers of their logs -> write those buffers to the segment files (one
+  write per partition per read: cheap batching for small requests) ->
+  answer "written" acks -> hand logs that reached flush.messages (or whose
+  flush.ms timer fired, or that a "flushed" ack waits on) to the flusher ->
+  on flush completion: advance the flushed end, wake long-polling fetches,
+  answer "flushed" acks.
+
+The broker keeps no per-consumer state: a fetch names its offset.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from typing import Callable
+
+from broker.config import BrokerConfig
+from broker.protocol import api
+from broker.protocol.api import Acks, ApiKey
+from broker.protocol.errors import CorruptMessageError, ErrorCode, ProtocolError
+from broker.protocol.message import validate_message_set
+from broker.storage.errors import InvalidConfigError, OffsetOutOfRangeError, StorageError
+from broker.storage.log import Log
+from broker.storage.log_manager import LogManager, TopicExistsError, UnknownTopicError
+
+from .connection import Connection, FileRegion, Reply
+from .flusher import Flusher
+from .metrics import BrokerMetrics, serve_metrics
+
+log = logging.getLogger(__name__)
+
+API_NAMES = {k: k.name.lower() for k in ApiKey}
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _ProduceWait:
+    """A produce request whose reply waits for its writes (and flushes)."""
+
+    __slots__ = ("conn", "reply", "correlation_id", "acks", "results", "outstanding", "timer",
+                 "timeout_ms")
+
+    def __init__(self, conn, reply, correlation_id, acks, results, timeout_ms=30_000) -> None:
+        self.timeout_ms = timeout_ms
+        self.conn = conn
+        self.reply = reply
+        self.correlation_id = correlation_id
+        self.acks = acks
+        # each result: [topic, partition, error, message, base, end, log]
+        self.results = results
+        self.outstanding = 0
+        self.timer = None
+
+
+class _FetchWait:
+    """A fetch waiting (long-poll) for min_bytes to become visible."""
+
+    __slots__ = ("conn", "reply", "correlation_id", "request", "logs", "timer", "done")
+
+    def __init__(self, conn, reply, correlation_id, request) -> None:
+        self.conn = conn
+        self.reply = reply
+        self.correlation_id = correlation_id
+        self.request = request
+        self.logs: list[Log] = []
+        self.timer = None
+        self.done = False
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.config = config
+        self.clock = clock
+        self.metrics = BrokerMetrics()
+        self.logs: LogManager | None = None
+        self.port = config.port
+        self.metrics_port: int | None = None
+        self.connections: set[Connection] = set()
+        self._dirty: dict[Log, None] = {}
+        self._produce_waits: list[_ProduceWait] = []
+        self._flush_waiters: dict[Log, list] = {}
+        self._fetch_waiters: dict[Log, set[_FetchWait]] = {}
+        self._flush_timers: set[Log] = set()
+        self._reflush: set[Log] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._flusher: Flusher | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._metrics_server = None
+        self._handlers = {
+            ApiKey.PRODUCE: self._handle_produce,
+            ApiKey.FETCH: self._handle_fetch,
+            ApiKey.OFFSETS: self._handle_offsets,
+            ApiKey.METADATA: self._handle_metadata,
+            ApiKey.CREATE_TOPIC: self._handle_create_topic,
+            ApiKey.DELETE_TOPIC: self._handle_delete_topic,
+        }
+
+    # ------------------------------------------------------------ life cycle
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        self.logs = LogManager(self.config.data_dir, self.config.log, self.clock)
+        cut = sum(lg.recovered_bytes_cut for lg in self.logs.all_logs())
+        if cut:
+            log.warning("recovery cut %d bytes of torn or corrupt data in total", cut)
+        self._flusher = Flusher(lambda results: self._loop.call_soon_threadsafe(
+            self._flushes_done, results))
+        self._server = await self._loop.create_server(
+            lambda: Connection(self), self.config.host, self.config.port, reuse_address=True,
+            backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        if self.config.metrics_port >= 0:
+            self._metrics_server, self.metrics_port = serve_metrics(
+                self.metrics, self._partition_snapshot, self.config.host,
+                self.config.metrics_port)
+        self._tasks.append(self._loop.create_task(self._periodic(
+            self.config.retention_check_ms, self._run_retention)))
+        self._tasks.append(self._loop.create_task(self._periodic(
+            self.config.checkpoint_interval_ms, self._write_checkpoints)))
+        log.info("broker %d listening on %s:%d (metrics port %s), data in %s, %d topics, "
+                 "started in %.2fs", self.config.broker_id, self.config.host, self.port,
+                 self.metrics_port, self.config.data_dir, len(self.logs.topics),
+                 time.monotonic() - started,
+                 extra={"event": "started", "port": self.port, "metrics_port": self.metrics_port})
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, lambda s=sig: self._loop.create_task(
+                self.shutdown(f"signal {signal.Signals(s).name}")))
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def shutdown(self, reason: str = "requested") -> None:
+        """Stop accepting, finish in-flight requests, flush, checkpoint, close."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("shutting down (%s)", reason, extra={"event": "shutdown"})
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        for conn in list(self.connections):
+            conn._pause_reading()
+        # answer waiting fetches now with what they have
+        for waits in list(self._fetch_waiters.values()):
+            for fw in list(waits):
+                self._complete_fetch(fw, final=True)
+        # flush everything; "flushed" acks complete as the flushes land
+        for lg in list(self.logs.all_logs()):
+            if lg.end_offset > lg.flushed_end:
+                self._request_flush(lg, force=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (
+                any(lg.flush_in_progress or lg.end_offset > lg.flushed_end
+                    for lg in self.logs.all_logs())
+                or any(c.outbox for c in self.connections)):
+            await asyncio.sleep(0.01)
+        self._flusher.stop()
+        self.logs.close(clean=True)
+        for conn in list(self.connections):
+            conn.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        log.info("stopped cleanly", extra={"event": "stopped"})
+        self._stopped.set()
+
+    async def _periodic(self, interval_ms: int, fn) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                fn()
+            except Exception:
+                log.exception("periodic task %s failed", fn.__name__)
+
+    def _run_retention(self) -> None:
+        now = self.clock()
+        for lg in list(self.logs.all_logs()):
+            lg.apply_retention(now)
+
+    def _write_checkpoints(self) -> None:
+        for lg in list(self.logs.all_logs()):
+            if lg.flushed_end != lg.recovery_point:
+                try:
+                    lg.write_checkpoint()
+                except OSError as exc:
+                    log.error("cannot write the recovery checkpoint of %s: %s", lg.name, exc)
+
+    def _partition_snapshot(self):
+        for name, topic in list(self.logs.topics.items()):
+            for p, lg in enumerate(list(topic.logs)):
+                yield name, p, lg
+
+    def connection_opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
+        self.metrics.connections = len(self.connections)
+        if self._stopping:
+            conn.close()
+
+    def connection_closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self.metrics.connections = len(self.connections)
+
+    # ------------------------------------------------------------ dispatch
+
+    def handle_frames(self, conn: Connection, frames: list[bytes]) -> None:
+        metrics = self.metrics
+        for payload in frames:
+            try:
+                header, request = api.decode_request(payload)
+            except ProtocolError as exc:
+                correlation_id = getattr(exc, "correlation_id", None)
+                api_name = API_NAMES.get(getattr(exc, "api_key", None), "unknown")
+                metrics.errors[(api_name, ErrorCode(exc.code).name)] += 1
+                if correlation_id is None:
+                    log.warning("closing connection from %s: unreadable request header: %s",
+                                conn.peer, exc)
+                    conn.close()
+                    break
+                log.info("invalid request from %s: %s", conn.peer, exc)
+                conn.add_reply(Reply(api.encode_error_response(correlation_id, exc.code,
+                                                               str(exc))))
+                continue
+            metrics.requests[API_NAMES[header.api_key]] += 1
+            try:
+                self._handlers[header.api_key](conn, header, request)
+            except Exception as exc:   # a bug: answer, log, keep serving others
+                log.exception("error handling %s from %s", API_NAMES[header.api_key], conn.peer)
+                metrics.errors[(API_NAMES[header.api_key], "UNKNOWN")] += 1
+                conn.add_reply(Reply(api.encode_error_response(
+                    header.correlation_id, ErrorCode.UNKNOWN, f"internal error: {exc}")))
+        self._write_dirty_logs()
+        conn.pump()
+
+    # ------------------------------------------------------------ produce
+
+    def _handle_produce(self, conn: Connection, header, req: api.ProduceRequest) -> None:
+        if self._stopping:
+            if req.acks == Acks.NONE:
+                conn.close()
+            else:
+                conn.add_reply(Reply(api.encode_error_response(
+                    header.correlation_id, ErrorCode.BROKER_SHUTTING_DOWN, "broker is stopping")))
+            return
+        results = []
+        metrics = self.metrics
+        for entry in req.entries:
+            results.append(self._append(entry, metrics))
+        if req.acks == Acks.NONE:
+            failed = [r for r in results if r[2]]
+            if failed:
+                # No response to carry the error: log it and close the
+                # connection so the producer notices (as Kafka does for acks=0).
+                log.warning("produce (acks=none) from %s failed: %s; closing the connection",
+                            conn.peer, failed[0][3])
+                conn.close_after_flush = True
+            else:
+                for r in results:
+                    if r[6] is not None:
+                        self._produce_waits.append(_ProduceWait(conn, None, 0, Acks.NONE,
+                                                                [r]))
+                        break
+            return
+        reply = Reply()
+        conn.add_reply(reply)
+        self._produce_waits.append(_ProduceWait(conn, reply, header.correlation_id, req.acks,
+                                                results, req.timeout_ms))
+
+    def _append(self, entry: api.ProduceEntry, metrics: BrokerMetrics) -> list:
+        topic = self.logs.get(entry.topic)
+        if topic is None:
+            if not self.config.auto_create_topics:
+                return self._error_result(entry, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                          f"unknown topic {entry.topic!r}")
+            try:
+                topic = self.logs.create_topic(entry.topic, self.config.default_partitions)
+            except InvalidConfigError as exc:
+                return self._error_result(entry, ErrorCode.INVALID_TOPIC, str(exc))
+            except OSError as exc:
+                return self._error_result(entry, ErrorCode.STORAGE_ERROR,
+                                          f"cannot create topic: {exc}")
+        partition = entry.partition
+        if partition == api.ANY_PARTITION:
+            partition = topic.next_any_partition % len(topic.logs)
+            topic.next_any_partition = partition + 1
+        elif not 0 <= partition < len(topic.logs):
+            return self._error_result(entry, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                      f"topic {entry.topic!r} has no partition {partition}")
+        try:
+            info = validate_message_set(entry.message_set, self.config.max_message_bytes)
+        except CorruptMessageError as exc:
+            metrics.errors[("produce", ErrorCode(exc.code).name)] += 1
+            return [entry.topic, partition, exc.code, str(exc), -1, -1, None]
+        lg = topic.logs[partition]
+        if info.count == 0:
+            return [entry.topic, partition, 0, "", lg.end_offset, lg.end_offset, None]
+        base = lg.append(entry.message_set, info.count, info.first_timestamp, info.max_timestamp)
+        self._dirty[lg] = None
+        metrics.messages_in[entry.topic] += info.count
+        metrics.bytes_in[entry.topic] += info.size
+        return [entry.topic, partition, 0, "", base, base + info.size, lg]
+
+    def _error_result(self, entry, code: ErrorCode, message: str) -> list:
+        self.metrics.errors[("produce", code.name)] += 1
+        return [entry.topic, entry.partition, code, message, -1, -1, None]
+
+    def _write_dirty_logs(self) -> None:
+        if not self._dirty and not self._produce_waits:
+            return
+        failed: dict[Log, str] = {}
+        for lg in self._dirty:
+            try:
+                lg.write_pending()
+            except StorageError as exc:
+                failed[lg] = str(exc)
+                log.error("append to %s failed: %s", lg.name, exc)
+                self.metrics.errors[("produce", "STORAGE_ERROR")] += 1
+                continue
+            if lg.needs_flush(self.clock()):
+                self._request_flush(lg)
+            elif lg not in self._flush_timers and lg.unflushed_messages:
+                self._flush_timers.add(lg)
+                self._loop.call_later(lg.config.flush_ms / 1000, self._flush_timer_fired, lg)
+        self._dirty.clear()
+        waits, self._produce_waits = self._produce_waits, []
+        for pw in waits:
+            for r in pw.results:
+                if r[6] is not None and r[6] in failed:
+                    r[2], r[3], r[4], r[5], r[6] = ErrorCode.STORAGE_ERROR, failed[r[6]], -1, -1, None
+            if pw.acks == Acks.NONE:
+                if any(r[2] for r in pw.results):
+                    pw.conn.close_after_flush = True
+                    pw.conn.pump()
+                continue
+            if pw.acks == Acks.FLUSHED:
+                self._await_flush(pw)
+            else:
+                self._finish_produce(pw)
+
+    def _await_flush(self, pw: _ProduceWait) -> None:
+        for r in pw.results:
+            lg = r[6]
+            if lg is not None and lg.flushed_end < r[5]:
+                pw.outstanding += 1
+                self._flush_waiters.setdefault(lg, []).append((r[5], pw, r))
+                self._request_flush(lg, force=True)
+        if pw.outstanding == 0:
+            self._finish_produce(pw)
+        else:
+            pw.timer = self._loop.call_later(max(1, pw.timeout_ms) / 1000,
+                                             self._produce_timed_out, pw)
+
+    def _produce_timed_out(self, pw: _ProduceWait) -> None:
+        if pw.outstanding == 0:
+            return
+        for lg, waiters in list(self._flush_waiters.items()):
+            keep = []
+            for w in waiters:
+                if w[1] is pw:
+                    w[2][2] = ErrorCode.REQUEST_TIMED_OUT
+                    w[2][3] = "not flushed within the request timeout"
+                else:
+                    keep.append(w)
+            self._flush_waiters[lg] = keep
+        pw.outstanding = 0
+        self._finish_produce(pw)
+
+    def _finish_produce(self, pw: _ProduceWait) -> None:
+        if pw.timer is not None:
+            pw.timer.cancel()
+        results = tuple(api.ProduceResult(r[0], r[1], int(r[2]), r[3], r[4], r[5])
+                        for r in pw.results)
+        pw.reply.set([api.encode_response(pw.correlation_id, api.ProduceResponse(results))])
+        pw.conn.pump()
+
+    # ------------------------------------------------------------ flushing
+
+    def _request_flush(self, lg: Log, force: bool = False) -> None:
+        if lg.flush_in_progress:
+            if force:
+                self._reflush.add(lg)
+            return
+        if lg.written_end <= lg.flushed_end and not lg.unflushed_messages:
+            return
+        if not force and not lg.needs_flush(self.clock()):
+            return
+        try:
+            segments, target = lg.begin_flush()
+        except StorageError as exc:
+            log.error("flush of %s failed before fsync: %s", lg.name, exc)
+            return
+        self._flusher.submit(lg, segments, target)
+
+    def _flush_timer_fired(self, lg: Log) -> None:
+        self._flush_timers.discard(lg)
+        if lg.unflushed_messages:
+            if lg.flush_in_progress:
+                self._reflush.add(lg)
+            else:
+                self._request_flush(lg, force=True)
+
+    def _flushes_done(self, results) -> None:
+        for lg, segments, target, ok, seconds, error in results:
+            lg.complete_flush(segments, target, ok)
+            self.metrics.observe_flush(seconds)
+            waiters = self._flush_waiters.get(lg)
+            if waiters:
+                keep = []
+                for w in waiters:
+                    end, pw, r = w
+                    if lg.flushed_end >= end:
+                        pass
+                    elif not ok and end <= target:
+                        r[2], r[3] = ErrorCode.STORAGE_ERROR, f"fsync failed: {error}"
+                    else:
+                        keep.append(w)
+                        continue
+                    pw.outstanding -= 1
+                    if pw.outstanding == 0:
+                        self._finish_produce(pw)
+                self._flush_waiters[lg] = keep
+            fetches = self._fetch_waiters.get(lg)
+            if fetches:
+                for fw in list(fetches):
+                    self._complete_fetch(fw, final=False)
+            if lg in self._reflush:
+                self._reflush.discard(lg)
+                self._request_flush(lg, force=True)
+            elif lg.unflushed_messages:
+                if lg.needs_flush(self.clock()):
+                    self._request_flush(lg)
+                elif lg not in self._flush_timers:
+                    self._flush_timers.add(lg)
+                    self._loop.call_later(lg.config.flush_ms / 1000, self._flush_timer_fired, lg)
+
+    # ------------------------------------------------------------ fetch
+
+    def _handle_fetch(self, conn: Connection, header, req: api.FetchRequest) -> None:
+        reply = Reply()
+        conn.add_reply(reply)
+        fw = _FetchWait(conn, reply, header.correlation_id, req)
+        max_wait = min(req.max_wait_ms, self.config.max_fetch_wait_ms)
+        if self._complete_fetch(fw, final=max_wait == 0 or self._stopping):
+            return
+        for entry in req.entries:
+            topic = self.logs.get(entry.topic)
+            lg = topic.logs[entry.partition]
+            fw.logs.append(lg)
+            self._fetch_waiters.setdefault(lg, set()).add(fw)
+        fw.timer = self._loop.call_later(max_wait / 1000, self._complete_fetch, fw, True)
+
+    def _complete_fetch(self, fw: _FetchWait, final: bool) -> bool:
+        """Answer the fetch if it has min_bytes (or an error, or ``final``)."""
+        if fw.done:
+            return True
+        plan = []
+        total = 0
+        has_error = False
+        for entry in fw.request.entries:
+            topic = self.logs.get(entry.topic)
+            if topic is None or not 0 <= entry.partition < len(topic.logs):
+                plan.append((entry, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"unknown topic or partition {entry.topic}/{entry.partition}",
+                             -1, -1, None, 0, 0))
+                has_error = True
+                continue
+            lg = topic.logs[entry.partition]
+            try:
+                seg, position, length = lg.locate(entry.offset, entry.max_bytes)
+            except OffsetOutOfRangeError as exc:
+                plan.append((entry, ErrorCode.OFFSET_OUT_OF_RANGE, str(exc), exc.earliest,
+                             exc.latest, None, 0, 0))
+                has_error = True
+                continue
+            plan.append((entry, ErrorCode.NONE, "", lg.earliest_offset, lg.flushed_end, seg,
+                         position, length))
+            total += length
+        if not (final or has_error or total >= max(fw.request.min_bytes, 1)
+                or fw.request.min_bytes == 0):
+            return False
+        fw.done = True
+        if fw.timer is not None:
+            fw.timer.cancel()
+        for lg in fw.logs:
+            waiting = self._fetch_waiters.get(lg)
+            if waiting is not None:
+                waiting.discard(fw)
+        parts: list = [api._I32.pack(len(plan))]
+        size = 4
+        has_regions = False
+        metrics = self.metrics
+        for entry, error, message, earliest, hw, seg, position, length in plan:
+            head = api.encode_fetch_result_header(entry.topic, entry.partition, error, message,
+                                                  earliest, hw, length)
+            parts.append(head)
+            size += len(head) + length
+            if length:
+                seg.pin()
+                parts.append(FileRegion(seg, position, length))
+                has_regions = True
+                metrics.bytes_out[entry.topic] += length
+            if error:
+                metrics.errors[("fetch", ErrorCode(error).name)] += 1
+        parts.insert(0, api.encode_response_header(fw.correlation_id, size))
+        if has_regions:
+            fw.reply.set(parts, has_regions=True)
+        else:
+            fw.reply.set([b"".join(parts)])
+        fw.conn.pump()
+        return True
+
+    # ------------------------------------------------------------ offsets, metadata, admin
+
+    def _handle_offsets(self, conn: Connection, header, req: api.OffsetsRequest) -> None:
+        topic = self.logs.get(req.topic)
+        if topic is None or not 0 <= req.partition < len(topic.logs):
+            resp = api.OffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                       f"unknown topic or partition {req.topic}/{req.partition}",
+                                       ())
+        else:
+            lg = topic.logs[req.partition]
+            if req.time == api.LATEST:
+                offsets = [lg.flushed_end]
+            elif req.time == api.EARLIEST:
+                offsets = [lg.earliest_offset]
+            else:
+                offsets = lg.offsets_before(req.time, req.max_offsets)
+            resp = api.OffsetsResponse(0, "", tuple(offsets[:req.max_offsets]))
+        conn.add_reply(Reply(api.encode_response(header.correlation_id, resp)))
+
+    def _handle_metadata(self, conn: Connection, header, req: api.MetadataRequest) -> None:
+        names = req.topics or sorted(self.logs.topics)
+        topics = []
+        for name in names:
+            topic = self.logs.get(name)
+            if topic is None:
+                topics.append(api.TopicInfo(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                            f"unknown topic {name!r}"))
+                continue
+            parts = tuple(api.PartitionInfo(p, lg.earliest_offset, lg.flushed_end,
+                                            lg.size_bytes, len(lg.segments))
+                          for p, lg in enumerate(topic.logs))
+            topics.append(api.TopicInfo(name, 0, "", tuple(sorted(topic.overrides.items())),
+                                        parts))
+        resp = api.MetadataResponse(self.config.broker_id, self.config.public_host, self.port,
+                                    tuple(topics))
+        conn.add_reply(Reply(api.encode_response(header.correlation_id, resp)))
+
+    def _handle_create_topic(self, conn: Connection, header, req: api.CreateTopicRequest) -> None:
+        try:
+            self.logs.create_topic(req.name, req.partitions, dict(req.config))
+            data = api.encode_response(header.correlation_id, api.EmptyResponse())
+        except TopicExistsError as exc:
+            data = api.encode_error_response(header.correlation_id,
+                                             ErrorCode.TOPIC_ALREADY_EXISTS, str(exc))
+        except InvalidConfigError as exc:
+            code = ErrorCode.INVALID_TOPIC if "topic name" in str(exc) else \
+                ErrorCode.INVALID_CONFIG
+            data = api.encode_error_response(header.correlation_id, code, str(exc))
+        except OSError as exc:
+            data = api.encode_error_response(header.correlation_id, ErrorCode.STORAGE_ERROR,
+                                             f"cannot create topic: {exc}")
+        conn.add_reply(Reply(data))
+
+    def _handle_delete_topic(self, conn: Connection, header, req: api.DeleteTopicRequest) -> None:
+        topic = self.logs.get(req.name)
+        if topic is None:
+            data = api.encode_error_response(header.correlation_id,
+                                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                             f"unknown topic {req.name!r}")
+        else:
+            self._write_dirty_logs()
+            for lg in topic.logs:
+                for fw in list(self._fetch_waiters.pop(lg, ())):
+                    self._complete_fetch(fw, final=True)
+                for _end, pw, r in self._flush_waiters.pop(lg, ()):
+                    r[2], r[3] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic deleted"
+                    pw.outstanding -= 1
+                    if pw.outstanding == 0:
+                        self._finish_produce(pw)
+            try:
+                self.logs.delete_topic(req.name)
+                data = api.encode_response(header.correlation_id, api.EmptyResponse())
+            except (UnknownTopicError, OSError) as exc:
+                data = api.encode_error_response(header.correlation_id, ErrorCode.STORAGE_ERROR,
+                                                 f"cannot delete topic: {exc}")
+        conn.add_reply(Reply(data))

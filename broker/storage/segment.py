@@ -1,0 +1,139 @@
+"""One segment file of a partition log.
+
+On disk::
+
+    <partition dir>/<base offset, zero-padded to 20 digits>.log
+
+holds whole messages back to back (see broker/protocol/message.py), nothing
+else: no header, no index. The message at partition offset X lives at byte
+``X - base_offset`` of the segment whose base offset is the greatest one <= X.
+
+Invariants:
+  * ``base_offset`` <= every offset inside the segment, and > every offset of
+    an earlier segment; the next segment's base offset == this segment's
+    ``end_offset`` (segments tile the offset space with no gap).
+  * ``size`` is the number of bytes written to the file by this process (or
+    found valid by recovery); the file is never shorter than ``size``.
+  * ``first_timestamp``/``max_timestamp`` are of the messages inside (-1 when
+    empty); retention by time uses ``max_timestamp``.
+
+Thread-safety: all methods run on the broker's event-loop thread, except
+``sync()``, which the flusher thread may call while ``pin()`` holds the
+segment open. ``close()`` is deferred until the last pin is released, so a
+sendfile or fsync in flight never sees a closed (or reused) descriptor.
+"""
+from __future__ import annotations
+
+import errno
+import os
+
+from .errors import StorageError
+
+SUFFIX = ".log"
+
+
+def segment_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{SUFFIX}"
+
+
+def parse_segment_file_name(name: str) -> int | None:
+    """The base offset a segment file name encodes, or None if it is not one."""
+    if not name.endswith(SUFFIX):
+        return None
+    stem = name[: -len(SUFFIX)]
+    if len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+class Segment:
+    __slots__ = ("path", "base_offset", "fd", "size", "first_timestamp", "max_timestamp",
+                 "created_ms", "_pins", "_closing", "deleted")
+
+    def __init__(self, directory: str, base_offset: int, created_ms: int,
+                 size: int | None = None) -> None:
+        self.path = os.path.join(directory, segment_file_name(base_offset))
+        self.base_offset = base_offset
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.size = os.fstat(self.fd).st_size if size is None else size
+        self.first_timestamp = -1
+        self.max_timestamp = -1
+        self.created_ms = created_ms
+        self._pins = 0
+        self._closing = False
+        self.deleted = False
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.size
+
+    def note_timestamps(self, first_ts: int, max_ts: int) -> None:
+        if first_ts >= 0 and self.first_timestamp < 0:
+            self.first_timestamp = first_ts
+        if max_ts > self.max_timestamp:
+            self.max_timestamp = max_ts
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Append ``data`` at ``size``. All or nothing: on failure (disk full,
+        I/O error) the file is cut back to its old size and StorageError raised."""
+        view = memoryview(data)
+        start = self.size
+        done = 0
+        try:
+            while done < len(view):
+                done += os.pwrite(self.fd, view[done:], start + done)
+        except OSError as exc:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                pass
+            reason = "disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
+            raise StorageError(f"cannot append {len(view)} bytes to {self.path}: {reason}",
+                               exc.errno) from exc
+        finally:
+            view.release()
+        self.size = start + done
+
+    def read(self, position: int, length: int) -> bytes:
+        """Bytes [position, position+length) of the file (no visibility rules
+        here: the log decides what may be read)."""
+        return os.pread(self.fd, length, position)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+        self.size = size
+
+    def sync(self) -> None:
+        """fdatasync the file. May run on the flusher thread (pin first)."""
+        os.fdatasync(self.fd)
+
+    def pin(self) -> None:
+        """Keep the descriptor open until ``unpin`` (a sendfile or fsync in flight)."""
+        self._pins += 1
+
+    def unpin(self) -> None:
+        self._pins -= 1
+        if self._pins == 0 and self._closing:
+            self._really_close()
+
+    def close(self) -> None:
+        self._closing = True
+        if self._pins == 0:
+            self._really_close()
+
+    def delete(self) -> None:
+        """Unlink the file now; the descriptor closes once nobody uses it."""
+        self.deleted = True
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self.close()
+
+    def _really_close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __repr__(self) -> str:
+        return f"Segment({self.path!r}, size={self.size})"

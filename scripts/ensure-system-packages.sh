@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Make sure the system tools Samsa needs are present: install them with apt
+# when running as root, else say exactly what to install. Later parts of the
+# project add to the list (Java, ZooKeeper, HAProxy).
+set -euo pipefail
+
+# command-to-check : Debian package
+needed=(
+  "gcc:gcc"
+  "python3-config:python3-dev"
+)
+missing=()
+for pair in "${needed[@]}"; do
+  cmd=${pair%%:*}; pkg=${pair##*:}
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+done
+[ -f /usr/include/zlib.h ] || missing+=("zlib1g-dev")
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing system packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+else
+  echo "Samsa needs these system packages: ${missing[*]}" >&2
+  echo "install them with: sudo apt-get install ${missing[*]}" >&2
+  exit 1
+fi

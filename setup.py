@@ -1,0 +1,10 @@
+"""Builds the optional C accelerator of the message codec.
+
+Everything else is in pyproject.toml. If the extension cannot be compiled
+(no C compiler or zlib headers), Samsa installs anyway and uses the
+pure-Python codec, only slower.
+"""
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("broker.protocol._speedups", ["broker/protocol/_speedups.c"],
+                             libraries=["z"], extra_compile_args=["-O2"], optional=True)])
