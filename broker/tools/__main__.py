@@ -1,0 +1,282 @@
+"""python -m broker.tools: console tools for Samsa, as Kafka users expect them.
+
+    produce   lines from stdin become messages (optionally "key<sep>value")
+    consume   print messages of a partition (or all partitions of a topic)
+    topics    create / list / describe / delete topics
+    offsets   earliest / latest / before-a-time offsets of a partition
+
+Every tool takes --bootstrap HOST:PORT (default 127.0.0.1:9092, or $SAMSA_BOOTSTRAP).
+Exit status: 0 on success, 1 on a broker error, 2 on bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from broker.client.admin import AdminClient
+from broker.client.connection import BrokerConnectionError
+from broker.client.consumer import Consumer, ConsumerConfig
+from broker.client.producer import Producer, ProducerConfig
+from broker.protocol import api
+from broker.protocol.errors import SamsaError
+
+DEFAULT_BOOTSTRAP = os.environ.get("SAMSA_BOOTSTRAP", "127.0.0.1:9092")
+
+
+def _add_bootstrap(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap", "-b", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+                   help=f"broker or load balancer address (default {DEFAULT_BOOTSTRAP}, "
+                        "or $SAMSA_BOOTSTRAP)")
+
+
+def _parse_time(text: str) -> int:
+    """'latest', 'earliest', epoch milliseconds, or an ISO time (UTC if no zone)."""
+    if text == "latest":
+        return api.LATEST
+    if text == "earliest":
+        return api.EARLIEST
+    if text.isdigit():
+        return int(text)
+    from datetime import datetime, timezone
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not 'latest', 'earliest', epoch ms or an ISO time") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+# ------------------------------------------------------------------ produce
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    cfg = ProducerConfig(bootstrap=args.bootstrap, acks=args.acks, batch_size=args.batch_size,
+                         linger_ms=args.linger_ms, compression=args.compression,
+                         client_id="samsa-console-producer")
+    producer = Producer(cfg)
+    sep = args.key_separator.encode() if args.key_separator else None
+    count = 0
+    futures = []
+    try:
+        for raw in sys.stdin.buffer:
+            line = raw.rstrip(b"\r\n")
+            key = None
+            if sep is not None:
+                key, found, value = line.partition(sep)
+                if not found:
+                    print(f"error: line {count + 1} has no key separator {args.key_separator!r}",
+                          file=sys.stderr)
+                    return 2
+            else:
+                value = line
+            fut = producer.send(args.topic, value, key=key, partition=args.partition)
+            if not futures or futures[-1] is not fut:
+                futures.append(fut)
+            count += 1
+        producer.flush()
+        errors = [f.exception() for f in futures if f.exception() is not None]
+    finally:
+        producer.close()
+    if errors:
+        print(f"error: {len(errors)} batches failed, first: {errors[0]}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"produced {count} messages to {args.topic} (acks={args.acks})", file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------ consume
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    admin = AdminClient(args.bootstrap)
+    try:
+        if args.partition is not None:
+            partitions = [args.partition]
+        else:
+            n = admin.partition_count(args.topic)
+            if n is None:
+                print(f"error: unknown topic {args.topic!r}", file=sys.stderr)
+                return 1
+            partitions = list(range(n))
+    finally:
+        admin.close()
+    consumer = Consumer(ConsumerConfig(bootstrap=args.bootstrap,
+                                       client_id="samsa-console-consumer",
+                                       fetch_max_bytes=args.fetch_bytes))
+    start: str | int = "earliest" if args.from_beginning else "latest"
+    if args.offset is not None:
+        if len(partitions) != 1:
+            print("error: --offset needs --partition", file=sys.stderr)
+            return 2
+        start = args.offset
+    tps = [(args.topic, p) for p in partitions]
+    consumer.assign(tps, start=start)
+    if args.from_time is not None:
+        for tp in tps:
+            consumer.seek_to_time(tp, args.from_time)
+    out = sys.stdout.buffer
+    count = 0
+    try:
+        for m in consumer.messages(timeout_ms=args.timeout_ms):
+            parts = []
+            if args.print_offsets:
+                parts.append(f"{m.partition}:{m.offset}".encode())
+            if args.print_timestamps:
+                parts.append(str(m.timestamp).encode())
+            if args.print_keys:
+                parts.append(m.key if m.key is not None else b"null")
+            parts.append(m.value)
+            out.write(b"\t".join(parts) + b"\n")
+            count += 1
+            if args.max_messages is not None and count >= args.max_messages:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        out.flush()
+        consumer.close()
+    if not args.quiet:
+        print(f"consumed {count} messages", file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------ topics
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    with AdminClient(args.bootstrap) as admin:
+        if args.create:
+            config = {}
+            for item in args.config:
+                k, sep, v = item.partition("=")
+                if not sep:
+                    print(f"error: --config wants KEY=VALUE, got {item!r}", file=sys.stderr)
+                    return 2
+                config[k] = v
+            admin.create_topic(args.create, args.partitions, config)
+            print(f"created topic {args.create} with {args.partitions} partitions")
+        elif args.delete:
+            admin.delete_topic(args.delete)
+            print(f"deleted topic {args.delete}")
+        elif args.describe is not None:
+            meta = admin.metadata([args.describe] if args.describe else [])
+            for t in meta.topics:
+                if t.error:
+                    print(f"error: {t.message}", file=sys.stderr)
+                    return 1
+                conf = ",".join(f"{k}={v}" for k, v in t.config) or "-"
+                print(f"Topic: {t.name}\tPartitions: {len(t.partitions)}\tConfig: {conf}")
+                for p in t.partitions:
+                    print(f"\tPartition: {p.partition}\tEarliest: {p.earliest}\t"
+                          f"Latest: {p.latest}\tSize: {p.size_bytes}\tSegments: {p.segments}")
+        else:
+            for name in admin.list_topics():
+                print(name)
+    return 0
+
+
+# ------------------------------------------------------------------ offsets
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    with AdminClient(args.bootstrap) as admin:
+        partitions = [args.partition] if args.partition is not None else \
+            range(admin.partition_count(args.topic) or 0)
+        if not partitions:
+            print(f"error: unknown topic {args.topic!r}", file=sys.stderr)
+            return 1
+        for p in partitions:
+            offsets = admin.offsets(args.topic, p, args.time, args.max_offsets)
+            print(f"{args.topic}:{p}:{','.join(str(o) for o in offsets)}")
+    return 0
+
+
+# ------------------------------------------------------------------ parser
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m broker.tools",
+                                     description="Samsa console tools.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("produce", help="send lines from stdin as messages",
+                       description="Send each line of standard input as one message.")
+    _add_bootstrap(p)
+    p.add_argument("--topic", "-t", required=True)
+    p.add_argument("--partition", type=int, default=None,
+                   help="partition to write (default: by key hash, else the broker picks)")
+    p.add_argument("--key-separator", metavar="SEP",
+                   help="split each line at the first SEP into key and value")
+    p.add_argument("--acks", choices=["none", "written", "flushed"], default="written",
+                   help="acknowledgement mode (default written)")
+    p.add_argument("--batch-size", type=int, default=200, help="messages per batch (200)")
+    p.add_argument("--linger-ms", type=int, default=5, help="batch linger time (5)")
+    p.add_argument("--compression", choices=["none", "gzip", "lz4", "zstd"], default="none")
+    p.add_argument("--quiet", "-q", action="store_true", help="no summary on stderr")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("consume", help="print messages",
+                       description="Print messages, one per line. Without --max-messages or "
+                                   "--timeout-ms it waits for new messages forever (Ctrl-C "
+                                   "stops).")
+    _add_bootstrap(p)
+    p.add_argument("--topic", "-t", required=True)
+    p.add_argument("--partition", type=int, default=None, help="one partition (default all)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--from-beginning", action="store_true",
+                       help="start at the earliest offset (default: latest)")
+    where.add_argument("--offset", type=int, help="start at this offset (needs --partition)")
+    where.add_argument("--from-time", type=_parse_time, metavar="TIME",
+                       help="start near TIME (epoch ms or ISO), never after it")
+    p.add_argument("--max-messages", type=int, help="stop after this many messages")
+    p.add_argument("--timeout-ms", type=int, help="stop after this long without a message")
+    p.add_argument("--print-offsets", action="store_true", help="prefix partition:offset")
+    p.add_argument("--print-keys", action="store_true", help="print the key before the value")
+    p.add_argument("--print-timestamps", action="store_true", help="print the timestamp (ms)")
+    p.add_argument("--fetch-bytes", type=int, default=300 * 1024,
+                   help="bytes per partition per fetch (307200)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no summary on stderr")
+    p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser("topics", help="create, list, describe or delete topics",
+                       description="Without an action, lists the topics.")
+    _add_bootstrap(p)
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--create", metavar="TOPIC")
+    action.add_argument("--delete", metavar="TOPIC")
+    action.add_argument("--describe", metavar="TOPIC", nargs="?", const="",
+                        help="partitions, offsets, sizes (all topics if none named)")
+    action.add_argument("--list", action="store_true", help="list topic names (default)")
+    p.add_argument("--partitions", type=int, default=1, help="for --create (default 1)")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="topic setting for --create, e.g. retention.ms=86400000 (repeatable)")
+    p.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("offsets", help="earliest, latest or before-a-time offsets",
+                       description="Print TOPIC:PARTITION:OFFSETS. --time before-a-time returns "
+                                   "segment start offsets, newest first (Kafka 0.7).")
+    _add_bootstrap(p)
+    p.add_argument("--topic", "-t", required=True)
+    p.add_argument("--partition", type=int, default=None, help="one partition (default all)")
+    p.add_argument("--time", type=_parse_time, default=api.LATEST,
+                   help="latest (default), earliest, epoch ms or ISO time")
+    p.add_argument("--max-offsets", type=int, default=1)
+    p.set_defaults(func=cmd_offsets)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SamsaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (BrokerConnectionError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
