@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 
 from broker.config import BrokerConfig, ConfigError, load_config, to_toml
@@ -62,8 +63,16 @@ def parse_config(argv: list[str] | None = None) -> tuple[BrokerConfig, argparse.
 async def _run(config: BrokerConfig) -> None:
     from broker.server.server import BrokerServer
     server = BrokerServer(config)
-    await server.start()
-    server.install_signal_handlers()
+    # start() logs "started", and a supervisor may send SIGTERM the moment it
+    # sees that line: hold the signals until our handlers are in, or the
+    # default action would kill the broker without its clean shutdown.
+    held = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        await server.start()
+        server.install_signal_handlers()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
     await server.wait_stopped()
 
 

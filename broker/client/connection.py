@@ -6,6 +6,7 @@ Thread-safety: ``send`` may be called by one thread while another calls
 """
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import threading
@@ -47,7 +48,7 @@ class BrokerConnection:
         self.request_timeout = request_timeout
         self.max_response_bytes = max_response_bytes
         self._sock: socket.socket | None = None
-        self._rfile = None
+        self._rbuf = bytearray()      # received bytes not yet returned as a frame
         self._next_correlation_id = 0
         self._pending: deque[tuple[int, int]] = deque()   # (correlation id, api key)
         self._send_lock = threading.Lock()
@@ -72,7 +73,7 @@ class BrokerConnection:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         sock.settimeout(self.request_timeout)
         self._sock = sock
-        self._rfile = sock.makefile("rb", buffering=1 << 18)
+        self._rbuf = bytearray()
         self._pending.clear()
 
     def close(self) -> None:
@@ -83,12 +84,7 @@ class BrokerConnection:
             except OSError:
                 pass
             sock.close()
-        if self._rfile is not None:
-            try:
-                self._rfile.close()
-            except OSError:
-                pass
-            self._rfile = None
+        self._rbuf = bytearray()
         self._pending.clear()
 
     # ------------------------------------------------------------ sending
@@ -140,17 +136,55 @@ class BrokerConnection:
         self._pending.popleft()
         return cid, response
 
-    def _read_frame(self) -> bytes:
+    @property
+    def waiting_responses(self) -> int:
+        return len(self._pending)
+
+    def response_ready(self, timeout: float) -> bool:
+        """Whether the next response's first bytes are here, waiting up to
+        ``timeout`` seconds for them (without consuming anything)."""
+        if self._rbuf:
+            return True
+        if self._sock is None:
+            return True      # receive() will say what is wrong
         try:
-            head = self._rfile.read(4)
-            if len(head) < 4:
+            readable, _, _ = select.select([self._sock], [], [], max(0.0, timeout))
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def _recv_into_buffer(self, need: int) -> None:
+        """Receive until ``_rbuf`` holds at least ``need`` bytes."""
+        sock, buf = self._sock, self._rbuf
+        while len(buf) < need:
+            chunk = sock.recv(max(need - len(buf), 1 << 16))
+            if not chunk:
                 raise EOFError
-            (size,) = _SIZE.unpack(head)
+            buf += chunk
+
+    def _read_frame(self) -> bytes | bytearray:
+        try:
+            self._recv_into_buffer(4)
+            (size,) = _SIZE.unpack_from(self._rbuf, 0)
             if size < 4 or size > self.max_response_bytes:
                 raise ProtocolError(f"bad response size {size}")
-            payload = self._rfile.read(size)
-            if len(payload) < size:
-                raise EOFError
+            buf = self._rbuf
+            if len(buf) - 4 >= size:
+                payload = bytes(buf[4:4 + size])
+                del buf[:4 + size]
+                return payload
+            # a big frame: receive straight into its own buffer (one copy)
+            payload = bytearray(size)
+            have = len(buf) - 4
+            payload[:have] = buf[4:]
+            self._rbuf = bytearray()
+            view = memoryview(payload)
+            while have < size:
+                n = self._sock.recv_into(view[have:], size - have)
+                if n == 0:
+                    raise EOFError
+                have += n
+            view.release()
             return payload
         except EOFError:
             self.close()
@@ -158,7 +192,7 @@ class BrokerConnection:
         except ProtocolError as exc:
             self.close()
             raise BrokerConnectionError(f"broker {self.address}: {exc}") from None
-        except (OSError, ValueError, AttributeError) as exc:   # timeout, reset, closed file
+        except (OSError, ValueError, AttributeError) as exc:   # timeout, reset, closed socket
             self.close()
             if isinstance(exc, socket.timeout):
                 raise BrokerConnectionError(f"no response from broker {self.address} within "

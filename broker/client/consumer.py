@@ -19,7 +19,7 @@ from typing import Iterator
 
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
-from broker.protocol.message import Message, decode_message_set
+from broker.protocol.message import Message, decode_message_set, whole_messages_length
 
 from .connection import BrokerConnection, BrokerConnectionError, parse_address
 
@@ -48,6 +48,9 @@ class ConsumerConfig:
     request_timeout_ms: int = 40_000
     reconnect_backoff_ms: int = 200
     """Wait between reconnection attempts after a connection loss."""
+    pipeline_fetches: bool = True
+    """Send the next fetch before decoding the current one, so the broker
+    reads and sends while the client decodes."""
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in ("earliest", "latest", "error"):
@@ -81,11 +84,13 @@ class Consumer:
         self._fetch_sizes: dict[TopicPartition, int] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}
         self._buffer: deque[Message] = deque()
+        self._inflight: dict[TopicPartition, int] | None = None   # positions a fetch asked for
 
     # ------------------------------------------------------------ positions
 
     def assign(self, partitions: list[TopicPartition], start: str | int = "latest") -> None:
         """Consume these partitions, starting at "earliest", "latest" or an offset."""
+        self._abandon_inflight()
         self._positions = {}
         self._buffer.clear()
         for tp in partitions:
@@ -144,13 +149,13 @@ class Consumer:
             raise RuntimeError("no partitions assigned")
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         while True:
-            wait = self.config.max_wait_ms
+            if self._inflight is None:
+                self._send_fetch()
             if deadline is not None:
-                left = int((deadline - time.monotonic()) * 1000)
-                if left <= 0:
-                    return []
-                wait = min(wait, left)
-            messages = self._fetch_once(wait)
+                left = deadline - time.monotonic()
+                if not self.conn.response_ready(left):
+                    return []      # the fetch stays in flight for the next poll
+            messages = self._complete_fetch()
             if messages:
                 return messages
             if deadline is not None and time.monotonic() >= deadline:
@@ -170,18 +175,42 @@ class Consumer:
     def __iter__(self) -> Iterator[Message]:
         return self.messages()
 
-    def _fetch_once(self, max_wait_ms: int) -> list[Message]:
-        entries = tuple(api.FetchEntry(t, p, off, self._fetch_sizes.get((t, p),
-                                                                        self.config.fetch_max_bytes))
+    def _send_fetch(self) -> None:
+        """Ask for every assigned partition from its position (long-poll)."""
+        sizes, default = self._fetch_sizes, self.config.fetch_max_bytes
+        entries = tuple(api.FetchEntry(t, p, off, sizes.get((t, p), default))
                         for (t, p), off in self._positions.items())
-        resp = self._request(api.FetchRequest(max_wait_ms, self.config.min_bytes, entries))
+        request = api.FetchRequest(self.config.max_wait_ms, self.config.min_bytes, entries)
+        for attempt in (1, 2):
+            try:
+                self.conn.send(request)
+                break
+            except BrokerConnectionError:
+                if attempt == 2:
+                    raise
+                time.sleep(self.config.reconnect_backoff_ms / 1000)
+        self._inflight = dict(self._positions)
+
+    def _complete_fetch(self) -> list[Message]:
+        """Receive the fetch in flight; ask for the next one at once (so the
+        broker works while this one is decoded), then decode this one."""
+        asked, self._inflight = self._inflight, None
+        try:
+            _cid, resp = self.conn.receive()
+        except BrokerConnectionError as exc:
+            log.warning("fetch failed (%s); reconnecting", exc)
+            self.conn.close()
+            time.sleep(self.config.reconnect_backoff_ms / 1000)
+            return []
         if isinstance(resp, api.ErrorResponse):
             raise SamsaError(resp.error, resp.message)
-        out: list[Message] = []
+        todo = []
+        positions = self._positions
         for r in resp.results:
             tp = (r.topic, r.partition)
-            if tp not in self._positions:
-                continue
+            start = positions.get(tp)
+            if start is None or asked.get(tp) != start:
+                continue      # unassigned or moved by seek() meanwhile: stale data
             if r.error == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self._reset_out_of_range(tp, r)
                 continue
@@ -191,16 +220,33 @@ class Consumer:
             data = r.message_set
             if not data:
                 continue
-            start = self._positions[tp]
-            messages, used = decode_message_set(data, start, self.config.check_crcs,
-                                                r.topic, r.partition)
-            if used == 0:
+            used, clean = whole_messages_length(data)
+            if used == 0 and clean:
                 self._grow_fetch_size(tp, len(data))
                 continue
-            self._positions[tp] = start + used
+            positions[tp] = start + used if clean else start
             self._fetch_sizes.pop(tp, None)
+            todo.append((tp, data, start))
+        if self.config.pipeline_fetches:
+            self._send_fetch()
+        out: list[Message] = []
+        for tp, data, start in todo:
+            try:
+                messages, _used = decode_message_set(data, start, self.config.check_crcs,
+                                                     tp[0], tp[1])
+            except Exception:
+                # do not skip what could not be read: resume at this fetch
+                positions[tp] = start
+                self._abandon_inflight()
+                raise
             out.extend(messages)
         return out
+
+    def _abandon_inflight(self) -> None:
+        """Drop a fetch in flight whose answer would be stale."""
+        if self._inflight is not None:
+            self._inflight = None
+            self.conn.close()
 
     def _grow_fetch_size(self, tp: TopicPartition, got: int) -> None:
         size = self._fetch_sizes.get(tp, self.config.fetch_max_bytes) * 2
@@ -223,7 +269,9 @@ class Consumer:
         self._positions[tp] = new
 
     def _request(self, request):
-        """One request/response, reconnecting once after a lost connection."""
+        """One request/response, reconnecting once after a lost connection.
+        A fetch in flight is dropped first (its answer would come first)."""
+        self._abandon_inflight()
         for attempt in (1, 2):
             try:
                 response = self.conn.request(request)

@@ -99,13 +99,24 @@ class ProducerConfig:
             raise ValueError(f"acks must be none, written or flushed, not {self.acks!r}") from None
 
 
-class SendFuture:
-    """Completes when a batch is acknowledged (with acks=none: written to the
-    socket). ``result()`` returns (partition, base offset) or raises."""
+class Batch:
+    """The messages bound for one partition, and the future of their send:
+    ``send()`` returns the batch the message joined. It completes when the
+    batch is acknowledged (with acks=none: written to the socket);
+    ``result()`` returns (partition, base offset) or raises."""
 
-    __slots__ = ("_done", "_value", "_error", "_event")
+    __slots__ = ("topic", "partition", "values", "timestamps", "keys", "nbytes", "created",
+                 "attempts", "_done", "_value", "_error", "_event")
 
-    def __init__(self) -> None:
+    def __init__(self, topic: str, partition: int, created: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.values: list[bytes] = []
+        self.timestamps: list[int] = []
+        self.keys: list[bytes | None] | None = None     # made when a keyed message joins
+        self.nbytes = 0
+        self.created = created
+        self.attempts = 0
         self._done = False
         self._value = None
         self._error: BaseException | None = None
@@ -135,19 +146,7 @@ class SendFuture:
         return self._error
 
 
-class Batch:
-    __slots__ = ("topic", "partition", "messages", "nbytes", "created", "future", "attempts",
-                 "keyed")
-
-    def __init__(self, topic: str, partition: int, created: float) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.messages: list = []
-        self.nbytes = 0
-        self.created = created
-        self.future = SendFuture()
-        self.attempts = 0
-        self.keyed = False
+SendFuture = Batch   # what send() returns: the batch is its own future
 
 
 class Producer:
@@ -168,7 +167,12 @@ class Producer:
                                                 config.request_timeout_ms)
         self._admin: AdminClient | None = None
         self._partition_counts: dict[str, int] = {}
-        self._cond = threading.Condition()
+        # send() takes the plain lock (cheap); the sender and flush() wait on
+        # conditions over the same lock, and are notified only when waiting.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._sender_idle = False
+        self._waiters = 0           # threads in flush() or blocked by back-pressure
         self._open: dict[tuple[str, int], Batch] = {}
         self._ready: deque[Batch] = deque()
         self._inflight: deque[tuple[int, Batch]] = deque()
@@ -197,30 +201,91 @@ class Producer:
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
         cfg = self.config
-        with self._cond:
+        with self._lock:
             if self._closing:
                 raise RuntimeError("the producer is closed")
-            while self._queued >= cfg.buffer_messages:
-                self._cond.wait()
-                if self._closing:
-                    raise RuntimeError("the producer is closed")
+            if self._queued >= cfg.buffer_messages:
+                self._wait_for_room()
             tp = (topic, partition)
             batch = self._open.get(tp)
             if batch is None:
                 batch = self._open[tp] = Batch(topic, partition, time.monotonic())
-                if len(self._open) == 1 and not self._ready:
-                    self._cond.notify_all()     # the sender may sleep without a linger deadline
-            batch.messages.append((key, value, timestamp))
-            if key is not None:
-                batch.keyed = True
+                if self._sender_idle:
+                    self._cond.notify_all()     # it may sleep without a linger deadline
+            batch.values.append(value)
+            batch.timestamps.append(timestamp)
+            if key is not None or batch.keys is not None:
+                if batch.keys is None:
+                    batch.keys = [None] * (len(batch.values) - 1)
+                batch.keys.append(key)
             batch.nbytes += len(value)
             self._queued += 1
-            if len(batch.messages) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
+            if len(batch.values) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
                 del self._open[tp]
                 self._ready.append(batch)
-                if len(self._ready) == 1:
+                if self._sender_idle:
                     self._cond.notify_all()
-            return batch.future
+            return batch
+
+    def send_many(self, topic: str, values: list[bytes], key: bytes | None = None,
+                  partition: int | None = None, timestamp: int | None = None) -> Batch:
+        """Queue several messages for one partition in one call (one lock
+        and one timestamp for all; they share the key, hence the partition).
+        This is the paper's producer API: the application hands over a set of
+        messages. They still travel in batches of ``batch_size``. Returns the
+        batch holding the last of them."""
+        if not values:
+            raise ValueError("no values to send")
+        if partition is None:
+            if key is not None:
+                partition = zlib.crc32(key) % self._partitions_of(topic)
+            elif self.config.partitioner == "random":
+                partition = random.randrange(self._partitions_of(topic))
+            else:
+                partition = api.ANY_PARTITION
+        if timestamp is None:
+            timestamp = time.time_ns() // 1_000_000
+        cfg = self.config
+        tp = (topic, partition)
+        i, n = 0, len(values)
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the producer is closed")
+            while i < n:
+                if self._queued >= cfg.buffer_messages:
+                    self._wait_for_room()
+                batch = self._open.get(tp)
+                if batch is None:
+                    batch = self._open[tp] = Batch(topic, partition, time.monotonic())
+                    if self._sender_idle:
+                        self._cond.notify_all()
+                chunk = values[i:i + cfg.batch_size - len(batch.values)]
+                batch.values.extend(chunk)
+                batch.timestamps.extend([timestamp] * len(chunk))
+                if key is not None or batch.keys is not None:
+                    if batch.keys is None:
+                        batch.keys = [None] * (len(batch.values) - len(chunk))
+                    batch.keys.extend([key] * len(chunk))
+                batch.nbytes += sum(map(len, chunk))
+                self._queued += len(chunk)
+                i += len(chunk)
+                if len(batch.values) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
+                    del self._open[tp]
+                    self._ready.append(batch)
+                    if self._sender_idle:
+                        self._cond.notify_all()
+            return batch
+
+    def _wait_for_room(self) -> None:
+        """Back-pressure: block send() (lock held) until the buffer drains."""
+        self._waiters += 1
+        try:
+            while self._queued >= self.config.buffer_messages and not self._closing:
+                self._cond.wait()
+        finally:
+            self._waiters -= 1
+        if self._closing:
+            raise RuntimeError("the producer is closed")
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait until it is done (acknowledged,
@@ -228,6 +293,7 @@ class Producer:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._flushing += 1
+            self._waiters += 1
             self._cond.notify_all()
             try:
                 while self._queued:
@@ -237,6 +303,7 @@ class Producer:
                     self._cond.wait(left)
             finally:
                 self._flushing -= 1
+                self._waiters -= 1
 
     def close(self, timeout: float | None = 60.0) -> None:
         """Flush, then stop the sender and close the connection."""
@@ -329,7 +396,9 @@ class Producer:
                 if self._open:
                     oldest = min(b.created for b in self._open.values())
                     timeout = max(0.0, oldest + linger - now)
+                self._sender_idle = True
                 self._cond.wait(timeout)
+                self._sender_idle = False
 
     def _send(self, batches: list[Batch]) -> None:
         frames: list[bytes] = []
@@ -338,17 +407,14 @@ class Producer:
         encode_frame = self._encoder.frame
         conn = self.conn
         for b in batches:
-            if b.keyed or self._codec:
-                ms = encode_message_set(b.messages)
-                if self._codec:
-                    ms = compress_message_set(ms, self._codec,
-                                              max(m[2] for m in b.messages))
+            if b.keys is None:
+                ts = b.timestamps
+                ms = encode_values(b.values, ts[0] if ts[0] == ts[-1] and len(set(ts)) == 1
+                                   else ts)
             else:
-                ts = b.messages[0][2]
-                if all(m[2] == ts for m in b.messages):
-                    ms = encode_values([m[1] for m in b.messages], ts)
-                else:
-                    ms = encode_message_set(b.messages)
+                ms = encode_message_set(zip(b.keys, b.values, b.timestamps))
+            if self._codec:
+                ms = compress_message_set(ms, self._codec, max(b.timestamps))
             conn._next_correlation_id = cid = (conn._next_correlation_id + 1) & 0x7FFFFFFF
             frame = encode_frame(cid, b.topic, b.partition, ms)
             frames.append(frame)
@@ -396,7 +462,7 @@ class Producer:
     def _connection_lost(self, exc: Exception, unsent: list[Batch]) -> None:
         """Requeue every batch whose fate is unknown, oldest first."""
         self.conn.close()
-        again = [b for _cid, b in self._inflight] + [b for b in unsent if not b.future.done()]
+        again = [b for _cid, b in self._inflight] + [b for b in unsent if not b.done()]
         self._inflight.clear()
         with self._cond:
             retry = []
@@ -420,16 +486,18 @@ class Producer:
 
     # called with self._cond held
     def _done(self, batch: Batch, value) -> None:
-        n = len(batch.messages)
+        n = len(batch.values)
         self._queued -= n
         self.sent_messages += n
-        batch.future._finish(value)
-        self._cond.notify_all()
+        batch._finish(value)
+        if self._waiters:
+            self._cond.notify_all()
 
     def _fail(self, batch: Batch, error: BaseException) -> None:
-        self._queued -= len(batch.messages)
+        self._queued -= len(batch.values)
         self.failed_batches += 1
-        log.error("dropping a batch of %d messages for %s/%d: %s", len(batch.messages),
+        log.error("dropping a batch of %d messages for %s/%d: %s", len(batch.values),
                   batch.topic, batch.partition, error)
-        batch.future._finish(None, error)
-        self._cond.notify_all()
+        batch._finish(None, error)
+        if self._waiters:
+            self._cond.notify_all()

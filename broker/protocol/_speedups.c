@@ -14,8 +14,8 @@
  *       7-field NamedTuple); stops at the end, at a partial message
  *       (status 0), at a compressed wrapper (status WALK_WRAPPER, pos at it)
  *       or at an invalid message (status > 0, pos at it).
- *   encode_values(values, timestamp) -> bytes
- *       Key-less messages sharing one timestamp.
+ *   encode_values(values, timestamps) -> bytes
+ *       Key-less messages; `timestamps` is one int for all, or one per value.
  *
  * Never touches sockets or files; holds no state.
  */
@@ -163,36 +163,58 @@ fail:
 }
 
 static PyObject *encode_values(PyObject *self, PyObject *args) {
-    PyObject *values;
-    long long ts;
-    if (!PyArg_ParseTuple(args, "OL", &values, &ts)) return NULL;
+    PyObject *values, *timestamps;
+    if (!PyArg_ParseTuple(args, "OO", &values, &timestamps)) return NULL;
+    long long ts = 0;
+    PyObject *ts_seq = NULL;
+    if (PyLong_Check(timestamps)) {
+        ts = PyLong_AsLongLong(timestamps);
+        if (ts == -1 && PyErr_Occurred()) return NULL;
+    } else {
+        ts_seq = PySequence_Fast(timestamps, "timestamps must be an int or a sequence of ints");
+        if (!ts_seq) return NULL;
+    }
     PyObject *seq = PySequence_Fast(values, "values must be a sequence of bytes");
-    if (!seq) return NULL;
+    if (!seq) { Py_XDECREF(ts_seq); return NULL; }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
     PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject **ts_items = ts_seq ? PySequence_Fast_ITEMS(ts_seq) : NULL;
+    PyObject *out = NULL;
+    if (ts_seq && PySequence_Fast_GET_SIZE(ts_seq) != n) {
+        PyErr_SetString(PyExc_ValueError, "values and timestamps differ in length");
+        goto done;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!PyBytes_Check(items[i])) {
-            Py_DECREF(seq);
             PyErr_SetString(PyExc_TypeError, "values must be bytes");
-            return NULL;
+            goto done;
         }
         Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
         if (len > INT32_MAX - HEADER) {
-            Py_DECREF(seq);
             PyErr_SetString(PyExc_ValueError, "value too large");
-            return NULL;
+            goto done;
         }
         total += HEADER + len;
     }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
-    if (!out) { Py_DECREF(seq); return NULL; }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
     unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
     unsigned char prefix[14];
     prefix[0] = 0; prefix[1] = 0;
-    wr64(prefix + 2, (uint64_t)ts);
     wr32(prefix + 10, 0xFFFFFFFFu);
+    long long last_ts = ts;
+    wr64(prefix + 2, (uint64_t)ts);
     uLong prefix_crc = crc32(0L, prefix, 14);
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (ts_items) {
+            long long t = PyLong_AsLongLong(ts_items[i]);
+            if (t == -1 && PyErr_Occurred()) { Py_CLEAR(out); goto done; }
+            if (i == 0 || t != last_ts) {
+                last_ts = t;
+                wr64(prefix + 2, (uint64_t)t);
+                prefix_crc = crc32(0L, prefix, 14);
+            }
+        }
         Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
         const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(items[i]);
         wr32(w, (uint32_t)(len + 18));
@@ -201,7 +223,9 @@ static PyObject *encode_values(PyObject *self, PyObject *args) {
         memcpy(w + HEADER, v, len);
         w += HEADER + len;
     }
+done:
     Py_DECREF(seq);
+    Py_XDECREF(ts_seq);
     return out;
 }
 

@@ -40,33 +40,51 @@ class FrameDecoder:
         """Bytes held that do not yet form a whole frame."""
         return len(self._buffer)
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """Add received bytes; return every frame now complete, in order."""
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
+        """Add received bytes; return every frame now complete, in order.
+
+        Frames that lie wholly inside ``data`` come back as memoryviews of it
+        (no copy: the caller must not mutate ``data`` while it uses them); a
+        frame completed from buffered bytes comes back as bytes."""
+        frames: list[bytes | memoryview] = []
         buf = self._buffer
-        if buf:
-            buf += data
-            view = buf
-        else:
-            view = data
-        frames: list[bytes] = []
         pos = 0
-        end = len(view)
+        end = len(data)
         unpack = _SIZE.unpack_from
-        limit = self.max_frame_bytes
+        if buf:
+            # finish the partial frame held from earlier reads first
+            if len(buf) < SIZE_BYTES:
+                take = min(SIZE_BYTES - len(buf), end)
+                buf += data[:take]
+                pos = take
+                if len(buf) < SIZE_BYTES:
+                    return frames
+                self._check_size(unpack(buf, 0)[0])
+            need = SIZE_BYTES + unpack(buf, 0)[0] - len(buf)
+            take = min(need, end - pos)
+            buf += data[pos:pos + take]
+            pos += take
+            if take < need:
+                return frames
+            frames.append(bytes(buf[SIZE_BYTES:]))
+            buf.clear()
+        view = memoryview(data) if type(data) is not memoryview else data
+        check = self._check_size
         while end - pos >= SIZE_BYTES:
             (size,) = unpack(view, pos)
-            if size < 0:
-                raise ProtocolError(f"negative frame size {size}")
-            if size > limit:
-                raise FrameTooLargeError(
-                    f"frame of {size} bytes exceeds the limit of {limit} bytes")
+            check(size)
             stop = pos + SIZE_BYTES + size
             if stop > end:
                 break
-            frames.append(bytes(view[pos + SIZE_BYTES:stop]))
+            frames.append(view[pos + SIZE_BYTES:stop])
             pos = stop
-        if buf:
-            del buf[:pos]
-        elif pos < end:
+        if pos < end:
             buf += view[pos:]
         return frames
+
+    def _check_size(self, size: int) -> None:
+        if size < 0:
+            raise ProtocolError(f"negative frame size {size}")
+        if size > self.max_frame_bytes:
+            raise FrameTooLargeError(
+                f"frame of {size} bytes exceeds the limit of {self.max_frame_bytes} bytes")

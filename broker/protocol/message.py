@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Sequence
 
 from .compression import Codec, compress, decompress
@@ -69,9 +68,9 @@ class Message(NamedTuple):
     value: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class MessageSetInfo:
-    """What validating a message set learned about it."""
+class MessageSetInfo(NamedTuple):
+    """What validating a message set learned about it (a named tuple: built
+    once per produce request, so it must be cheap)."""
 
     count: int             # messages, counting the inner messages of wrappers
     size: int              # bytes
@@ -109,8 +108,13 @@ def encode_message_set(messages: Iterable[tuple[bytes | None, bytes, int]]) -> b
     return b"".join(parts)
 
 
-def encode_values(values: Sequence[bytes], timestamp: int) -> bytes:
-    """Encode key-less values that share one timestamp (the fast path)."""
+def encode_values(values: Sequence[bytes], timestamp: int | Sequence[int]) -> bytes:
+    """Encode key-less values (the fast path); ``timestamp`` is one int for
+    all of them or a sequence with one per value."""
+    if not isinstance(timestamp, int):
+        if len(timestamp) != len(values):
+            raise ValueError("values and timestamps differ in length")
+        return encode_message_set(zip([None] * len(values), values, timestamp))
     prefix = _BODY_HEADER.pack(MAGIC, 0, timestamp, -1)
     prefix_crc = _crc32(prefix)
     pack_head, crc32 = _LENGTH_CRC.pack, _crc32
@@ -376,3 +380,23 @@ if _speedups is not None:
         return out, pos
 
     encode_values = _speedups.encode_values  # noqa: F811
+
+
+def whole_messages_length(buf: bytes | bytearray | memoryview) -> tuple[int, bool]:
+    """Bytes of the whole messages at the start of ``buf`` (read from the
+    length fields only: no CRC check, wrappers not opened), and whether what
+    follows is only a partial message (False: a malformed length, which a
+    full decode will report). Lets a consumer ask for the next fetch before
+    it decodes this one."""
+    if _speedups is not None:
+        status, pos, _c, _f, _m, _w = _speedups.walk(buf, 1 << 62, False)
+        return pos, status in (0, 1)
+    pos, end = 0, len(buf)
+    while end - pos >= HEADER_SIZE:
+        (length,) = _LENGTH.unpack_from(buf, pos)
+        if length < 18:
+            return pos, False
+        if pos + 4 + length > end:
+            break
+        pos += 4 + length
+    return pos, True

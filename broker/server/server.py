@@ -86,7 +86,7 @@ class BrokerServer:
         self.port = config.port
         self.metrics_port: int | None = None
         self.connections: set[Connection] = set()
-        self._dirty: dict[Log, None] = {}
+        self._dirty: dict[Log, bool] = {}    # logs with buffered appends -> any acks=none?
         self._produce_waits: list[_ProduceWait] = []
         self._flush_waiters: dict[Log, list] = {}
         self._fetch_waiters: dict[Log, set[_FetchWait]] = {}
@@ -100,7 +100,6 @@ class BrokerServer:
         self._tasks: list[asyncio.Task] = []
         self._metrics_server = None
         self._handlers = {
-            ApiKey.PRODUCE: self._handle_produce,
             ApiKey.FETCH: self._handle_fetch,
             ApiKey.OFFSETS: self._handle_offsets,
             ApiKey.METADATA: self._handle_metadata,
@@ -218,9 +217,18 @@ class BrokerServer:
 
     # ------------------------------------------------------------ dispatch
 
-    def handle_frames(self, conn: Connection, frames: list[bytes]) -> None:
+    def handle_frames(self, conn: Connection, frames: list) -> None:
+        """Handle every whole request of one read, then write the produced
+        data (one vectored write per partition) and send what is ready."""
         metrics = self.metrics
+        now = self.clock()
+        fast_produce = api.decode_produce_frame
         for payload in frames:
+            produce = fast_produce(payload)
+            if produce is not None:
+                metrics.requests["produce"] += 1
+                self._produce(conn, produce[0], produce[1], produce[2], produce[3], now)
+                continue
             try:
                 header, request = api.decode_request(payload)
             except ProtocolError as exc:
@@ -238,100 +246,117 @@ class BrokerServer:
                 continue
             metrics.requests[API_NAMES[header.api_key]] += 1
             try:
-                self._handlers[header.api_key](conn, header, request)
+                if header.api_key == ApiKey.PRODUCE:
+                    self._produce(conn, header.correlation_id, request.acks,
+                                  request.timeout_ms, request.entries, now)
+                else:
+                    self._handlers[header.api_key](conn, header, request)
             except Exception as exc:   # a bug: answer, log, keep serving others
                 log.exception("error handling %s from %s", API_NAMES[header.api_key], conn.peer)
                 metrics.errors[(API_NAMES[header.api_key], "UNKNOWN")] += 1
                 conn.add_reply(Reply(api.encode_error_response(
                     header.correlation_id, ErrorCode.UNKNOWN, f"internal error: {exc}")))
-        self._write_dirty_logs()
+        self._write_dirty_logs(conn)
         conn.pump()
 
     # ------------------------------------------------------------ produce
 
-    def _handle_produce(self, conn: Connection, header, req: api.ProduceRequest) -> None:
+    def _produce(self, conn: Connection, correlation_id: int, acks: int, timeout_ms: int,
+                 entries, now: int) -> None:
+        """Append each entry (topic, partition, message set) to its log's
+        buffer; the reply (unless acks is NONE) waits for the write, and for
+        the flush with acks FLUSHED."""
         if self._stopping:
-            if req.acks == Acks.NONE:
+            if acks == Acks.NONE:
                 conn.close()
             else:
                 conn.add_reply(Reply(api.encode_error_response(
-                    header.correlation_id, ErrorCode.BROKER_SHUTTING_DOWN, "broker is stopping")))
+                    correlation_id, ErrorCode.BROKER_SHUTTING_DOWN, "broker is stopping")))
             return
-        results = []
-        metrics = self.metrics
-        for entry in req.entries:
-            results.append(self._append(entry, metrics))
-        if req.acks == Acks.NONE:
-            failed = [r for r in results if r[2]]
-            if failed:
-                # No response to carry the error: log it and close the
-                # connection so the producer notices (as Kafka does for acks=0).
-                log.warning("produce (acks=none) from %s failed: %s; closing the connection",
-                            conn.peer, failed[0][3])
-                conn.close_after_flush = True
-            else:
-                for r in results:
-                    if r[6] is not None:
-                        self._produce_waits.append(_ProduceWait(conn, None, 0, Acks.NONE,
-                                                                [r]))
-                        break
+        append = self._append
+        if acks == Acks.NONE:
+            for topic, partition, message_set in entries:
+                result = append(topic, partition, message_set, now, True)
+                if result[2]:
+                    # No response can carry the error: log it and close the
+                    # connection so the producer notices (Kafka does so for acks=0).
+                    log.warning("produce (acks=none) from %s to %s/%s failed: %s; closing the "
+                                "connection", conn.peer, topic, partition, result[3])
+                    conn.close_after_flush = True
             return
+        results = [append(topic, partition, message_set, now, False)
+                   for topic, partition, message_set in entries]
         reply = Reply()
         conn.add_reply(reply)
-        self._produce_waits.append(_ProduceWait(conn, reply, header.correlation_id, req.acks,
-                                                results, req.timeout_ms))
+        self._produce_waits.append(_ProduceWait(conn, reply, correlation_id, acks, results,
+                                                timeout_ms))
 
-    def _append(self, entry: api.ProduceEntry, metrics: BrokerMetrics) -> list:
-        topic = self.logs.get(entry.topic)
+    def _append(self, topic_name: str, partition: int, message_set, now: int,
+                no_ack: bool) -> list:
+        """Validate and buffer one message set. Returns the result row
+        [topic, partition, error, message, base, end, log]."""
+        topic = self.logs.topics.get(topic_name)
         if topic is None:
             if not self.config.auto_create_topics:
-                return self._error_result(entry, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                          f"unknown topic {entry.topic!r}")
+                return self._error_result(topic_name, partition,
+                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                          f"unknown topic {topic_name!r}")
             try:
-                topic = self.logs.create_topic(entry.topic, self.config.default_partitions)
+                topic = self.logs.create_topic(topic_name, self.config.default_partitions)
             except InvalidConfigError as exc:
-                return self._error_result(entry, ErrorCode.INVALID_TOPIC, str(exc))
+                return self._error_result(topic_name, partition, ErrorCode.INVALID_TOPIC,
+                                          str(exc))
             except OSError as exc:
-                return self._error_result(entry, ErrorCode.STORAGE_ERROR,
+                return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR,
                                           f"cannot create topic: {exc}")
-        partition = entry.partition
+        logs = topic.logs
         if partition == api.ANY_PARTITION:
-            partition = topic.next_any_partition % len(topic.logs)
+            partition = topic.next_any_partition % len(logs)
             topic.next_any_partition = partition + 1
-        elif not 0 <= partition < len(topic.logs):
-            return self._error_result(entry, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                      f"topic {entry.topic!r} has no partition {partition}")
+        elif not 0 <= partition < len(logs):
+            return self._error_result(topic_name, partition,
+                                      ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                      f"topic {topic_name!r} has no partition {partition}")
         try:
-            info = validate_message_set(entry.message_set, self.config.max_message_bytes)
+            count, size, first_ts, max_ts = validate_message_set(
+                message_set, self.config.max_message_bytes)
         except CorruptMessageError as exc:
-            metrics.errors[("produce", ErrorCode(exc.code).name)] += 1
-            return [entry.topic, partition, exc.code, str(exc), -1, -1, None]
-        lg = topic.logs[partition]
-        if info.count == 0:
-            return [entry.topic, partition, 0, "", lg.end_offset, lg.end_offset, None]
-        base = lg.append(entry.message_set, info.count, info.first_timestamp, info.max_timestamp)
-        self._dirty[lg] = None
-        metrics.messages_in[entry.topic] += info.count
-        metrics.bytes_in[entry.topic] += info.size
-        return [entry.topic, partition, 0, "", base, base + info.size, lg]
+            return self._error_result(topic_name, partition, exc.code, str(exc))
+        lg = logs[partition]
+        if count == 0:
+            return [topic_name, partition, 0, "", lg.end_offset, lg.end_offset, None]
+        base = lg.append(message_set, count, first_ts, max_ts, now)
+        if no_ack:
+            self._dirty[lg] = True
+        elif lg not in self._dirty:
+            self._dirty[lg] = False
+        metrics = self.metrics
+        metrics.messages_in[topic_name] += count
+        metrics.bytes_in[topic_name] += size
+        return [topic_name, partition, 0, "", base, base + size, lg]
 
-    def _error_result(self, entry, code: ErrorCode, message: str) -> list:
-        self.metrics.errors[("produce", code.name)] += 1
-        return [entry.topic, entry.partition, code, message, -1, -1, None]
+    def _error_result(self, topic: str, partition: int, code: int, message: str) -> list:
+        self.metrics.errors[("produce", ErrorCode(code).name)] += 1
+        return [topic, partition, code, message, -1, -1, None]
 
-    def _write_dirty_logs(self) -> None:
+    def _write_dirty_logs(self, conn: Connection | None = None) -> None:
+        """Write every log's buffered appends; answer "written" acks, queue
+        "flushed" ones, and fail the requests whose write failed."""
         if not self._dirty and not self._produce_waits:
             return
         failed: dict[Log, str] = {}
-        for lg in self._dirty:
+        now = self.clock()
+        for lg, has_no_ack in self._dirty.items():
             try:
                 lg.write_pending()
             except StorageError as exc:
                 failed[lg] = str(exc)
                 log.error("append to %s failed: %s", lg.name, exc)
                 self.metrics.errors[("produce", "STORAGE_ERROR")] += 1
+                if has_no_ack and conn is not None:
+                    conn.close_after_flush = True    # acks=none data was lost: tell by closing
                 continue
-            if lg.needs_flush(self.clock()):
+            if lg.needs_flush(now):
                 self._request_flush(lg)
             elif lg not in self._flush_timers and lg.unflushed_messages:
                 self._flush_timers.add(lg)
@@ -339,14 +364,11 @@ class BrokerServer:
         self._dirty.clear()
         waits, self._produce_waits = self._produce_waits, []
         for pw in waits:
-            for r in pw.results:
-                if r[6] is not None and r[6] in failed:
-                    r[2], r[3], r[4], r[5], r[6] = ErrorCode.STORAGE_ERROR, failed[r[6]], -1, -1, None
-            if pw.acks == Acks.NONE:
-                if any(r[2] for r in pw.results):
-                    pw.conn.close_after_flush = True
-                    pw.conn.pump()
-                continue
+            if failed:
+                for r in pw.results:
+                    if r[6] is not None and r[6] in failed:
+                        r[2], r[3], r[4], r[5], r[6] = (ErrorCode.STORAGE_ERROR, failed[r[6]],
+                                                        -1, -1, None)
             if pw.acks == Acks.FLUSHED:
                 self._await_flush(pw)
             else:

@@ -67,7 +67,7 @@ class Log:
         os.makedirs(directory, exist_ok=True)
         self.segments: list[Segment] = []
         self.bases: list[int] = []
-        self._pending = bytearray()
+        self._pending: list = []          # message sets (bytes or memoryviews) not yet written
         self._pending_first_ts = -1
         self._pending_max_ts = -1
         self._pending_messages = 0
@@ -152,6 +152,9 @@ class Log:
             seg.sync()
             return False
         if start < size:
+            # The dead process may never have fsync'ed these bytes, and they
+            # become visible (flushed_end = end) as soon as the log is open.
+            seg.sync()
             log.info("recovery: scanned %d bytes of %s, all valid", size - start, seg.path)
         return True
 
@@ -198,14 +201,17 @@ class Log:
     def size_bytes(self) -> int:
         return self.end_offset - self.earliest_offset
 
-    def append(self, message_set: bytes, count: int, first_ts: int, max_ts: int) -> int:
+    def append(self, message_set: bytes, count: int, first_ts: int, max_ts: int,
+               now: int | None = None) -> int:
         """Buffer an already validated message set; return its base offset.
+        ``now`` (clock ms) may be passed by a caller appending many sets.
 
         Not in the file until ``write_pending()``, not visible until flushed."""
         size = len(message_set)
         active = self.segments[-1]
         active_size = self.end_offset - active.base_offset
-        now = self.clock()
+        if now is None:
+            now = self.clock()
         if active_size > 0 and (active_size + size > self.config.segment_bytes
                                 or now - active.created_ms >= self.config.segment_ms):
             self.roll(now)
@@ -214,7 +220,7 @@ class Log:
             self._pending_first_ts = first_ts
         if max_ts > self._pending_max_ts:
             self._pending_max_ts = max_ts
-        self._pending += message_set
+        self._pending.append(message_set)
         self._pending_messages += count
         self.end_offset = offset + size
         if self.unflushed_messages == 0:
@@ -236,7 +242,7 @@ class Log:
             raise
         finally:
             data_first, data_max = self._pending_first_ts, self._pending_max_ts
-            self._pending.clear()
+            self._pending = []
             self._pending_first_ts = self._pending_max_ts = -1
             self._pending_messages = 0
         active.note_timestamps(data_first, data_max)

@@ -41,7 +41,7 @@ class UnknownTopicError(KeyError):
 
 
 def validate_topic_name(name: str) -> None:
-    if not TOPIC_NAME.match(name) or name in (".", ".."):
+    if not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
         raise InvalidConfigError(
             f"invalid topic name {name!r}: use 1-200 characters of [A-Za-z0-9._-]")
 

@@ -30,6 +30,7 @@ import os
 from .errors import StorageError
 
 SUFFIX = ".log"
+_IOV_MAX = 512      # buffers per pwritev call (the kernel allows 1024)
 
 
 def segment_file_name(base_offset: int) -> str:
@@ -73,25 +74,36 @@ class Segment:
         if max_ts > self.max_timestamp:
             self.max_timestamp = max_ts
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Append ``data`` at ``size``. All or nothing: on failure (disk full,
-        I/O error) the file is cut back to its old size and StorageError raised."""
-        view = memoryview(data)
+    def write(self, buffers: list) -> None:
+        """Append the byte buffers (bytes or memoryviews) at ``size``, with
+        vectored writes (no copy into one buffer). All or nothing: on failure
+        (disk full, I/O error) the file is cut back to its old size and
+        StorageError raised."""
         start = self.size
+        total = sum(len(b) for b in buffers)
         done = 0
         try:
-            while done < len(view):
-                done += os.pwrite(self.fd, view[done:], start + done)
+            pending = list(buffers)
+            while pending:
+                batch = pending[:_IOV_MAX]
+                n = os.pwritev(self.fd, batch, start + done)
+                done += n
+                # drop what was written; a partial write leaves a partial buffer
+                i = 0
+                while i < len(batch) and n >= len(batch[i]):
+                    n -= len(batch[i])
+                    i += 1
+                del pending[:i]
+                if n:
+                    pending[0] = memoryview(pending[0])[n:]
         except OSError as exc:
             try:
                 os.ftruncate(self.fd, start)
             except OSError:
                 pass
             reason = "disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
-            raise StorageError(f"cannot append {len(view)} bytes to {self.path}: {reason}",
+            raise StorageError(f"cannot append {total} bytes to {self.path}: {reason}",
                                exc.errno) from exc
-        finally:
-            view.release()
         self.size = start + done
 
     def read(self, position: int, length: int) -> bytes:
