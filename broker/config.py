@@ -109,7 +109,7 @@ def _build(cls, values: dict[str, Any], prefix: str = ""):
     kwargs = {}
     for key, value in values.items():
         if key not in known:
-            raise ConfigError(f"unknown setting {prefix}{key!r}; known: "
+            raise ConfigError(f"unknown setting '{prefix}{key}'; known: "
                               f"{', '.join(prefix + k for k in sorted(known))}")
         current = getattr(defaults, key)
         if dataclasses.is_dataclass(current):

@@ -109,16 +109,15 @@ class Batch:
                  "attempts", "_done", "_value", "_error", "_event")
 
     def __init__(self, topic: str, partition: int, created: float) -> None:
+        # one batch per message when batch_size is 1: keep this short
         self.topic = topic
         self.partition = partition
         self.values: list[bytes] = []
         self.timestamps: list[int] = []
         self.keys: list[bytes | None] | None = None     # made when a keyed message joins
-        self.nbytes = 0
+        self.nbytes = self.attempts = 0
         self.created = created
-        self.attempts = 0
         self._done = False
-        self._value = None
         self._error: BaseException | None = None
         self._event: threading.Event | None = None
 
@@ -430,9 +429,15 @@ class Producer:
         if frames and not self._write(frames, expected, batches):
             return
         if self._acks == Acks.NONE:
-            with self._cond:
-                for b in batches:
-                    self._done(b, (b.partition, -1))
+            # one short critical section for all of them: send() contends for this lock
+            done = sum(len(b.values) for b in batches)
+            with self._lock:
+                self._queued -= done
+                self.sent_messages += done
+                if self._waiters:
+                    self._cond.notify_all()
+            for b in batches:
+                b._finish((b.partition, -1))
 
     def _write(self, frames, expected, batches) -> bool:
         try:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
 from .errors import ErrorCode, ProtocolError
+from .message import _speedups
 
 API_VERSION = 0
 ANY_PARTITION = -1
@@ -213,6 +214,7 @@ class ProduceRequest(NamedTuple):
         return b"".join(parts)
 
 
+_produce_frame = _speedups.produce_frame if _speedups is not None else None
 _PRODUCE_FIXED = struct.Struct(">bii")    # acks, timeout_ms, entry count
 _PARTITION_SIZE = struct.Struct(">ii")    # partition, message set size
 
@@ -258,10 +260,19 @@ def _decode_produce_body(buf, pos: int) -> tuple[int, int, list[tuple[str, int, 
     return acks, timeout_ms, entries
 
 
-def decode_produce_frame(payload) -> tuple[int, int, int, list[tuple[str, int, object]]] | None:
+def decode_produce_frame(payload, max_message_bytes: int = 1 << 30):
     """The broker's fast path: (correlation_id, acks, timeout_ms, entries) of
     a well-formed version-0 produce request, without building objects; None
-    for anything else (then ``decode_request`` decodes it or says what is wrong)."""
+    for anything else (then ``decode_request`` decodes it or says what is
+    wrong). Each entry is (topic, partition, message_set, info), where info is
+    (count, size, first_ts, max_ts) when the message set was already validated
+    (by the C accelerator) and None when the caller must validate it."""
+    if _produce_frame is not None:
+        fast = _produce_frame(payload, max_message_bytes)
+        if fast is not None:
+            return fast[0], fast[1], fast[2], [
+                (topic, partition, payload[start:stop], (n, stop - start, first_ts, max_ts))
+                for topic, partition, start, stop, n, first_ts, max_ts in fast[3]]
     try:
         if len(payload) < 10:
             return None
@@ -273,7 +284,7 @@ def decode_produce_frame(payload) -> tuple[int, int, int, list[tuple[str, int, o
         acks, timeout_ms, entries = _decode_produce_body(payload, 10 + max(n, 0))
     except (ProtocolError, UnicodeDecodeError):
         return None
-    return correlation_id, acks, timeout_ms, entries
+    return correlation_id, acks, timeout_ms, [(t, p, ms, None) for t, p, ms in entries]
 
 
 @dataclass(frozen=True, slots=True)

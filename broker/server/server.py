@@ -223,8 +223,9 @@ class BrokerServer:
         metrics = self.metrics
         now = self.clock()
         fast_produce = api.decode_produce_frame
+        max_message_bytes = self.config.max_message_bytes
         for payload in frames:
-            produce = fast_produce(payload)
+            produce = fast_produce(payload, max_message_bytes)
             if produce is not None:
                 metrics.requests["produce"] += 1
                 self._produce(conn, produce[0], produce[1], produce[2], produce[3], now)
@@ -248,7 +249,8 @@ class BrokerServer:
             try:
                 if header.api_key == ApiKey.PRODUCE:
                     self._produce(conn, header.correlation_id, request.acks,
-                                  request.timeout_ms, request.entries, now)
+                                  request.timeout_ms, [(t, p, ms, None)
+                                                       for t, p, ms in request.entries], now)
                 else:
                     self._handlers[header.api_key](conn, header, request)
             except Exception as exc:   # a bug: answer, log, keep serving others
@@ -275,8 +277,8 @@ class BrokerServer:
             return
         append = self._append
         if acks == Acks.NONE:
-            for topic, partition, message_set in entries:
-                result = append(topic, partition, message_set, now, True)
+            for topic, partition, message_set, info in entries:
+                result = append(topic, partition, message_set, info, now, True)
                 if result[2]:
                     # No response can carry the error: log it and close the
                     # connection so the producer notices (Kafka does so for acks=0).
@@ -284,17 +286,17 @@ class BrokerServer:
                                 "connection", conn.peer, topic, partition, result[3])
                     conn.close_after_flush = True
             return
-        results = [append(topic, partition, message_set, now, False)
-                   for topic, partition, message_set in entries]
+        results = [append(topic, partition, message_set, info, now, False)
+                   for topic, partition, message_set, info in entries]
         reply = Reply()
         conn.add_reply(reply)
         self._produce_waits.append(_ProduceWait(conn, reply, correlation_id, acks, results,
                                                 timeout_ms))
 
-    def _append(self, topic_name: str, partition: int, message_set, now: int,
+    def _append(self, topic_name: str, partition: int, message_set, info, now: int,
                 no_ack: bool) -> list:
-        """Validate and buffer one message set. Returns the result row
-        [topic, partition, error, message, base, end, log]."""
+        """Validate (unless ``info`` says it was) and buffer one message set.
+        Returns the result row [topic, partition, error, message, base, end, log]."""
         topic = self.logs.topics.get(topic_name)
         if topic is None:
             if not self.config.auto_create_topics:
@@ -317,11 +319,12 @@ class BrokerServer:
             return self._error_result(topic_name, partition,
                                       ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                       f"topic {topic_name!r} has no partition {partition}")
-        try:
-            count, size, first_ts, max_ts = validate_message_set(
-                message_set, self.config.max_message_bytes)
-        except CorruptMessageError as exc:
-            return self._error_result(topic_name, partition, exc.code, str(exc))
+        if info is None:
+            try:
+                info = validate_message_set(message_set, self.config.max_message_bytes)
+            except CorruptMessageError as exc:
+                return self._error_result(topic_name, partition, exc.code, str(exc))
+        count, size, first_ts, max_ts = info
         lg = logs[partition]
         if count == 0:
             return [topic_name, partition, 0, "", lg.end_offset, lg.end_offset, None]
