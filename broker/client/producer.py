@@ -205,6 +205,18 @@ class Producer:
                 raise RuntimeError("the producer is closed")
             if self._queued >= cfg.buffer_messages:
                 self._wait_for_room()
+            if cfg.batch_size == 1:
+                # each message is its own batch: straight to the ready queue
+                batch = Batch(topic, partition, 0.0)
+                batch.values.append(value)
+                batch.timestamps.append(timestamp)
+                if key is not None:
+                    batch.keys = [key]
+                self._queued += 1
+                self._ready.append(batch)
+                if self._sender_idle:
+                    self._cond.notify_all()
+                return batch
             tp = (topic, partition)
             batch = self._open.get(tp)
             if batch is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections import deque
 from typing import TYPE_CHECKING
@@ -79,15 +80,19 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._write_paused = False
         self.close_after_flush = False
+        self._sock_fd = -1
 
     # ------------------------------------------------------------ asyncio callbacks
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
+        self._sock_fd = sock.fileno() if sock is not None else -1
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                # room for a whole fetch reply, so sendfile rarely has to wait
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
             except OSError:
                 pass
         peer = transport.get_extra_info("peername")
@@ -132,28 +137,64 @@ class Connection(asyncio.Protocol):
         if self._sending or self.closed:
             return
         outbox = self.outbox
-        chunks = []
         while outbox and outbox[0].ready:
-            reply = outbox[0]
-            if reply.has_regions:
+            chunks = []
+            while outbox and outbox[0].ready and not outbox[0].has_regions:
+                chunks.extend(outbox.popleft().parts)
+            if chunks:
+                self.transport.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+            if not (outbox and outbox[0].ready):
                 break
-            outbox.popleft()
-            chunks.extend(reply.parts)
-        if chunks:
-            self.transport.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
-        if outbox and outbox[0].ready:
+            reply = outbox[0]
+            rest = self._send_regions_now(reply)
+            if rest is None:
+                outbox.popleft()
+                reply.release()
+                continue
             self._sending = True
-            asyncio.get_running_loop().create_task(self._send_regions(outbox[0]))
+            asyncio.get_running_loop().create_task(self._send_regions(reply, rest))
             return
         if self.close_after_flush and not outbox:
             self.close()
             return
         self._maybe_resume_reading()
 
-    async def _send_regions(self, reply: Reply) -> None:
+    def _send_regions_now(self, reply: Reply) -> int | None:
+        """Send a fetch reply at once with os.sendfile while the socket takes
+        it (the common case: no task, no await). Returns None when all went
+        out, else the index of the first part still to send (a region's
+        position and length are advanced past what was sent)."""
+        transport = self.transport
+        metrics = self.server.metrics
+        parts = reply.parts
+        for i, part in enumerate(parts):
+            if type(part) is not FileRegion:
+                transport.write(part)
+                continue
+            if transport.get_write_buffer_size():
+                return i       # the header is still queued: let asyncio order the rest
+            sock_fd = self._sock_fd
+            while part.length:
+                try:
+                    sent = os.sendfile(sock_fd, part.segment.fd, part.position, part.length)
+                except BlockingIOError:
+                    return i
+                except OSError as exc:
+                    log.info("fetch reply to %s failed: %s", self.peer, exc)
+                    self.close()
+                    return None
+                if sent == 0:
+                    self.close()
+                    return None
+                part.position += sent
+                part.length -= sent
+                metrics.sendfile_bytes += sent
+        return None
+
+    async def _send_regions(self, reply: Reply, start: int) -> None:
         loop = asyncio.get_running_loop()
         try:
-            for part in reply.parts:
+            for part in reply.parts[start:]:
                 if type(part) is FileRegion:
                     if part.length:
                         await loop.sendfile(self.transport, part, part.position, part.length,

@@ -355,7 +355,11 @@ class BrokerServer:
             except StorageError as exc:
                 failed[lg] = str(exc)
                 log.error("append to %s failed: %s", lg.name, exc)
-                self.metrics.errors[("produce", "STORAGE_ERROR")] += 1
+                metrics = self.metrics
+                metrics.errors[("produce", "STORAGE_ERROR")] += 1
+                topic = lg.name.rpartition("/")[0]    # counted when buffered: take back
+                metrics.messages_in[topic] -= getattr(exc, "lost_messages", 0)
+                metrics.bytes_in[topic] -= getattr(exc, "lost_bytes", 0)
                 if has_no_ack and conn is not None:
                     conn.close_after_flush = True    # acks=none data was lost: tell by closing
                 continue

@@ -236,7 +236,9 @@ class Log:
         active = self.segments[-1]
         try:
             active.write(self._pending)
-        except StorageError:
+        except StorageError as exc:
+            exc.lost_messages = self._pending_messages
+            exc.lost_bytes = self.end_offset - self.written_end
             self.end_offset = self.written_end
             self.unflushed_messages -= self._pending_messages
             raise

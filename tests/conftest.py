@@ -1,0 +1,158 @@
+"""Shared fixtures: real broker processes (``python -m broker``) started by
+broker.harness, stopped at teardown, their logs printed when a test using
+them fails (as kazoo's harness dumps ZooKeeper's logs).
+
+* ``broker`` / ``broker_factory``: brokers of one test, in its tmp_path
+  (``broker_factory`` takes settings such as {"log.flush_ms": 100000}).
+* ``module_broker`` + ``topic``: one default broker shared by a module's
+  tests, each test in topics of its own (kazoo's one server, fresh chroot per
+  test): for tests that need no settings of their own and never stop it.
+* ``tmpfs``: small real file systems, to fill up.
+
+Helpers that are plain functions (raw requests, metrics, waiting with a
+deadline) live in tests/broker_helpers.py.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+
+import pytest
+
+from broker.client.admin import AdminClient
+from broker.harness import BrokerProcess
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    # Keep each phase's report on the item, so fixtures can tell at teardown
+    # whether the test failed.
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def _failed(node) -> bool:
+    return any(getattr(getattr(node, f"rep_{when}", None), "failed", False)
+               for when in ("setup", "call"))
+
+
+class _Brokers:
+    """Brokers started in one directory: each gets <dir>/broker-N for data
+    and <dir>/broker-N.log for its log, a free port and a free metrics port."""
+
+    def __init__(self, directory) -> None:
+        self.directory = directory
+        self.started: list[BrokerProcess] = []
+
+    def start(self, settings: dict[str, object] | None = None, **kwargs) -> BrokerProcess:
+        name = f"broker-{len(self.started)}"
+        kwargs.setdefault("data_dir", str(self.directory / name))
+        kwargs.setdefault("log_path", str(self.directory / f"{name}.log"))
+        kwargs.setdefault("metrics_port", 0)
+        broker = BrokerProcess(settings=settings, **kwargs)
+        self.started.append(broker)
+        return broker.start()
+
+    def stop_all(self, print_logs: bool) -> None:
+        for broker in self.started:
+            try:
+                broker.stop()
+            except subprocess.TimeoutExpired:
+                print(f"the broker in {broker.data_dir} ignored SIGTERM and was killed")
+            if print_logs:
+                print_log(broker)
+
+
+def print_log(broker: BrokerProcess, start: int = 0) -> None:
+    print(f"\n----- log of the broker in {broker.data_dir} ({broker.log_path}) -----")
+    try:
+        with open(broker.log_path, "rb") as f:
+            f.seek(start)
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError as exc:
+        lines = [f"(no log: {exc})"]
+    print("\n".join(lines[-200:]))
+
+
+@pytest.fixture
+def broker_factory(tmp_path, request):
+    """Start brokers: ``broker_factory({"log.flush_ms": 100000})`` returns a
+    started BrokerProcess (data in tmp_path/broker-N, log in
+    tmp_path/broker-N.log). Keyword arguments go to BrokerProcess (e.g.
+    ``data_dir=`` for a directory elsewhere; the log stays in tmp_path).
+    Every broker is stopped (SIGTERM) at teardown."""
+    brokers = _Brokers(tmp_path)
+    yield brokers.start
+    brokers.stop_all(print_logs=_failed(request.node))
+
+
+@pytest.fixture
+def broker(broker_factory) -> BrokerProcess:
+    """A broker with default settings, for this test alone."""
+    return broker_factory()
+
+
+@pytest.fixture(scope="module")
+def _module_brokers(tmp_path_factory):
+    brokers = _Brokers(tmp_path_factory.mktemp("module-broker"))
+    yield brokers
+    brokers.stop_all(print_logs=False)     # failing tests print their part (below)
+
+
+@pytest.fixture
+def module_broker(_module_brokers, request) -> BrokerProcess:
+    """The default broker shared by the tests of this module; if this test
+    fails, the part of its log written during the test is printed."""
+    if not _module_brokers.started:
+        _module_brokers.start()
+    broker = _module_brokers.started[0]
+    if broker.proc.poll() is not None:
+        pytest.fail(f"the module's broker has exited:\n{broker.tail_log()}")
+    log_start = os.path.getsize(broker.log_path)
+    yield broker
+    if _failed(request.node):
+        print_log(broker, log_start)
+
+
+@pytest.fixture
+def topic(request) -> str:
+    """A topic name (not created) no other test uses: the test's own name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:180]
+
+
+@pytest.fixture
+def admin(broker):
+    """An AdminClient of ``broker``."""
+    with AdminClient(broker.address, client_id="samsa-tests-admin") as client:
+        yield client
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """Mount small file systems: ``tmpfs("4m")`` mounts a tmpfs of that size
+    under tmp_path and returns its path; unmounted at teardown. Skips the test
+    where mounting is not permitted (it needs root or CAP_SYS_ADMIN): a full
+    disk is not something to fake."""
+    mounted: list[pathlib.Path] = []
+
+    def mount(size: str) -> pathlib.Path:
+        point = tmp_path / f"tmpfs-{len(mounted)}"
+        point.mkdir()
+        try:
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                                   str(point)], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            pytest.skip(f"cannot run mount: {exc}")
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a {size} tmpfs (needs root or CAP_SYS_ADMIN): "
+                        f"{done.stderr.strip() or done.returncode}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in reversed(mounted):
+        # lazy: a process still holding a file there must not fail the test
+        subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=30)

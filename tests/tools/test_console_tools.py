@@ -1,0 +1,140 @@
+"""The console tools end to end, as a user runs them (``python -m
+broker.tools ...`` in a subprocess) against a real broker: topic admin,
+produce from stdin, consume, offsets, --help, and the errors a user meets."""
+from __future__ import annotations
+
+import re
+import time
+import zlib
+
+import pytest
+
+from broker.client.admin import AdminClient
+
+from broker_helpers import connect, read_partition, run_module, unused_port
+
+SUBCOMMANDS = ["produce", "consume", "topics", "offsets"]
+
+
+def tool(*args: str, stdin: bytes | None = None):
+    return run_module("broker.tools", *args, stdin=stdin)
+
+
+def ok(*args: str, stdin: bytes | None = None) -> str:
+    """Run a tool that must succeed; its standard output."""
+    done = tool(*args, stdin=stdin)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
+
+
+@pytest.mark.parametrize("command", [[], *([c] for c in SUBCOMMANDS)],
+                         ids=["tools", *SUBCOMMANDS])
+def test_help_of_every_subcommand(command):
+    out = ok(*command, "--help")
+    assert out.startswith("usage: python -m broker.tools")
+    for word in (SUBCOMMANDS if not command else ["--bootstrap"]):
+        assert word in out
+
+
+def test_topics_create_list_describe_delete(module_broker, topic):
+    boot = ("--bootstrap", module_broker.address)
+    out = ok("topics", *boot, "--create", topic, "--partitions", "3",
+             "--config", "flush.messages=1", "--config", "retention.ms=3600000")
+    assert out.strip() == f"created topic {topic} with 3 partitions"
+    assert topic in ok("topics", *boot, "--list").split()
+    assert topic in ok("topics", *boot).split()                   # --list is the default
+
+    described = ok("topics", *boot, "--describe", topic).splitlines()
+    assert described[0].startswith(f"Topic: {topic}\tPartitions: 3\tConfig: ")
+    assert "flush.messages=1" in described[0] and "retention.ms=3600000" in described[0]
+    assert [re.match(r"\tPartition: (\d+)\tEarliest: 0\tLatest: 0\t", line).group(1)
+            for line in described[1:]] == ["0", "1", "2"]
+
+    again = tool("topics", *boot, "--create", topic)
+    assert again.returncode == 1
+    assert b"TOPIC_ALREADY_EXISTS" in again.stderr
+
+    assert ok("topics", *boot, "--delete", topic).strip() == f"deleted topic {topic}"
+    assert topic not in ok("topics", *boot, "--list").split()
+    gone = tool("topics", *boot, "--describe", topic)
+    assert gone.returncode == 1 and b"unknown topic" in gone.stderr
+
+
+def test_produce_keyed_lines_then_consume_them(module_broker, topic):
+    boot = ("--bootstrap", module_broker.address)
+    ok("topics", *boot, "--create", topic, "--partitions", "3")
+    sent = [(b"user-%d" % (i % 5), b"click %d: a=b" % i) for i in range(30)]
+    stdin = b"".join(k + b"=" + v + b"\n" for k, v in sent)      # splits at the first "="
+    done = tool("produce", *boot, "--topic", topic, "--key-separator", "=",
+                "--acks", "flushed", stdin=stdin)
+    assert done.returncode == 0, done.stderr.decode()
+    assert f"produced 30 messages to {topic}".encode() in done.stderr
+
+    out = ok("consume", *boot, "--topic", topic, "--from-beginning", "--max-messages", "30",
+             "--timeout-ms", "10000", "--print-offsets", "--print-keys")
+    rows = [line.split(b"\t") for line in out.encode().splitlines()]
+    assert len(rows) == 30
+    with connect(module_broker.address) as conn:
+        stored = {(p, m.offset): m for p in range(3) for m in read_partition(conn, topic, p)}
+    for where, key, value in rows:
+        partition, offset = map(int, where.split(b":"))
+        assert partition == zlib.crc32(key) % 3
+        assert (stored[partition, offset].key, stored[partition, offset].value) == (key, value)
+    for key in {k for k, _v in sent}:
+        assert [v for _w, k, v in rows if k == key] == [v for k, v in sent if k == key]
+
+    # without --max-messages: stops once --timeout-ms passes with nothing new
+    started = time.monotonic()
+    done = tool("consume", *boot, "--topic", topic, "--from-beginning", "--timeout-ms", "500")
+    assert done.returncode == 0
+    assert time.monotonic() - started >= 0.5
+    assert sorted(done.stdout.splitlines()) == sorted(v for _k, v in sent)
+    assert b"consumed 30 messages" in done.stderr
+
+    out = ok("consume", *boot, "--topic", topic, "--partition", "0", "--offset", "0",
+             "--max-messages", "2", "--timeout-ms", "5000", "--quiet")
+    assert len(out.splitlines()) == 2
+
+    bad = tool("produce", *boot, "--topic", topic, "--key-separator", "=",
+               stdin=b"k=v\nno separator here\n")
+    assert bad.returncode == 2
+    assert b"line 2 has no key separator" in bad.stderr
+
+
+def test_offsets_earliest_and_latest(module_broker, topic):
+    boot = ("--bootstrap", module_broker.address)
+    ok("topics", *boot, "--create", topic, "--partitions", "2")
+    ok("produce", *boot, "--topic", topic, "--acks", "flushed", "--batch-size", "1",
+       stdin=b"one\ntwo\nthree\n")
+    assert ok("offsets", *boot, "--topic", topic, "--time", "earliest").split() == \
+        [f"{topic}:0:0", f"{topic}:1:0"]
+    with AdminClient(module_broker.address) as admin:
+        latest = [admin.latest_offset(topic, p) for p in range(2)]
+    assert all(latest)      # "any partition" dealt the three lines out to both
+    assert ok("offsets", *boot, "--topic", topic, "--time", "latest").split() == \
+        [f"{topic}:{p}:{latest[p]}" for p in range(2)]
+    assert ok("offsets", *boot, "--topic", topic, "--partition", "1").split() == \
+        [f"{topic}:1:{latest[1]}"]
+
+
+@pytest.mark.parametrize("command", [["consume", "--topic", "no-such-topic"],
+                                     ["offsets", "--topic", "no-such-topic"],
+                                     ["topics", "--describe", "no-such-topic"]],
+                         ids=lambda c: c[0])
+def test_an_unknown_topic_is_a_clear_error(module_broker, command):
+    done = tool(*command, "--bootstrap", module_broker.address)
+    assert done.returncode == 1
+    assert done.stderr.decode().startswith("error: ")
+    assert "unknown topic 'no-such-topic'" in done.stderr.decode()
+
+
+@pytest.mark.parametrize("command", [["topics", "--list"], ["consume", "--topic", "t"],
+                                     ["offsets", "--topic", "t"], ["produce", "--topic", "t"]],
+                         ids=lambda c: c[0])
+def test_an_unreachable_broker_is_a_clear_error(command):
+    address = f"127.0.0.1:{unused_port()}"
+    done = tool(*command, "--bootstrap", address, stdin=b"a line\n")
+    assert done.returncode == 1
+    last = done.stderr.decode().strip().splitlines()[-1]
+    assert last.startswith("error: ")
+    assert f"cannot connect to broker {address}" in last
