@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 import time
 from typing import Callable
 
@@ -175,7 +176,8 @@ class BrokerServer:
         for conn in list(self.connections):
             conn.close()
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()
+            # shutdown() waits out the HTTP server's 0.5 s poll: do not hold up the exit
+            threading.Thread(target=self._metrics_server.shutdown, daemon=True).start()
         log.info("stopped cleanly", extra={"event": "stopped"})
         self._stopped.set()
 

@@ -1,0 +1,98 @@
+"""FrameDecoder: frames come out whole and in order however the bytes are
+split, and an oversized frame is refused from its size alone."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.protocol.errors import FrameTooLargeError, ProtocolError
+from broker.protocol.framing import SIZE_BYTES, FrameDecoder, encode_frame
+
+SETTINGS = settings(max_examples=200, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+PAYLOADS = [b"", b"a", b"hello world", bytes(range(256)) * 3, b"\x00\x00\x00\x05tail"]
+STREAM = b"".join(encode_frame(p) for p in PAYLOADS)
+
+
+def test_split_at_every_byte_boundary():
+    for cut in range(len(STREAM) + 1):
+        d = FrameDecoder(1024)
+        assert d.feed(STREAM[:cut]) + d.feed(STREAM[cut:]) == PAYLOADS   # memoryview == bytes
+        assert d.buffered == 0
+
+
+def test_split_at_every_pair_of_boundaries():
+    stream = b"".join(encode_frame(p) for p in (b"", b"ab", b"cde"))
+    for i in range(len(stream) + 1):
+        for j in range(i, len(stream) + 1):
+            d = FrameDecoder(16)
+            got = d.feed(stream[:i]) + d.feed(stream[i:j]) + d.feed(stream[j:])
+            assert got == [b"", b"ab", b"cde"]
+
+
+def test_one_byte_at_a_time():
+    d = FrameDecoder(1024)
+    got = []
+    for i in range(len(STREAM)):
+        got += d.feed(STREAM[i:i + 1])
+        assert d.buffered <= SIZE_BYTES + 1024
+    assert got == PAYLOADS and d.buffered == 0
+
+
+@SETTINGS
+@given(st.lists(st.binary(max_size=100), max_size=10), st.data())
+def test_any_chunking_gives_the_same_frames(payloads, data):
+    stream = b"".join(encode_frame(p) for p in payloads)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
+    kind = data.draw(st.sampled_from([bytes, bytearray, memoryview]))
+    d = FrameDecoder(100)
+    got = []
+    for a, b in zip([0] + cuts, cuts + [len(stream)]):
+        got += d.feed(kind(stream[a:b]))
+        assert d.buffered < SIZE_BYTES + 100     # at most one partial frame is held
+    assert [bytes(f) for f in got] == payloads
+
+
+def test_frame_of_exactly_the_limit_is_accepted():
+    d = FrameDecoder(5)
+    assert d.feed(encode_frame(b"12345")) == [b"12345"]
+
+
+def test_oversized_frame_refused_as_soon_as_its_size_is_seen():
+    d = FrameDecoder(5)
+    with pytest.raises(FrameTooLargeError, match="6 bytes"):
+        d.feed(b"\x00\x00\x00\x06")              # the size only: no payload yet
+    d = FrameDecoder(5)
+    assert d.feed(b"\x00\x00") == []             # half a size: nothing known yet
+    with pytest.raises(FrameTooLargeError):
+        d.feed(b"\x00\x06")
+    d = FrameDecoder(5)
+    with pytest.raises(FrameTooLargeError):      # behind a good frame, in one read
+        d.feed(encode_frame(b"ok") + b"\x7f\xff\xff\xff")
+
+
+def test_refusal_does_not_wait_for_or_buffer_the_payload():
+    d = FrameDecoder(1 << 10)
+    with pytest.raises(FrameTooLargeError):
+        d.feed(b"\x40\x00\x00\x00" + b"x" * 100)   # announces 1 GiB
+    assert d.buffered <= SIZE_BYTES + 100
+
+
+def test_negative_size_is_a_protocol_error():
+    with pytest.raises(ProtocolError, match="negative"):
+        FrameDecoder(10).feed(b"\xff\xff\xff\xff")
+
+
+def test_limit_must_be_positive():
+    for bad in (0, -1):
+        with pytest.raises(ValueError):
+            FrameDecoder(bad)
+
+
+def test_empty_feed():
+    d = FrameDecoder(10)
+    assert d.feed(b"") == [] and d.buffered == 0
+    d.feed(b"\x00")
+    assert d.feed(b"") == [] and d.buffered == 1
