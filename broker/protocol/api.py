@@ -30,7 +30,7 @@ from .message import _speedups
 
 API_VERSION = 0
 ANY_PARTITION = -1
-LATEST = -1      # Offsets request "time" for the log end offset
+LATEST = -1      # Offsets request "time" for the flushed end (the last visible offset)
 EARLIEST = -2    # Offsets request "time" for the earliest retained offset
 
 

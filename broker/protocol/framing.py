@@ -27,13 +27,16 @@ class FrameDecoder:
     After it raises, the connection is beyond repair: close it.
     """
 
-    __slots__ = ("_buffer", "max_frame_bytes")
+    __slots__ = ("_buffer", "max_frame_bytes", "failure")
 
     def __init__(self, max_frame_bytes: int) -> None:
         if max_frame_bytes <= 0:
             raise ValueError("max_frame_bytes must be positive")
         self._buffer = bytearray()
         self.max_frame_bytes = max_frame_bytes
+        # set when a bad frame size follows good frames in one feed: those
+        # frames are returned, and the connection must then be closed
+        self.failure: ProtocolError | None = None
 
     @property
     def buffered(self) -> int:
@@ -46,6 +49,8 @@ class FrameDecoder:
         Frames that lie wholly inside ``data`` come back as memoryviews of it
         (no copy: the caller must not mutate ``data`` while it uses them); a
         frame completed from buffered bytes comes back as bytes."""
+        if self.failure is not None:
+            raise self.failure
         frames: list[bytes | memoryview] = []
         buf = self._buffer
         pos = 0
@@ -72,7 +77,14 @@ class FrameDecoder:
         check = self._check_size
         while end - pos >= SIZE_BYTES:
             (size,) = unpack(view, pos)
-            check(size)
+            try:
+                check(size)
+            except ProtocolError as exc:
+                if not frames:
+                    raise
+                # hand out the good frames before it; the next feed raises
+                self.failure = exc
+                return frames
             stop = pos + SIZE_BYTES + size
             if stop > end:
                 break

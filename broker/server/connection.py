@@ -109,6 +109,14 @@ class Connection(asyncio.Protocol):
             return
         if frames:
             self.server.handle_frames(self, frames)
+        if self.decoder.failure is not None and not self.closed:
+            log.warning("closing connection from %s after its last good request: %s",
+                        self.peer, self.decoder.failure)
+            self.server.metrics.errors[("framing", "INVALID_REQUEST")] += 1
+            self.close_after_flush = True
+            self._pause_reading()
+            self.pump()
+            return
             if not self.closed and len(self.outbox) > MAX_OUTSTANDING_REPLIES:
                 self._pause_reading()
 

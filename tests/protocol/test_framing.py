@@ -68,9 +68,9 @@ def test_oversized_frame_refused_as_soon_as_its_size_is_seen():
     assert d.feed(b"\x00\x00") == []             # half a size: nothing known yet
     with pytest.raises(FrameTooLargeError):
         d.feed(b"\x00\x06")
-    d = FrameDecoder(5)
-    with pytest.raises(FrameTooLargeError):      # behind a good frame, in one read
-        d.feed(encode_frame(b"ok") + b"\x7f\xff\xff\xff")
+    d = FrameDecoder(5)                           # behind a good frame, in one read:
+    assert [bytes(f) for f in d.feed(encode_frame(b"ok") + b"\x7f\xff\xff\xff")] == [b"ok"]
+    assert isinstance(d.failure, FrameTooLargeError)   # the good frame out, then refused
 
 
 def test_refusal_does_not_wait_for_or_buffer_the_payload():
@@ -96,3 +96,13 @@ def test_empty_feed():
     assert d.feed(b"") == [] and d.buffered == 0
     d.feed(b"\x00")
     assert d.feed(b"") == [] and d.buffered == 1
+
+
+def test_good_frames_before_an_oversized_one_are_handed_out():
+    from broker.protocol.errors import FrameTooLargeError
+    decoder = FrameDecoder(100)
+    data = encode_frame(b"one") + encode_frame(b"two") + (10_000).to_bytes(4, "big") + b"x"
+    assert [bytes(f) for f in decoder.feed(data)] == [b"one", b"two"]
+    assert isinstance(decoder.failure, FrameTooLargeError)
+    with pytest.raises(FrameTooLargeError):
+        decoder.feed(b"more")
