@@ -47,7 +47,10 @@ class ConsumerConfig:
     """On OFFSET_OUT_OF_RANGE: "earliest", "latest" or "error" (raise)."""
     request_timeout_ms: int = 40_000
     reconnect_backoff_ms: int = 200
-    """Wait between reconnection attempts after a connection loss."""
+    """Wait before reconnecting after a connection loss; doubles with each
+    failure in a row up to ``reconnect_backoff_max_ms``. Polling never gives
+    up on an unreachable broker: it retries until its timeout."""
+    reconnect_backoff_max_ms: int = 5_000
     pipeline_fetches: bool = True
     """Send the next fetch before decoding the current one, so the broker
     reads and sends while the client decodes."""
@@ -85,6 +88,7 @@ class Consumer:
         self.high_watermarks: dict[TopicPartition, int] = {}
         self._buffer: deque[Message] = deque()
         self._inflight: dict[TopicPartition, int] | None = None   # positions a fetch asked for
+        self._failures_in_a_row = 0
 
     # ------------------------------------------------------------ positions
 
@@ -149,8 +153,11 @@ class Consumer:
             raise RuntimeError("no partitions assigned")
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         while True:
-            if self._inflight is None:
-                self._send_fetch()
+            if self._inflight is None and not self._send_fetch():
+                # the broker is unreachable: keep trying (a restart, a network blip)
+                if deadline is not None and time.monotonic() >= deadline:
+                    return []
+                continue
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if not self.conn.response_ready(left):
@@ -175,21 +182,29 @@ class Consumer:
     def __iter__(self) -> Iterator[Message]:
         return self.messages()
 
-    def _send_fetch(self) -> None:
-        """Ask for every assigned partition from its position (long-poll)."""
+    def _send_fetch(self) -> bool:
+        """Ask for every assigned partition from its position (long-poll).
+        False (after a back-off wait) if the broker cannot be reached."""
         sizes, default = self._fetch_sizes, self.config.fetch_max_bytes
         entries = tuple(api.FetchEntry(t, p, off, sizes.get((t, p), default))
                         for (t, p), off in self._positions.items())
         request = api.FetchRequest(self.config.max_wait_ms, self.config.min_bytes, entries)
-        for attempt in (1, 2):
-            try:
-                self.conn.send(request)
-                break
-            except BrokerConnectionError:
-                if attempt == 2:
-                    raise
-                time.sleep(self.config.reconnect_backoff_ms / 1000)
+        try:
+            self.conn.send(request)
+        except BrokerConnectionError as exc:
+            self._connection_failed(exc)
+            return False
+        self._failures_in_a_row = 0
         self._inflight = dict(self._positions)
+        return True
+
+    def _connection_failed(self, exc: Exception) -> None:
+        self.conn.close()
+        self._failures_in_a_row += 1
+        backoff = min(self.config.reconnect_backoff_ms * 2 ** (self._failures_in_a_row - 1),
+                      self.config.reconnect_backoff_max_ms)
+        log.warning("consumer: %s; retrying in %d ms", exc, backoff)
+        time.sleep(backoff / 1000)
 
     def _complete_fetch(self) -> list[Message]:
         """Receive the fetch in flight; ask for the next one at once (so the
@@ -198,9 +213,7 @@ class Consumer:
         try:
             _cid, resp = self.conn.receive()
         except BrokerConnectionError as exc:
-            log.warning("fetch failed (%s); reconnecting", exc)
-            self.conn.close()
-            time.sleep(self.config.reconnect_backoff_ms / 1000)
+            self._connection_failed(exc)
             return []
         if isinstance(resp, api.ErrorResponse):
             raise SamsaError(resp.error, resp.message)

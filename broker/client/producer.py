@@ -67,9 +67,13 @@ class ProducerConfig:
     partitioner: str = "any"
     """For messages without a key: "any" (the broker picks) or "random"."""
     request_timeout_ms: int = 30_000
-    retries: int = 5
+    retries: int = 10
     """Resends of a batch after a lost connection or a retriable error."""
     retry_backoff_ms: int = 100
+    """Wait before resending after a lost connection; doubles with each
+    failure in a row up to ``retry_backoff_max_ms`` (10 retries ride out ~13 s
+    without a broker, e.g. a restart)."""
+    retry_backoff_max_ms: int = 2_000
     max_in_flight: int = 5
     """Unanswered requests allowed on the connection (acks written/flushed)."""
     buffer_messages: int = 200_000
@@ -180,6 +184,7 @@ class Producer:
         self._closing = False
         self._closed = False
         self.failed_batches = 0
+        self._failures_in_a_row = 0
         self.sent_messages = 0
         self._sender = threading.Thread(target=self._run, name="samsa-producer-sender",
                                         daemon=True)
@@ -454,6 +459,7 @@ class Producer:
     def _write(self, frames, expected, batches) -> bool:
         try:
             self.conn.send_frames(frames, expected)
+            self._failures_in_a_row = 0
             return True
         except BrokerConnectionError as exc:
             self._connection_lost(exc, batches if self._acks == Acks.NONE else [])
@@ -490,9 +496,12 @@ class Producer:
                 else:
                     retry.append(b)
             self._ready.extendleft(reversed(retry))
+        self._failures_in_a_row += 1
+        backoff = min(self.config.retry_backoff_ms * 2 ** (self._failures_in_a_row - 1),
+                      self.config.retry_backoff_max_ms)
         log.warning("producer lost its connection (%s); retrying %d batches in %d ms", exc,
-                    len(retry), self.config.retry_backoff_ms)
-        time.sleep(self.config.retry_backoff_ms / 1000)
+                    len(retry), backoff)
+        time.sleep(backoff / 1000)
 
     def _retry_or_fail(self, batch: Batch, error: SamsaError) -> None:
         if error.code in RETRIABLE and batch.attempts <= self.config.retries:
