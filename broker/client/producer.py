@@ -196,12 +196,7 @@ class Producer:
              partition: int | None = None, timestamp: int | None = None) -> SendFuture:
         """Queue one message; returns the future of the batch it joins."""
         if partition is None:
-            if key is not None:
-                partition = zlib.crc32(key) % self._partitions_of(topic)
-            elif self.config.partitioner == "random":
-                partition = random.randrange(self._partitions_of(topic))
-            else:
-                partition = api.ANY_PARTITION
+            partition = self._choose_partition(topic, key)
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
         cfg = self.config
@@ -253,12 +248,7 @@ class Producer:
         if not values:
             raise ValueError("no values to send")
         if partition is None:
-            if key is not None:
-                partition = zlib.crc32(key) % self._partitions_of(topic)
-            elif self.config.partitioner == "random":
-                partition = random.randrange(self._partitions_of(topic))
-            else:
-                partition = api.ANY_PARTITION
+            partition = self._choose_partition(topic, key)
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
         cfg = self.config
@@ -342,6 +332,15 @@ class Producer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _choose_partition(self, topic: str, key: bytes | None) -> int:
+        """crc32(key) % partitions for a keyed message (the same partition
+        from every producer); else "any" (the broker picks) or random."""
+        if key is not None:
+            return zlib.crc32(key) % self._partitions_of(topic)
+        if self.config.partitioner == "random":
+            return random.randrange(self._partitions_of(topic))
+        return api.ANY_PARTITION
 
     def _partitions_of(self, topic: str) -> int:
         count = self._partition_counts.get(topic)

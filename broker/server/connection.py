@@ -18,13 +18,10 @@ import logging
 import os
 import socket
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker.protocol.errors import ProtocolError
 from broker.protocol.framing import FrameDecoder
-
-if TYPE_CHECKING:
-    from .server import BrokerServer
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +65,19 @@ class Reply:
             self.has_regions = False
 
 
+class Server(Protocol):
+    """What a connection needs of the broker (BrokerServer provides it)."""
+
+    config: object          # .max_request_bytes
+    metrics: object         # .errors, .sendfile_bytes
+
+    def handle_frames(self, conn: "Connection", frames: list) -> None: ...
+    def connection_opened(self, conn: "Connection") -> None: ...
+    def connection_closed(self, conn: "Connection") -> None: ...
+
+
 class Connection(asyncio.Protocol):
-    def __init__(self, server: "BrokerServer") -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self.decoder = FrameDecoder(server.config.max_request_bytes)
         self.outbox: deque[Reply] = deque()
