@@ -52,32 +52,36 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         """Start (or restart on the same port) and wait until it serves."""
-        self._started.clear()
+        if self._reader is not None:
+            self._reader.join(timeout=10)    # the last process's log is all written
+        # a fresh event per process: the previous process's log reader must
+        # not signal "started" for this one
+        self._started = started = threading.Event()
         log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, start_new_session=True)
-        self._reader = threading.Thread(target=self._read_log, args=(self.proc, log_file),
-                                        daemon=True)
+        self._reader = threading.Thread(target=self._read_log,
+                                        args=(self.proc, log_file, started), daemon=True)
         self._reader.start()
-        if not self._started.wait(timeout) or self.proc.poll() is not None:
+        if not started.wait(timeout) or self.proc.poll() is not None:
             self.kill()
             raise BrokerStartError(f"broker did not start; log:\n{self.tail_log()}")
         return self
 
-    def _read_log(self, proc: subprocess.Popen, log_file) -> None:
+    def _read_log(self, proc: subprocess.Popen, log_file, started: threading.Event) -> None:
         with log_file:
             for line in proc.stderr:
                 log_file.write(line)
                 log_file.flush()
-                if not self._started.is_set() and b'"event": "started"' in line:
+                if not started.is_set() and b'"event": "started"' in line:
                     try:
                         event = json.loads(line)
                         self.port = int(event["port"])
                         self.metrics_port = event.get("metrics_port")
                     except (ValueError, KeyError):
                         continue
-                    self._started.set()
-        self._started.set()     # the process ended: unblock start()
+                    started.set()
+        started.set()     # the process ended: unblock start()
 
     def tail_log(self, lines: int = 40) -> str:
         try:
@@ -92,10 +96,13 @@ class BrokerProcess:
             return self.proc.returncode if self.proc else None
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise
+        if self._reader is not None:
+            self._reader.join(timeout=10)
+        return code
 
     def kill(self) -> None:
         """SIGKILL: a crash, nothing flushed that was not already."""
