@@ -54,6 +54,12 @@ class BrokerConfig:
     """How often retention runs over every partition."""
     checkpoint_interval_ms: int = 10_000
     """How often recovery points are persisted (bounds the rescan after a crash)."""
+    zookeeper: str = ""
+    """ZooKeeper connect string with the cluster's chroot ("h1:2181,h2:2181/dc-a"):
+    the broker registers itself and its topics there. Empty: standalone."""
+    zookeeper_session_timeout_ms: int = 6000
+    """ZooKeeper session timeout: how long after a crash the broker's
+    registration lingers."""
     log_level: str = "INFO"
     log_format: str = "text"
     """"text" or "json" (one JSON object per line)."""
@@ -77,7 +83,14 @@ class BrokerConfig:
             raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"unknown log_level {self.log_level!r}")
-        for name in ("max_fetch_wait_ms", "retention_check_ms", "checkpoint_interval_ms"):
+        if self.zookeeper:
+            from broker.coordination.zk import split_connect_string
+            try:
+                split_connect_string(self.zookeeper)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        for name in ("max_fetch_wait_ms", "retention_check_ms", "checkpoint_interval_ms",
+                     "zookeeper_session_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
 

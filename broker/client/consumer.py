@@ -89,6 +89,7 @@ class Consumer:
         self._buffer: deque[Message] = deque()
         self._inflight: dict[TopicPartition, int] | None = None   # positions a fetch asked for
         self._failures_in_a_row = 0
+        self._labels: dict[TopicPartition, object] = {}    # what Message.partition shows
 
     # ------------------------------------------------------------ positions
 
@@ -100,6 +101,11 @@ class Consumer:
         for tp in partitions:
             self._positions[(tp[0], int(tp[1]))] = 0
             self.seek(tp, start)
+
+    def label_partition(self, tp: TopicPartition, label: object) -> None:
+        """Show ``label`` instead of the partition number in the messages of
+        ``tp`` (a consumer group labels them "broker-partition")."""
+        self._labels[(tp[0], int(tp[1]))] = label
 
     def assignment(self) -> list[TopicPartition]:
         return list(self._positions)
@@ -246,7 +252,7 @@ class Consumer:
         for tp, data, start in todo:
             try:
                 messages, _used = decode_message_set(data, start, self.config.check_crcs,
-                                                     tp[0], tp[1])
+                                                     tp[0], self._labels.get(tp, tp[1]))
             except Exception:
                 # do not skip what could not be read: resume at this fetch
                 positions[tp] = start

@@ -100,6 +100,7 @@ class BrokerServer:
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._metrics_server = None
+        self.registry = None          # BrokerRegistry when config.zookeeper is set
         self._handlers = {
             ApiKey.FETCH: self._handle_fetch,
             ApiKey.OFFSETS: self._handle_offsets,
@@ -128,6 +129,13 @@ class BrokerServer:
             self._metrics_server, self.metrics_port = serve_metrics(
                 self.metrics, self._partition_snapshot, self.config.host,
                 self.config.metrics_port)
+        if self.config.zookeeper:
+            from broker.coordination.registry import BrokerRegistry
+            self.registry = BrokerRegistry(self.config.zookeeper, self.config.broker_id,
+                                           self.config.public_host, self.port,
+                                           self.config.zookeeper_session_timeout_ms)
+            self._topics_changed()
+            self.registry.start()
         self._tasks.append(self._loop.create_task(self._periodic(
             self.config.retention_check_ms, self._run_retention)))
         self._tasks.append(self._loop.create_task(self._periodic(
@@ -153,6 +161,9 @@ class BrokerServer:
         self._stopping = True
         log.info("shutting down (%s)", reason, extra={"event": "shutdown"})
         self._server.close()
+        if self.registry is not None:
+            # leave the cluster first, so producers and consumers move away now
+            await self._loop.run_in_executor(None, self.registry.close)
         for task in self._tasks:
             task.cancel()
         for conn in list(self.connections):
@@ -201,6 +212,11 @@ class BrokerServer:
                     lg.write_checkpoint()
                 except OSError as exc:
                     log.error("cannot write the recovery checkpoint of %s: %s", lg.name, exc)
+
+    def _topics_changed(self) -> None:
+        """Tell ZooKeeper (if any) which topics this broker now holds."""
+        if self.registry is not None:
+            self.registry.set_topics({name: len(t.logs) for name, t in self.logs.topics.items()})
 
     def _partition_snapshot(self):
         for name, topic in list(self.logs.topics.items()):
@@ -307,6 +323,7 @@ class BrokerServer:
                                           f"unknown topic {topic_name!r}")
             try:
                 topic = self.logs.create_topic(topic_name, self.config.default_partitions)
+                self._topics_changed()
             except InvalidConfigError as exc:
                 return self._error_result(topic_name, partition, ErrorCode.INVALID_TOPIC,
                                           str(exc))
@@ -595,6 +612,7 @@ class BrokerServer:
     def _handle_create_topic(self, conn: Connection, header, req: api.CreateTopicRequest) -> None:
         try:
             self.logs.create_topic(req.name, req.partitions, dict(req.config))
+            self._topics_changed()
             data = api.encode_response(header.correlation_id, api.EmptyResponse())
         except TopicExistsError as exc:
             data = api.encode_error_response(header.correlation_id,
@@ -626,6 +644,7 @@ class BrokerServer:
                         self._finish_produce(pw)
             try:
                 self.logs.delete_topic(req.name)
+                self._topics_changed()
                 data = api.encode_response(header.correlation_id, api.EmptyResponse())
             except (UnknownTopicError, OSError) as exc:
                 data = api.encode_error_response(header.correlation_id, ErrorCode.STORAGE_ERROR,

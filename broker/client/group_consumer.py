@@ -1,0 +1,322 @@
+"""A consumer in a group: the group's consumers share the partitions of the
+topics they subscribe to (ZooKeeper rebalance, broker/coordination/ownership.py),
+each receives the messages of the partitions it owns, and the group's offsets
+are kept in ZooKeeper (at-least-once).
+
+Inside (as Kafka 0.7's ZookeeperConsumerConnector): one *fetcher* thread per
+broker that holds owned partitions pulls with a simple Consumer and puts
+chunks of messages on a bounded queue; the application's iterator takes them
+off. Offsets committed are those of messages the application has finished
+with: a message counts once the iterator is asked for the next one (or
+``commit()`` is called after it), so a crash never skips a message.
+
+A rebalance stops every fetcher, drops what they fetched and the
+application has not taken, commits, and starts fetchers for the new
+partitions at their committed offsets: duplicates after a rebalance or a
+crash are bounded by what was handed out since the last commit.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+
+from broker.coordination import offsets as zk_offsets
+from broker.coordination import paths
+from broker.coordination.cluster import ClusterView
+from broker.coordination.ownership import Assignment, GroupMember, Subscription
+from broker.coordination.zk import make_client, start_client
+from broker.protocol.message import Message
+
+from .consumer import Consumer, ConsumerConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GroupConsumerConfig:
+    zookeeper: str
+    """Connect string with the cluster's chroot, e.g. "127.0.0.1:2181/dc-a"."""
+    group: str
+    topics: tuple[str, ...] = ()
+    """Topics to consume; or leave empty and give ``whitelist``."""
+    whitelist: str | None = None
+    """Regex: consume every topic whose whole name matches (and not ``blacklist``)."""
+    blacklist: str | None = None
+    consumer_id: str = ""
+    """Unique in the group; default host-pid-random."""
+    auto_offset_reset: str = "earliest"
+    """Where a partition with no committed offset starts: "earliest" or "latest"."""
+    auto_commit: bool = True
+    auto_commit_interval_ms: int = 1000
+    """Commit what the application has taken this often (and on every rebalance)."""
+    fetch_max_bytes: int = 300 * 1024
+    max_wait_ms: int = 100
+    """Long-poll wait of the fetchers (short, so a rebalance stops them quickly)."""
+    queue_chunks: int = 16
+    """Fetched chunks held for the application (back-pressure on the fetchers)."""
+    session_timeout_ms: int = 6000
+    rebalance_backoff_ms: int = 100
+    rebalance_max_attempts: int = 50
+    check_crcs: bool = True
+
+    def __post_init__(self) -> None:
+        Subscription(tuple(self.topics), self.whitelist, self.blacklist)   # validates
+        if self.auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError("auto_offset_reset must be earliest or latest")
+        if not self.group or "/" in self.group:
+            raise ValueError(f"bad group name {self.group!r}")
+
+
+class _Fetcher(threading.Thread):
+    """Pulls the owned partitions of one broker into the group's queue."""
+
+    def __init__(self, owner: "GroupConsumer", broker_id: int, address: str,
+                 starts: dict[tuple[str, int], tuple[str, int | str]], generation: int) -> None:
+        super().__init__(name=f"fetcher-{owner.config.group}-b{broker_id}", daemon=True)
+        self.owner = owner
+        self.broker_id = broker_id
+        self.address = address
+        self.starts = starts           # (topic, partition) -> (broker-partition, offset|reset)
+        self.generation = generation
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        cfg = self.owner.config
+        consumer = Consumer(ConsumerConfig(
+            bootstrap=self.address, client_id=f"{cfg.group}-{self.owner.consumer_id}",
+            fetch_max_bytes=cfg.fetch_max_bytes, max_wait_ms=cfg.max_wait_ms,
+            check_crcs=cfg.check_crcs, auto_offset_reset=cfg.auto_offset_reset,
+            request_timeout_ms=max(10_000, cfg.max_wait_ms * 4)))
+        try:
+            consumer.assign(list(self.starts), start=0)
+            for tp, (bp, start) in self.starts.items():
+                consumer.label_partition(tp, bp)
+                if self.stopping.is_set():
+                    return
+                consumer.seek(tp, start)
+            out = self.owner._chunks
+            while not self.stopping.is_set():
+                if self.owner._paused.is_set():
+                    self.owner._resumed.wait(0.1)
+                    continue
+                messages = consumer.poll(cfg.max_wait_ms)
+                if not messages:
+                    continue
+                while not self.stopping.is_set():
+                    try:
+                        out.put((self.generation, messages), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except Exception as exc:   # noqa: BLE001 - report, and let a rebalance decide
+            if not self.stopping.is_set():
+                log.error("fetcher for broker %d (%s) failed: %s", self.broker_id,
+                          self.address, exc)
+                self.owner._fetcher_failed(self, exc)
+        finally:
+            consumer.close()
+
+
+class GroupConsumer:
+    """Iterate with ``messages()``; ``Message.partition`` is the
+    broker-partition ("b-p"). Not thread-safe for the application: one
+    thread iterates (the coordination runs on threads of its own)."""
+
+    def __init__(self, config: GroupConsumerConfig | None = None, **settings) -> None:
+        self.config = config = config or GroupConsumerConfig(**settings)
+        self.consumer_id = config.consumer_id or \
+            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.client = make_client(config.zookeeper, config.session_timeout_ms)
+        start_client(self.client, config.zookeeper, what=f"consumer {self.consumer_id}")
+        self.cluster = ClusterView(self.client)
+        self._chunks: queue.Queue = queue.Queue(maxsize=config.queue_chunks)
+        self._generation = 0
+        self._fetchers: list[_Fetcher] = []
+        self._delivered: dict[tuple[str, str], int] = {}   # (topic, bp) -> next offset
+        self._committed: dict[tuple[str, str], int] = {}
+        self._owned: Assignment = frozenset()
+        self._paused = threading.Event()
+        self._resumed = threading.Event()
+        self._lock = threading.RLock()                     # fetchers, owned, commits
+        self._last_commit = time.monotonic()
+        self._closed = False
+        self.member = GroupMember(
+            self.client, self.cluster, config.group, self.consumer_id,
+            Subscription(tuple(config.topics), config.whitelist, config.blacklist),
+            on_release=self._on_release, on_assign=self._on_assign,
+            on_pause=self._on_pause, on_resume=self._on_resume, on_lost=self._on_lost,
+            backoff_ms=config.rebalance_backoff_ms,
+            max_attempts=config.rebalance_max_attempts)
+        self.member.start()
+
+    # ------------------------------------------------------------ the application's side
+
+    def messages(self, timeout_ms: int | None = None) -> Iterator[Message]:
+        """Messages of the owned partitions, blocking for more; with
+        ``timeout_ms``, ends after that long without a message."""
+        last = time.monotonic()
+        while not self._closed:
+            self._maybe_auto_commit()
+            try:
+                generation, chunk = self._chunks.get(timeout=0.1)
+            except queue.Empty:
+                if timeout_ms is not None and time.monotonic() - last >= timeout_ms / 1000:
+                    return
+                continue
+            for m in chunk:
+                if generation != self._generation or self._paused.is_set():
+                    break           # rebalanced or suspended meanwhile: drop the rest
+                yield m
+                # the application came back for more: this one is done with
+                self._delivered[(m.topic, m.partition)] = m.next_offset
+            last = time.monotonic()
+
+    def poll(self, timeout_ms: int = 1000) -> list[Message]:
+        """One chunk of messages (possibly empty after ``timeout_ms``).
+        Everything returned by earlier polls counts as taken."""
+        self._maybe_auto_commit()
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            try:
+                generation, chunk = self._chunks.get(
+                    timeout=max(0.0, min(0.1, deadline - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    return []
+                continue
+            if generation != self._generation or self._paused.is_set():
+                continue
+            for m in chunk:
+                self._delivered[(m.topic, m.partition)] = m.next_offset
+            return chunk
+
+    def commit(self) -> None:
+        """Commit the offsets of what the application has taken."""
+        with self._lock:
+            wanted = {k: v for k, v in self._delivered.items()
+                      if k in self._owned and self._committed.get(k) != v}
+            if not wanted or not self.client.connected or self.member.state != "CONNECTED":
+                return
+            zk_offsets.commit_offsets(self.client, self.config.group, wanted)
+            self._committed.update(wanted)
+            self._last_commit = time.monotonic()
+
+    def owned(self) -> Assignment:
+        return self._owned
+
+    def close(self) -> None:
+        """Commit, release the partitions, leave the group, disconnect."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.member.close()          # releases: _on_release commits
+        finally:
+            self._stop_fetchers()
+            self.client.stop()
+            self.client.close()
+
+    def __enter__(self) -> "GroupConsumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _maybe_auto_commit(self) -> None:
+        if self.config.auto_commit and \
+                time.monotonic() - self._last_commit >= self.config.auto_commit_interval_ms / 1000:
+            try:
+                self.commit()
+            except Exception as exc:   # noqa: BLE001 - retried at the next interval
+                log.warning("auto-commit failed: %s", exc)
+                self._last_commit = time.monotonic()
+
+    # ------------------------------------------------------------ the group's callbacks
+
+    def _on_release(self, partitions: Assignment) -> None:
+        """Before giving partitions up: stop fetching, commit what was taken."""
+        with self._lock:
+            self._stop_fetchers()
+            try:
+                self.commit()
+            except Exception as exc:   # noqa: BLE001
+                log.warning("commit before release failed: %s", exc)
+            self._owned = self._owned - partitions
+
+    def _on_assign(self, owned: Assignment) -> None:
+        with self._lock:
+            if owned == self._owned and self._fetchers and all(f.is_alive()
+                                                               for f in self._fetchers):
+                return
+            self._stop_fetchers()
+            self._owned = owned
+            committed = {}
+            for topic, bp in owned:
+                offset = zk_offsets.read_offset(self.client, self.config.group, topic, bp)
+                committed[(topic, bp)] = offset
+            self._committed = {k: v for k, v in committed.items() if v is not None}
+            self._delivered = dict(self._committed)
+            self._start_fetchers()
+
+    def _start_fetchers(self) -> None:
+        """Fetchers for every owned partition, from what the application has
+        taken (else the committed offset, else the reset policy)."""
+        by_broker: dict[int, dict] = {}
+        for topic, bp in self._owned:
+            broker_id, partition = paths.parse_broker_partition(bp)
+            start = self._delivered.get((topic, bp), self.config.auto_offset_reset)
+            by_broker.setdefault(broker_id, {})[(topic, partition)] = (bp, start)
+        self._generation += 1
+        for broker_id, starts in by_broker.items():
+            address = self.cluster.address(broker_id)
+            if address is None:
+                continue              # gone meanwhile: the next rebalance drops it
+            fetcher = _Fetcher(self, broker_id, address, starts, self._generation)
+            self._fetchers.append(fetcher)
+            fetcher.start()
+
+    def _on_pause(self) -> None:
+        self._resumed.clear()
+        self._paused.set()
+
+    def _on_resume(self) -> None:
+        """The same session is back: fetch again from what the application
+        took (chunks dropped while paused are fetched anew)."""
+        with self._lock:
+            self._stop_fetchers()
+            self._start_fetchers()
+        self._paused.clear()
+        self._resumed.set()
+
+    def _on_lost(self) -> None:
+        """The session expired: others may own our partitions already. Drop
+        everything without committing (we have been paused since SUSPENDED)."""
+        with self._lock:
+            self._stop_fetchers()
+            self._owned = frozenset()
+            self._delivered = {}
+            self._committed = {}
+
+    def _fetcher_failed(self, fetcher: _Fetcher, exc: Exception) -> None:
+        self.member.request_rebalance()
+
+    def _stop_fetchers(self) -> None:
+        """Stop every fetcher and forget what they fetched but nobody took."""
+        self._generation += 1
+        fetchers, self._fetchers = self._fetchers, []
+        for f in fetchers:
+            f.stopping.set()
+        for f in fetchers:
+            f.join(timeout=10)
+        while True:
+            try:
+                self._chunks.get_nowait()
+            except queue.Empty:
+                break

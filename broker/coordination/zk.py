@@ -1,0 +1,87 @@
+"""Connecting to ZooKeeper: connect strings with a chroot, and a kazoo client
+that keeps retrying (with a clear log line) while the ensemble is unreachable."""
+from __future__ import annotations
+
+import logging
+import threading
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+log = logging.getLogger(__name__)
+
+
+class ZooKeeperUnavailable(ConnectionError):
+    """ZooKeeper could not be reached within the time allowed."""
+
+
+def split_connect_string(connect: str) -> tuple[str, str]:
+    """'h1:2181,h2:2181/cluster-a' -> ('h1:2181,h2:2181', '/cluster-a')."""
+    connect = connect.strip()
+    hosts, sep, chroot = connect.partition("/")
+    if not hosts:
+        raise ValueError(f"bad ZooKeeper connect string {connect!r}: no hosts")
+    for host in hosts.split(","):
+        name, colon, port = host.rpartition(":")
+        if not colon or not name or not port.isdigit():
+            raise ValueError(f"bad ZooKeeper connect string {connect!r}: "
+                             f"{host!r} is not host:port")
+    return hosts, ("/" + chroot.strip("/")) if sep and chroot.strip("/") else ""
+
+
+def make_client(connect: str, session_timeout_ms: int = 6000) -> KazooClient:
+    """A kazoo client for ``connect`` (chroot included), not started. The
+    chroot is created on first start if missing."""
+    hosts, chroot = split_connect_string(connect)
+    return KazooClient(hosts=hosts + chroot, timeout=session_timeout_ms / 1000,
+                       connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2),
+                       command_retry=KazooRetry(max_tries=3, delay=0.05, max_delay=1))
+
+
+def start_client(client: KazooClient, connect: str, timeout: float = 15.0,
+                 what: str = "client") -> None:
+    """Start ``client``, waiting up to ``timeout`` s; ensure the chroot exists.
+    Raises ZooKeeperUnavailable with the address on failure."""
+    try:
+        client.start(timeout=timeout)
+    except KazooTimeoutError:
+        client.stop()
+        raise ZooKeeperUnavailable(f"{what}: cannot reach ZooKeeper at {connect} within "
+                                   f"{timeout:.0f}s") from None
+    hosts, chroot = split_connect_string(connect)
+    if chroot:
+        # the chroot itself is created through a client without it
+        root = KazooClient(hosts=hosts, timeout=client._session_timeout / 1000)
+        try:
+            root.start(timeout=timeout)
+            root.ensure_path(chroot)
+        finally:
+            root.stop()
+            root.close()
+
+
+def start_in_background(client: KazooClient, connect: str, what: str,
+                        on_started, stop_event: threading.Event,
+                        first_timeout: float = 5.0) -> threading.Thread:
+    """Keep trying to start ``client`` until it connects or ``stop_event`` is
+    set, logging each failure once per attempt; then call ``on_started()``.
+    For a broker, which must serve even while ZooKeeper is down."""
+    def run() -> None:
+        delay = first_timeout
+        while not stop_event.is_set():
+            try:
+                start_client(client, connect, timeout=delay, what=what)
+            except ZooKeeperUnavailable as exc:
+                log.error("%s; retrying", exc)
+                delay = min(delay * 2, 30.0)
+                continue
+            except Exception as exc:   # noqa: BLE001 - keep trying whatever it was
+                log.error("%s: ZooKeeper start failed: %s; retrying", what, exc)
+                stop_event.wait(1.0)
+                continue
+            on_started()
+            return
+    thread = threading.Thread(target=run, name=f"zk-start-{what}", daemon=True)
+    thread.start()
+    return thread
