@@ -19,7 +19,7 @@ from broker.client.connection import BrokerConnectionError
 from broker.client.consumer import Consumer, ConsumerConfig
 from broker.client.producer import Producer, ProducerConfig
 from broker.protocol import api
-from broker.protocol.errors import SamsaError
+from broker.protocol.errors import ErrorCode, SamsaError
 
 DEFAULT_BOOTSTRAP = os.environ.get("SAMSA_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -191,6 +191,94 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ groups
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    from kazoo.exceptions import NoNodeError
+
+    from broker.coordination import offsets as zk_offsets
+    from broker.coordination import paths
+    from broker.coordination.cluster import ClusterView
+    from broker.coordination.ownership import Subscription
+    from broker.coordination.zk import make_client, start_client
+
+    client = make_client(args.zookeeper)
+    start_client(client, args.zookeeper, timeout=args.timeout, what="groups tool")
+    try:
+        if args.list or not (args.describe or args.reset_offsets):
+            try:
+                for group in sorted(client.get_children(paths.CONSUMERS)):
+                    print(group)
+            except NoNodeError:
+                pass
+            return 0
+        group = args.describe or args.reset_offsets
+        if not client.exists(paths.group_path(group)):
+            print(f"error: no group {group!r} in {args.zookeeper}", file=sys.stderr)
+            return 1
+        cluster = ClusterView(client)
+        try:
+            members = client.get_children(paths.consumer_ids_path(group))
+        except NoNodeError:
+            members = []
+        committed = zk_offsets.read_offsets(client, group)
+        topics = set(t for t, _ in committed)
+        for cid in members:
+            try:
+                data, _ = client.get(paths.consumer_id_path(group, cid))
+                sub = Subscription.from_json(data)
+                topics |= {t for t in cluster.topics() if sub.matches(t)}
+            except (NoNodeError, ValueError):
+                continue
+        if args.topic:
+            topics = {args.topic}
+        if args.reset_offsets:
+            if members:
+                print(f"error: group {group!r} has {len(members)} running consumers "
+                      f"({', '.join(sorted(members))}): stop them before resetting offsets",
+                      file=sys.stderr)
+                return 1
+            wanted = {}
+            for topic in sorted(topics):
+                for bp in cluster.partitions(topic):
+                    wanted[(topic, bp)] = _offset_of(cluster, topic, bp, args.to)
+            zk_offsets.commit_offsets(client, group, wanted)
+            for (topic, bp), offset in sorted(wanted.items()):
+                print(f"{topic}\t{bp}\t{offset}")
+            print(f"reset {len(wanted)} offsets of group {group}", file=sys.stderr)
+            return 0
+        print("TOPIC\tPARTITION\tOWNER\tCOMMITTED\tLOG-END\tLAG-BYTES")
+        for topic in sorted(topics):
+            for bp in cluster.partitions(topic):
+                try:
+                    owner = client.get(paths.owners_path(group, topic, bp))[0].decode()
+                except NoNodeError:
+                    owner = "-"
+                end = _offset_of(cluster, topic, bp, api.LATEST)
+                offset = committed.get((topic, bp))
+                lag = end - offset if offset is not None else "-"
+                print(f"{topic}\t{bp}\t{owner}\t{offset if offset is not None else '-'}"
+                      f"\t{end}\t{lag}")
+        return 0
+    finally:
+        client.stop()
+        client.close()
+
+
+def _offset_of(cluster, topic: str, bp: str, time_ms: int) -> int:
+    """A partition's earliest/latest offset, or the first one at or before a time."""
+    from broker.coordination import paths
+    broker_id, partition = paths.parse_broker_partition(bp)
+    address = cluster.address(broker_id)
+    if address is None:
+        raise SamsaError(ErrorCode.UNKNOWN, f"broker {broker_id} is not in the cluster")
+    with AdminClient(address) as admin:
+        offsets = admin.offsets(topic, partition, time_ms)
+        if not offsets and time_ms >= 0:
+            offsets = admin.offsets(topic, partition, api.EARLIEST)
+        return offsets[0]
+
+
 # ------------------------------------------------------------------ parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,6 +349,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="latest (default), earliest, epoch ms or ISO time")
     p.add_argument("--max-offsets", type=int, default=1)
     p.set_defaults(func=cmd_offsets)
+
+    p = sub.add_parser("groups", help="consumer groups: list, describe (lag), reset offsets",
+                       description="Consumer groups kept in ZooKeeper. --describe prints, per "
+                                   "partition, its owner, the committed offset, the log end "
+                                   "offset and the lag in bytes (offsets are byte positions).")
+    p.add_argument("--zookeeper", "-z", required=True, metavar="HOST:PORT[,...]/CHROOT",
+                   help="the cluster's ZooKeeper connect string, with its chroot")
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--list", action="store_true", help="list the groups (default)")
+    action.add_argument("--describe", metavar="GROUP")
+    action.add_argument("--reset-offsets", metavar="GROUP",
+                        help="set a STOPPED group's offsets (see --to)")
+    p.add_argument("--to", type=_parse_time, default=api.EARLIEST, metavar="WHERE",
+                   help="for --reset-offsets: earliest (default), latest, epoch ms or ISO time")
+    p.add_argument("--topic", help="only this topic")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for ZooKeeper (default 10)")
+    p.set_defaults(func=cmd_groups)
     return parser
 
 
@@ -271,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     except SamsaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except (BrokerConnectionError, ValueError) as exc:
+    except (BrokerConnectionError, ValueError, ConnectionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:

@@ -1,0 +1,128 @@
+"""A producer for a whole cluster, found through ZooKeeper.
+
+It watches the brokers and their partitions (ClusterView) and sends each
+message to a broker-partition of the topic: ``crc32(key) % partitions`` over
+the cluster's sorted broker-partitions for a keyed message (so one key goes
+to one partition from every producer while the cluster does not change),
+a random one otherwise. One ``Producer`` per broker does the batching and
+sending; producers of brokers that left are flushed and closed, new brokers
+are used as soon as they register.
+
+A topic not yet known in ZooKeeper is sent to a random live broker with
+"any partition" (auto-created there), as Kafka 0.7 did.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import zlib
+from dataclasses import replace
+
+from broker.coordination import paths
+from broker.coordination.cluster import ClusterView
+from broker.coordination.zk import make_client, start_client
+from broker.protocol import api
+from broker.protocol.errors import ErrorCode, SamsaError
+
+from .producer import Batch, Producer, ProducerConfig
+
+log = logging.getLogger(__name__)
+
+
+class ClusterProducer:
+    """Thread-safe, like Producer."""
+
+    def __init__(self, zookeeper: str, config: ProducerConfig | None = None,
+                 session_timeout_ms: int = 6000, **settings) -> None:
+        self.zookeeper = zookeeper
+        self.config = config or ProducerConfig(**settings)
+        self.client = make_client(zookeeper, session_timeout_ms)
+        start_client(self.client, zookeeper, what="cluster producer")
+        self.cluster = ClusterView(self.client)
+        self._lock = threading.Lock()
+        self._producers: dict[int, Producer] = {}
+        self._closed = False
+        self.cluster.add_listener(self._brokers_changed)
+
+    def send(self, topic: str, value: bytes, key: bytes | None = None,
+             timestamp: int | None = None) -> Batch:
+        broker_id, partition = self._choose(topic, key)
+        return self._producer(broker_id).send(topic, value, key=key, partition=partition,
+                                              timestamp=timestamp)
+
+    def send_many(self, topic: str, values: list[bytes], key: bytes | None = None,
+                  timestamp: int | None = None) -> Batch:
+        broker_id, partition = self._choose(topic, key)
+        return self._producer(broker_id).send_many(topic, values, key=key, partition=partition,
+                                                   timestamp=timestamp)
+
+    def flush(self, timeout: float | None = None) -> None:
+        for producer in list(self._producers.values()):
+            producer.flush(timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            producers, self._producers = self._producers, {}
+        for producer in producers.values():
+            producer.close()
+        self.client.stop()
+        self.client.close()
+
+    def __enter__(self) -> "ClusterProducer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def failed_batches(self) -> int:
+        return sum(p.failed_batches for p in list(self._producers.values()))
+
+    # ------------------------------------------------------------ routing
+
+    def _choose(self, topic: str, key: bytes | None) -> tuple[int, int]:
+        partitions = self.cluster.partitions(topic)
+        if partitions:
+            if key is not None:
+                bp = partitions[zlib.crc32(key) % len(partitions)]
+            else:
+                bp = random.choice(partitions)
+            return paths.parse_broker_partition(bp)
+        brokers = sorted(self.cluster.brokers())
+        if not brokers:
+            raise SamsaError(ErrorCode.UNKNOWN, f"no broker is registered in ZooKeeper at "
+                                                f"{self.zookeeper}")
+        if key is not None:
+            raise SamsaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"topic {topic!r} has no partitions in the cluster: create it "
+                             f"before sending keyed messages")
+        return random.choice(brokers), api.ANY_PARTITION
+
+    def _producer(self, broker_id: int) -> Producer:
+        producer = self._producers.get(broker_id)
+        if producer is None:
+            with self._lock:
+                producer = self._producers.get(broker_id)
+                if producer is None:
+                    address = self.cluster.address(broker_id)
+                    if address is None:
+                        raise SamsaError(ErrorCode.UNKNOWN, f"broker {broker_id} left the cluster")
+                    producer = Producer(replace(self.config, bootstrap=address))
+                    self._producers[broker_id] = producer
+        return producer
+
+    def _brokers_changed(self) -> None:
+        """Close the producers of brokers that left (on a thread of its own:
+        this runs on kazoo's thread, and closing flushes)."""
+        live = self.cluster.brokers()
+        with self._lock:
+            gone = [b for b in self._producers if b not in live]
+            closing = [self._producers.pop(b) for b in gone]
+        if closing:
+            log.info("brokers %s left: closing their producers", gone)
+            threading.Thread(target=lambda: [p.close(timeout=30) for p in closing],
+                             daemon=True).start()
