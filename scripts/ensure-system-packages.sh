@@ -8,6 +8,7 @@ set -euo pipefail
 needed=(
   "gcc:gcc"
   "python3-config:python3-dev"
+  "java:openjdk-17-jre-headless"
 )
 missing=()
 for pair in "${needed[@]}"; do
@@ -15,14 +16,18 @@ for pair in "${needed[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 done
 [ -f /usr/include/zlib.h ] || missing+=("zlib1g-dev")
+# ZooKeeper for coordination and its tests (broker/harness/zookeeper.py runs
+# the jar with java directly; the jar comes with Debian's zookeeper package)
+[ -f /usr/share/java/zookeeper.jar ] || missing+=("zookeeper")
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing system packages: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  # wait for another apt/dpkg (another setup running at the same time) rather than fail
+  apt-get -o DPkg::Lock::Timeout=300 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}"
 else
   echo "Samsa needs these system packages: ${missing[*]}" >&2
   echo "install them with: sudo apt-get install ${missing[*]}" >&2

@@ -8,12 +8,19 @@ them fails (as kazoo's harness dumps ZooKeeper's logs).
   tests, each test in topics of its own (kazoo's one server, fresh chroot per
   test): for tests that need no settings of their own and never stop it.
 * ``tmpfs``: small real file systems, to fill up.
+* ``zookeeper``: one real ZooKeeper server for the whole session (started by
+  broker.harness.zookeeper, as kazoo's harness keeps one cluster), with
+  ``zk_chroot`` (a fresh chroot per test) and ``zk_client`` (a started
+  KazooClient inside it); ``zk_ensemble``: a 3-server quorum per module, for
+  fault tests (a test that kills a member restarts it). When a test using
+  either fails, what the servers logged during the test is printed.
 
 Helpers that are plain functions (raw requests, metrics, waiting with a
 deadline) live in tests/broker_helpers.py.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import re
@@ -22,7 +29,7 @@ import subprocess
 import pytest
 
 from broker.client.admin import AdminClient
-from broker.harness import BrokerProcess
+from broker.harness import BrokerProcess, ZooKeeperEnsemble
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -156,3 +163,71 @@ def tmpfs(tmp_path):
     for point in reversed(mounted):
         # lazy: a process still holding a file there must not fail the test
         subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=30)
+
+
+# ---------------------------------------------------------------- ZooKeeper
+
+_ZOOKEEPER_FIXTURES = ("zookeeper", "zk_ensemble")
+_chroot_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory) -> ZooKeeperEnsemble:
+    """One standalone ZooKeeper server for the whole test session; tests keep
+    apart by chroot (``zk_chroot``), not by server. Do not stop it."""
+    ensemble = ZooKeeperEnsemble(1, str(tmp_path_factory.mktemp("zookeeper")))
+    ensemble.start()
+    yield ensemble
+    ensemble.stop()
+
+
+@pytest.fixture(scope="module")
+def zk_ensemble(tmp_path_factory) -> ZooKeeperEnsemble:
+    """A 3-server ZooKeeper quorum shared by a module's tests; a test that
+    kills a member restarts it before it ends (``zk_ensemble.restart(i)``)."""
+    ensemble = ZooKeeperEnsemble(3, str(tmp_path_factory.mktemp("zk-ensemble")))
+    ensemble.start()
+    yield ensemble
+    ensemble.stop()
+
+
+@pytest.fixture(autouse=True)
+def _zookeeper_logs_on_failure(request):
+    # Shared servers outlive the test, so print only what they logged during it.
+    names = [name for name in _ZOOKEEPER_FIXTURES if name in request.fixturenames]
+    if not names:
+        yield
+        return
+    positions = {name: request.getfixturevalue(name).log_positions() for name in names}
+    yield
+    if _failed(request.node):
+        for name in names:
+            print(f"\n===== ZooKeeper logs ({name}) during {request.node.nodeid} =====")
+            print(request.getfixturevalue(name).logs(since=positions[name]))
+
+
+@pytest.fixture
+def zk_chroot(request) -> str:
+    """A ZooKeeper path no other test uses, e.g. "/test-test_foo-7" (not created)."""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name).strip("-")[:100]
+    return f"/test-{name}-{next(_chroot_numbers)}"
+
+
+@pytest.fixture
+def zk_client(zookeeper, zk_chroot):
+    """A started KazooClient rooted at ``zk_chroot`` (created), on the session's
+    server; stopped and closed at teardown."""
+    from kazoo.client import KazooClient
+
+    # create the chroot from outside it first: kazoo warns when it starts in
+    # a chroot that does not exist
+    root = KazooClient(hosts=zookeeper.connect_string(), timeout=10)
+    root.start(timeout=15)
+    root.ensure_path(zk_chroot)
+    root.stop()
+    root.close()
+    client = KazooClient(hosts=zookeeper.connect_string(zk_chroot), timeout=10)
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()

@@ -1,0 +1,26 @@
+"""Real processes for the demo, the tests, the benchmarks and the lab.
+
+* ``BrokerProcess`` (broker_process.py): one ``python -m broker``.
+* ``ZooKeeperEnsemble`` (zookeeper.py): one ZooKeeper server or a quorum of
+  them, as Java processes, with kill/restart of one member.
+* kazoo_faults.py (imported on its own, it needs kazoo): drop a kazoo
+  client's connection or expire its session, for coordination tests.
+
+Nothing here is imported by the broker itself.
+"""
+from broker.harness.broker_process import BrokerProcess, BrokerStartError
+from broker.harness.zookeeper import (
+    ZooKeeperEnsemble,
+    ZooKeeperError,
+    ZooKeeperNotFoundError,
+    ZooKeeperServer,
+    ZooKeeperStartError,
+    find_classpath,
+    four_letter_word,
+)
+
+__all__ = [
+    "BrokerProcess", "BrokerStartError",
+    "ZooKeeperEnsemble", "ZooKeeperServer", "ZooKeeperError", "ZooKeeperNotFoundError",
+    "ZooKeeperStartError", "find_classpath", "four_letter_word",
+]
