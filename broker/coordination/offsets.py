@@ -13,6 +13,8 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from . import paths
 
+COMMIT_TIMEOUT_S = 10.0
+
 
 def read_offset(client: KazooClient, group: str, topic: str, broker_partition: str) -> int | None:
     try:
@@ -53,7 +55,7 @@ def commit_offsets(client: KazooClient, group: str,
                for path in (paths.offsets_path(group, topic, bp),)]
     for path, data, result in pending:
         try:
-            result.get()
+            result.get(timeout=COMMIT_TIMEOUT_S)   # kazoo would wait for ever while disconnected
         except NoNodeError:
             try:
                 client.create(path, data, makepath=True)

@@ -163,12 +163,16 @@ class GroupMember:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=30)
-        try:
-            if self.owned and self.client.connected:
-                self._release(self.owned)
-            self.client.delete(paths.consumer_id_path(self.group, self.consumer_id))
-        except (NoNodeError, KazooException, KazooTimeoutError):
-            pass
+        # without a connection there is nothing to do: our nodes are
+        # ephemeral and go with the session (and kazoo would wait forever)
+        if self.client.connected:
+            try:
+                if self.owned:
+                    self._release(self.owned)
+                self.client.delete_async(
+                    paths.consumer_id_path(self.group, self.consumer_id)).get(timeout=10)
+            except (NoNodeError, KazooException, KazooTimeoutError):
+                pass
         self.client.remove_listener(self._on_session)
         self.state = "CLOSED"
 

@@ -177,13 +177,14 @@ class BrokerRegistry:
         return True
 
     def _delete_if_ours(self, path: str) -> None:
+        # bounded waits: kazoo would wait for ever if the connection dropped now
         zk = self.client
         try:
-            _data, stat = zk.get(path)
+            _data, stat = zk.get_async(path).get(timeout=5)
         except NoNodeError:
             return
         if zk.client_id and stat.ephemeralOwner == zk.client_id[0]:
             try:
-                zk.delete(path)
+                zk.delete_async(path).get(timeout=5)
             except NoNodeError:
                 pass
