@@ -140,6 +140,9 @@ class GroupConsumer:
         self._generation = 0
         self._fetchers: list[_Fetcher] = []
         self._delivered: dict[tuple[str, str], int] = {}   # (topic, bp) -> next offset
+        # handed to the application and not yet taken (it has not asked for
+        # more since): counted by its next request, or by commit()
+        self._handed: dict[tuple[str, str], int] = {}
         self._committed: dict[tuple[str, str], int] = {}
         self._owned: Assignment = frozenset()
         self._paused = threading.Event()
@@ -162,6 +165,7 @@ class GroupConsumer:
         """Messages of the owned partitions, blocking for more; with
         ``timeout_ms``, ends after that long without a message."""
         last = time.monotonic()
+        self._take_handed()          # asking again: what was handed out is done with
         while not self._closed:
             self._maybe_auto_commit()
             try:
@@ -173,14 +177,16 @@ class GroupConsumer:
             for m in chunk:
                 if generation != self._generation or self._paused.is_set():
                     break           # rebalanced or suspended meanwhile: drop the rest
+                self._handed = {(m.topic, m.partition): m.next_offset}
                 yield m
                 # the application came back for more: this one is done with
-                self._delivered[(m.topic, m.partition)] = m.next_offset
+                self._take_handed()
             last = time.monotonic()
 
     def poll(self, timeout_ms: int = 1000) -> list[Message]:
         """One chunk of messages (possibly empty after ``timeout_ms``).
         Everything returned by earlier polls counts as taken."""
+        self._take_handed()
         self._maybe_auto_commit()
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
@@ -193,14 +199,29 @@ class GroupConsumer:
                 continue
             if generation != self._generation or self._paused.is_set():
                 continue
-            for m in chunk:
-                self._delivered[(m.topic, m.partition)] = m.next_offset
+            # taken at the next poll (or commit()), not now: a rebalance
+            # commit meanwhile must not count a chunk still being processed
+            self._handed = {(m.topic, m.partition): m.next_offset for m in chunk}
             return chunk
 
     def commit(self) -> None:
-        """Commit the offsets of what the application has taken."""
+        """Commit the offsets of what the application has taken, including
+        the message (or poll's chunk) it was handed last: call it once done
+        with that. Application thread only."""
+        self._take_handed()
+        self._commit()
+
+    def _take_handed(self) -> None:
+        if self._handed:
+            self._delivered.update(self._handed)
+            self._handed = {}
+
+    def _commit(self) -> None:
+        """Commit what has been taken (not what is merely handed out)."""
         with self._lock:
-            wanted = {k: v for k, v in self._delivered.items()
+            # a copy: the application thread adds keys while this may run
+            # on the coordination thread (a rebalance)
+            wanted = {k: v for k, v in dict(self._delivered).items()
                       if k in self._owned and self._committed.get(k) != v}
             if not wanted or not self.client.connected or self.member.state != "CONNECTED":
                 return
@@ -209,6 +230,11 @@ class GroupConsumer:
             self._last_commit = time.monotonic()
 
     def owned(self) -> Assignment:
+        """The partitions this consumer owns and hands out messages of now:
+        none while its ZooKeeper connection is suspended or its session lost
+        (it hands out nothing then, and another consumer may own them already)."""
+        if self._paused.is_set() or not self.client.connected:
+            return frozenset()
         return self._owned
 
     def close(self) -> None:
@@ -233,7 +259,7 @@ class GroupConsumer:
         if self.config.auto_commit and \
                 time.monotonic() - self._last_commit >= self.config.auto_commit_interval_ms / 1000:
             try:
-                self.commit()
+                self._commit()
             except Exception as exc:   # noqa: BLE001 - retried at the next interval
                 log.warning("auto-commit failed: %s", exc)
                 self._last_commit = time.monotonic()
@@ -245,7 +271,7 @@ class GroupConsumer:
         with self._lock:
             self._stop_fetchers()
             try:
-                self.commit()
+                self._commit()
             except Exception as exc:   # noqa: BLE001
                 log.warning("commit before release failed: %s", exc)
             self._owned = self._owned - partitions
@@ -256,13 +282,17 @@ class GroupConsumer:
                                                                for f in self._fetchers):
                 return
             self._stop_fetchers()
+            # partitions held all along go on from what the application took,
+            # not back to their last commit (that would deliver it all again)
+            kept = {k: v for k, v in dict(self._delivered).items()
+                    if k in self._owned and k in owned}
             self._owned = owned
             committed = {}
             for topic, bp in owned:
                 offset = zk_offsets.read_offset(self.client, self.config.group, topic, bp)
                 committed[(topic, bp)] = offset
             self._committed = {k: v for k, v in committed.items() if v is not None}
-            self._delivered = dict(self._committed)
+            self._delivered = {**self._committed, **kept}
             self._start_fetchers()
 
     def _start_fetchers(self) -> None:
