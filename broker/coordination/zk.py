@@ -43,22 +43,22 @@ def start_client(client: KazooClient, connect: str, timeout: float = 15.0,
                  what: str = "client") -> None:
     """Start ``client``, waiting up to ``timeout`` s; ensure the chroot exists.
     Raises ZooKeeperUnavailable with the address on failure."""
+    hosts, chroot = split_connect_string(connect)
     try:
+        if chroot:
+            # the chroot itself is made through a client without it, first
+            root = KazooClient(hosts=hosts, timeout=client._session_timeout / 1000)
+            try:
+                root.start(timeout=timeout)
+                root.ensure_path(chroot)
+            finally:
+                root.stop()
+                root.close()
         client.start(timeout=timeout)
     except KazooTimeoutError:
         client.stop()
         raise ZooKeeperUnavailable(f"{what}: cannot reach ZooKeeper at {connect} within "
                                    f"{timeout:.0f}s") from None
-    hosts, chroot = split_connect_string(connect)
-    if chroot:
-        # the chroot itself is created through a client without it
-        root = KazooClient(hosts=hosts, timeout=client._session_timeout / 1000)
-        try:
-            root.start(timeout=timeout)
-            root.ensure_path(chroot)
-        finally:
-            root.stop()
-            root.close()
 
 
 def start_in_background(client: KazooClient, connect: str, what: str,

@@ -11,6 +11,7 @@ Exit status: 0 on success, 1 on a broker error, 2 on bad usage.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -372,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # kazoo logs every failed connection attempt: the tools say it once, clearly
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     try:
         return args.func(args)
     except SamsaError as exc:
