@@ -4,13 +4,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench clean help
+.PHONY: setup demo test test-fast bench bench-peers clean help
 
 help:
 	@echo "make setup   create .venv and install Samsa with its test tools"
 	@echo "make demo    start a broker, produce and consume through the console tools"
 	@echo "make test    run the whole test suite"
 	@echo "make bench   run the throughput/latency benchmark (writes bench/RESULTS.md)"
+	@echo "make bench-peers  Samsa vs RabbitMQ vs ActiveMQ, the paper's section 5 (installs them)"
 
 setup: $(STAMP)
 
@@ -33,6 +34,16 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/run.py
+
+# the peers extra (pika, stomp.py, matplotlib) stays out of the test install
+PEERS_STAMP := $(VENV)/.peers-installed
+$(PEERS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[test,bench,peers]'
+	@touch $(PEERS_STAMP)
+
+bench-peers: setup $(PEERS_STAMP)
+	@scripts/ensure-peer-packages.sh
+	$(PY) bench/peers.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

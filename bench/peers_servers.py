@@ -1,0 +1,441 @@
+"""The three brokers of the peer benchmark, as plain background processes.
+
+* ``SamsaServer``: one ``python -m broker`` (``broker.harness.BrokerProcess``).
+* ``RabbitMQServer``: Debian's ``rabbitmq-server`` without its ``su`` wrapper:
+  our own ``epmd`` on a free port, the node configured by environment
+  variables (loopback only, temporary mnesia/log directories), started with
+  ``/usr/lib/rabbitmq/bin/rabbitmq-server``, awaited with ``rabbitmqctl
+  await_startup`` and stopped with ``rabbitmqctl stop``.
+* ``ActiveMQServer``: Debian's ``activemq.jar`` run by ``java`` in the
+  foreground, with a configuration derived from Debian's
+  ``instances-available/main/activemq.xml`` whose only transport connector
+  is STOMP on a free loopback port; stopped with SIGTERM.
+
+Every process is started in a session (process group) of its own, and
+``stop_process_group`` makes sure that nothing of a group survives its stop:
+the polite stop first, then SIGTERM, then SIGKILL to whatever is left (a
+RabbitMQ node is a shell script, ``beam.smp`` and helpers). Each server also
+reports the CPU seconds of its process groups (from /proc, all threads) and
+the bytes its data directory takes on disk.
+
+Never touches a process it did not start: everything is found by the
+process group ids of its own children.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+for _p in (HERE, ROOT):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from run import CLK_TCK  # noqa: E402  (bench/run.py: the single-broker benchmark)
+
+RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+ACTIVEMQ_HOME = "/usr/share/activemq"
+ACTIVEMQ_JAR = ACTIVEMQ_HOME + "/bin/activemq.jar"
+ACTIVEMQ_DEBIAN_CONF = "/etc/activemq/instances-available/main"
+DEBIAN_PACKAGES = {"rabbitmq": ("rabbitmq-server", RABBITMQ_SERVER),
+                   "activemq": ("activemq", ACTIVEMQ_JAR)}
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+# ====================================================================== processes
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rindex(b")") + 2:].split()     # fields[0] is field 3 (state)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes whose process group is ``pgid``."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if fields and int(fields[2]) == pgid and fields[0] != b"Z":
+            pids.append(int(name))
+    return pids
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """utime + stime (all threads) of the live processes of a process group."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if fields and int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
+def _wait_group_gone(pgid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while group_members(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def stop_process_group(proc: subprocess.Popen, polite=None, timeout: float = 30.0) -> list[str]:
+    """Stop a process started with ``start_new_session=True`` and every
+    process of its group: ``polite()`` (default: SIGTERM to the leader), wait
+    up to ``timeout`` s for the leader, then SIGTERM and at last SIGKILL to the
+    whole group. Returns what it had to do beyond the polite stop (empty when
+    all went well). Safe to call twice, and after the process died."""
+    notes: list[str] = []
+    pgid = proc.pid
+    if proc.poll() is None:
+        try:
+            if polite is not None:
+                polite()
+            else:
+                proc.send_signal(signal.SIGTERM)
+        except Exception as exc:   # noqa: BLE001 - a stop must go on to the hard way
+            notes.append(f"polite stop failed: {exc}")
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            notes.append(f"leader still running after {timeout:.0f} s")
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        if not group_members(pgid):
+            break
+        notes.append(f"sent {sig.name} to the rest of process group {pgid}")
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        _wait_group_gone(pgid, grace)
+    if proc.poll() is None:     # reap the leader (it is our child)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            notes.append("leader did not die")
+    if group_members(pgid):
+        notes.append(f"process group {pgid} still has {group_members(pgid)}")
+    return notes
+
+
+# ====================================================================== disk
+
+def dir_usage(path: str) -> dict[str, int]:
+    """{file: bytes it takes on disk} under ``path``, as du counts them
+    (allocated blocks: a sparse, preallocated file such as a KahaDB journal
+    counts only what was written)."""
+    usage = {}
+    for top, _dirs, files in os.walk(path):
+        for name in files:
+            full = os.path.join(top, name)
+            try:
+                usage[full] = os.lstat(full).st_blocks * 512
+            except OSError:
+                continue
+    return usage
+
+
+def growth(before: dict[str, int], after: dict[str, int]) -> int:
+    """Bytes written between two ``dir_usage`` snapshots: what new files take
+    plus what grown files gained. Files deleted or shrunk meanwhile (a broker
+    collecting the garbage of messages consumed earlier) do not offset it."""
+    return sum(max(0, size - before.get(f, 0)) for f, size in after.items())
+
+
+def settled_usage(path: str, timeout: float = 5.0, interval: float = 0.3) -> dict[str, int]:
+    """dir_usage once it stops changing (a broker may still be writing
+    behind its acknowledgement), or after ``timeout`` s."""
+    last = dir_usage(path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        now = dir_usage(path)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+# ====================================================================== servers
+
+class Server:
+    """A broker run by the benchmark. Subclasses start it in ``start`` and
+    register each process they start with ``_spawn``; ``stop`` stops them
+    in reverse order."""
+    name = "?"
+
+    def __init__(self, workdir: str) -> None:
+        self.workdir = os.path.join(workdir, self.name)
+        os.makedirs(self.workdir, exist_ok=True)
+        self.procs: list[tuple[str, subprocess.Popen, object]] = []
+        self.stop_notes: list[str] = []
+
+    @property
+    def data_dir(self) -> str:
+        raise NotImplementedError
+
+    def _spawn(self, label: str, cmd: list[str], env: dict | None = None, polite=None,
+               cwd: str | None = None) -> subprocess.Popen:
+        log_path = os.path.join(self.workdir, f"{label}.out")
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                                    start_new_session=True)
+        self.procs.append((label, proc, polite))
+        return proc
+
+    def pgids(self) -> list[int]:
+        return [p.pid for _label, p, _polite in self.procs]
+
+    def cpu_seconds(self) -> float:
+        return sum(group_cpu_seconds(g) for g in self.pgids())
+
+    def leftover(self) -> list[int]:
+        """Processes of this server's groups still alive (should be none after stop)."""
+        return [pid for g in self.pgids() for pid in group_members(g)]
+
+    def stop(self) -> list[str]:
+        notes = []
+        for label, proc, polite in reversed(self.procs):
+            for note in stop_process_group(proc, polite):
+                notes.append(f"{self.name} {label}: {note}")
+        self.stop_notes += notes
+        return notes
+
+    def log_tail(self, lines: int = 30) -> str:
+        out = []
+        for label, _proc, _polite in self.procs:
+            path = os.path.join(self.workdir, f"{label}.out")
+            try:
+                with open(path, "rb") as f:
+                    tail = f.readlines()[-lines:]
+            except OSError:
+                continue
+            out.append(f"--- {path}\n" + b"".join(tail).decode(errors="replace"))
+        return "\n".join(out)
+
+
+def _wait_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerStartError(f"exited with {proc.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise ServerStartError(f"nothing listening on port {port} after {timeout:.0f} s")
+
+
+class SamsaServer(Server):
+    name = "samsa"
+
+    def __init__(self, workdir: str, settings: dict | None = None) -> None:
+        super().__init__(workdir)
+        self.settings = dict(settings or {})
+        self.broker = None
+
+    @property
+    def data_dir(self) -> str:
+        return os.path.join(self.workdir, "data")
+
+    @property
+    def address(self) -> str:
+        return self.broker.address
+
+    def start(self, timeout: float = 30.0) -> "SamsaServer":
+        from broker.harness import BrokerProcess
+        self.broker = BrokerProcess(self.data_dir, settings=self.settings,
+                                    log_path=os.path.join(self.workdir, "broker.out"))
+        try:
+            self.broker.start(timeout)
+        finally:
+            if self.broker.proc is not None:    # registered even if the start failed
+                self.procs.append(("broker", self.broker.proc,
+                                   lambda: self.broker.proc.send_signal(signal.SIGTERM)))
+        return self
+
+    def stop(self) -> list[str]:
+        notes = super().stop()
+        if self.broker is not None and self.broker._reader is not None:
+            self.broker._reader.join(timeout=5)
+        return notes
+
+
+class RabbitMQServer(Server):
+    name = "rabbitmq"
+
+    def __init__(self, workdir: str) -> None:
+        super().__init__(workdir)
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.epmd_port = free_port()
+        self.node = f"samsa-peers-{os.getpid()}@localhost"
+        self.env: dict[str, str] = {}
+
+    @property
+    def data_dir(self) -> str:
+        return os.path.join(self.workdir, "mnesia")
+
+    def _environment(self) -> dict[str, str]:
+        w = self.workdir
+        os.makedirs(self.data_dir, exist_ok=True)
+        os.makedirs(os.path.join(w, "log"), exist_ok=True)
+        os.makedirs(os.path.join(w, "home"), exist_ok=True)
+        with open(os.path.join(w, "rabbitmq.conf"), "w") as f:
+            f.write(f"listeners.tcp.default = 127.0.0.1:{self.port}\nloopback_users = none\n")
+        with open(os.path.join(w, "enabled_plugins"), "w") as f:
+            f.write("[].\n")
+        env = dict(os.environ)
+        env.update({
+            "HOME": os.path.join(w, "home"),            # the Erlang cookie goes here
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": self.data_dir,
+            "RABBITMQ_LOG_BASE": os.path.join(w, "log"),
+            "RABBITMQ_CONFIG_FILE": os.path.join(w, "rabbitmq.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": os.path.join(w, "enabled_plugins"),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+        })
+        return env
+
+    def ctl(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+        return subprocess.run([RABBITMQCTL, "-n", self.node, *args], env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def start(self, timeout: float = 90.0) -> "RabbitMQServer":
+        self.env = self._environment()
+        # our own epmd first: were none running on ERL_EPMD_PORT, the Erlang VM
+        # (and every rabbitmqctl) would start a daemon epmd that nobody stops
+        epmd = self._spawn("epmd", ["epmd", "-port", str(self.epmd_port)], env=self.env)
+        _wait_port(self.epmd_port, epmd, 10)
+        server = self._spawn("rabbitmq-server", [RABBITMQ_SERVER], env=self.env,
+                             polite=self._polite_stop)
+        _wait_port(self.port, server, timeout)
+        r = self.ctl("await_startup", "--timeout", str(int(timeout)), timeout=timeout + 10)
+        if r.returncode != 0:
+            raise ServerStartError(f"rabbitmqctl await_startup: {r.stdout}{r.stderr}")
+        return self
+
+    def _polite_stop(self) -> None:
+        self.ctl("stop", timeout=60)
+
+
+class ActiveMQServer(Server):
+    name = "activemq"
+
+    def __init__(self, workdir: str, heap: str = "1G") -> None:
+        super().__init__(workdir)
+        self.port = free_port()
+        self.heap = heap
+
+    @property
+    def data_dir(self) -> str:
+        return os.path.join(self.workdir, "data")
+
+    def write_config(self) -> str:
+        conf = os.path.join(self.workdir, "conf")
+        os.makedirs(conf, exist_ok=True)
+        with open(os.path.join(ACTIVEMQ_DEBIAN_CONF, "activemq.xml")) as f:
+            xml = f.read()
+        xml = activemq_config(xml, self.port)
+        path = os.path.join(conf, "activemq.xml")
+        with open(path, "w") as f:
+            f.write(xml)
+        log4j = os.path.join(ACTIVEMQ_DEBIAN_CONF, "log4j2.properties")
+        if os.path.exists(log4j):
+            shutil.copy(log4j, conf)
+        return path
+
+    def start(self, timeout: float = 60.0) -> "ActiveMQServer":
+        b = self.workdir
+        path = self.write_config()
+        for d in ("data", "tmp"):
+            os.makedirs(os.path.join(b, d), exist_ok=True)
+        cmd = ["java", f"-Xms{self.heap}", f"-Xmx{self.heap}",
+               f"-Dactivemq.home={ACTIVEMQ_HOME}", f"-Dactivemq.base={b}",
+               f"-Dactivemq.conf={b}/conf", f"-Dactivemq.data={b}/data",
+               f"-Djava.io.tmpdir={b}/tmp", f"-Dactivemq.classpath={b}/conf",
+               "-jar", ACTIVEMQ_JAR, "start", f"xbean:file:{path}"]
+        proc = self._spawn("activemq", cmd, cwd=b)
+        _wait_port(self.port, proc, timeout)
+        stomp_handshake(self.port, timeout=timeout)
+        return self
+
+
+def activemq_config(debian_xml: str, stomp_port: int) -> str:
+    """Debian's activemq.xml with its transport connectors replaced by one
+    STOMP connector on 127.0.0.1:``stomp_port`` (nothing else changes: KahaDB
+    under ${activemq.base}/data, as Debian configures it)."""
+    connectors = ("<transportConnectors>\n"
+                  f'            <transportConnector name="stomp" '
+                  f'uri="stomp://127.0.0.1:{stomp_port}"/>\n'
+                  "        </transportConnectors>")
+    xml, count = re.subn(r"<transportConnectors>.*?</transportConnectors>", connectors,
+                         debian_xml, flags=re.S)
+    if count != 1:
+        raise ServerStartError("Debian's activemq.xml has no <transportConnectors> block")
+    return xml
+
+
+def stomp_handshake(port: int, timeout: float = 30.0) -> None:
+    """Wait until the broker answers a STOMP CONNECT (the port can accept
+    before the broker is ready)."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\0")
+                reply = s.recv(4096)
+                if reply.startswith(b"CONNECTED"):
+                    s.sendall(b"DISCONNECT\n\n\0")
+                    return
+                last = reply[:200].decode(errors="replace")
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    raise ServerStartError(f"no STOMP CONNECTED from port {port}: {last}")
+
+
+def missing_debian_packages(systems) -> list[str]:
+    """Debian packages the chosen peers need that are not installed."""
+    missing = []
+    for system in systems:
+        if system in DEBIAN_PACKAGES:
+            package, path = DEBIAN_PACKAGES[system]
+            if not os.path.exists(path):
+                missing.append(package)
+    if "rabbitmq" in systems and not shutil.which("epmd"):
+        missing.append("erlang-base")
+    if "activemq" in systems and not shutil.which("java"):
+        missing.append("default-jre-headless")
+    return missing
