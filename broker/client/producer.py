@@ -219,11 +219,7 @@ class Producer:
                     self._cond.notify_all()
                 return batch
             tp = (topic, partition)
-            batch = self._open.get(tp)
-            if batch is None:
-                batch = self._open[tp] = Batch(topic, partition, time.monotonic())
-                if self._sender_idle:
-                    self._cond.notify_all()     # it may sleep without a linger deadline
+            batch = self._open.get(tp) or self._new_open_batch(tp)
             batch.values.append(value)
             batch.timestamps.append(timestamp)
             if key is not None or batch.keys is not None:
@@ -233,10 +229,7 @@ class Producer:
             batch.nbytes += len(value)
             self._queued += 1
             if len(batch.values) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
-                del self._open[tp]
-                self._ready.append(batch)
-                if self._sender_idle:
-                    self._cond.notify_all()
+                self._ready_up(tp, batch)
             return batch
 
     def send_many(self, topic: str, values: list[bytes], key: bytes | None = None,
@@ -261,11 +254,7 @@ class Producer:
             while i < n:
                 if self._queued >= cfg.buffer_messages:
                     self._wait_for_room()
-                batch = self._open.get(tp)
-                if batch is None:
-                    batch = self._open[tp] = Batch(topic, partition, time.monotonic())
-                    if self._sender_idle:
-                        self._cond.notify_all()
+                batch = self._open.get(tp) or self._new_open_batch(tp)
                 chunk = values[i:i + cfg.batch_size - len(batch.values)]
                 batch.values.extend(chunk)
                 batch.timestamps.extend([timestamp] * len(chunk))
@@ -277,11 +266,22 @@ class Producer:
                 self._queued += len(chunk)
                 i += len(chunk)
                 if len(batch.values) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
-                    del self._open[tp]
-                    self._ready.append(batch)
-                    if self._sender_idle:
-                        self._cond.notify_all()
+                    self._ready_up(tp, batch)
             return batch
+
+    # called with self._lock held
+    def _new_open_batch(self, tp: tuple[str, int]) -> Batch:
+        batch = self._open[tp] = Batch(tp[0], tp[1], time.monotonic())
+        if self._sender_idle:
+            self._cond.notify_all()     # it may sleep without a linger deadline
+        return batch
+
+    def _ready_up(self, tp: tuple[str, int], batch: Batch) -> None:
+        """A full batch leaves the accumulator for the sender."""
+        del self._open[tp]
+        self._ready.append(batch)
+        if self._sender_idle:
+            self._cond.notify_all()
 
     def _wait_for_room(self) -> None:
         """Back-pressure: block send() (lock held) until the buffer drains."""
