@@ -13,16 +13,14 @@ defaults)::
 """
 from __future__ import annotations
 
-import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker import settings
+from broker.settings import ConfigError
 from broker.storage.log_config import LogConfig
 
-
-class ConfigError(ValueError):
-    """A setting is unknown or has a value it cannot take."""
+__all__ = ["BrokerConfig", "ConfigError", "load_config", "to_toml"]
 
 
 @dataclass(frozen=True)
@@ -99,86 +97,12 @@ class BrokerConfig:
         return self.advertised_host or ("127.0.0.1" if self.host in ("", "0.0.0.0") else self.host)
 
 
-def _coerce(name: str, current: Any, value: Any) -> Any:
-    if isinstance(current, bool):
-        if isinstance(value, str):
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ConfigError(f"{name} must be true or false, got {value!r}")
-        return bool(value)
-    if isinstance(current, int):
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be an integer, got {value!r}") from None
-    return str(value)
-
-
-def _build(cls, values: dict[str, Any], prefix: str = ""):
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    defaults = cls()
-    kwargs = {}
-    for key, value in values.items():
-        if key not in known:
-            raise ConfigError(f"unknown setting '{prefix}{key}'; known: "
-                              f"{', '.join(prefix + k for k in sorted(known))}")
-        current = getattr(defaults, key)
-        if dataclasses.is_dataclass(current):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{key} must be a table")
-            kwargs[key] = _build(type(current), value, prefix + key + ".")
-        else:
-            kwargs[key] = _coerce(prefix + key, current, value)
-    try:
-        return cls(**kwargs)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
 def load_config(path: str | None = None, overrides: dict[str, Any] | None = None) -> BrokerConfig:
     """Settings from ``path`` (TOML; None for defaults) with ``overrides`` on
     top. Override keys may be dotted for nested tables: ``log.flush_ms``."""
-    values: dict[str, Any] = {}
-    if path:
-        try:
-            with open(path, "rb") as f:
-                values = tomllib.load(f)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    for key, value in (overrides or {}).items():
-        target = values
-        parts = key.split(".")
-        for part in parts[:-1]:
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                raise ConfigError(f"{key}: {part} is not a table")
-        target[parts[-1]] = value
-    return _build(BrokerConfig, values)
+    return settings.load(BrokerConfig, path, overrides)
 
 
 def to_toml(config: BrokerConfig) -> str:
     """The effective settings as TOML (for --print-config)."""
-    lines, tables = [], []
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if dataclasses.is_dataclass(value):
-            tables.append((f.name, value))
-        else:
-            lines.append(f"{f.name} = {_toml_value(value)}")
-    for name, table in tables:
-        lines.append(f"\n[{name}]")
-        for f in dataclasses.fields(table):
-            lines.append(f"{f.name} = {_toml_value(getattr(table, f.name))}")
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return settings.to_toml(config)

@@ -19,6 +19,8 @@ done
 # ZooKeeper for coordination and its tests (broker/harness/zookeeper.py runs
 # the jar with java directly; the jar comes with Debian's zookeeper package)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=("zookeeper")
+# HAProxy: the per-datacenter load balancer of the multi-DC lab (infra/local)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=("haproxy")
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

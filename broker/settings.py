@@ -1,0 +1,173 @@
+"""Settings files: frozen dataclasses loaded from TOML with command-line
+overrides, validated together when built. Shared by every Samsa program
+(broker, mirror, the multi-DC topology); it imports nothing of them.
+
+A settings class is a frozen dataclass whose fields are str, int, float,
+bool, ``str | None``, ``tuple[str, ...]``, another settings class (a TOML
+table) or ``tuple[<settings class>, ...]`` (an array of tables). Checks that
+span fields go in ``__post_init__`` and raise ValueError; ``build`` turns
+that into ConfigError naming the file's table.
+
+Overrides are ``dotted.key=value`` strings as typed on a command line
+(``--set log.flush_ms=10``): values are converted to the field's type.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting is unknown, missing, or has a value it cannot take."""
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, str]:
+    """``["a.b=1", "c=x"]`` -> ``{"a.b": "1", "c": "x"}``."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set takes key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def apply_overrides(values: dict[str, Any], overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """Put dotted ``overrides`` into the nested ``values`` (in place)."""
+    for key, value in (overrides or {}).items():
+        target = values
+        parts = key.split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise ConfigError(f"{key}: {part} is not a table")
+        target[parts[-1]] = value
+    return values
+
+
+def load(cls, path: str | None = None, overrides: dict[str, Any] | None = None):
+    """An instance of ``cls`` from ``path`` (TOML; None: defaults only) with
+    ``overrides`` on top."""
+    values = read_toml(path) if path else {}
+    return build(cls, apply_overrides(values, overrides))
+
+
+def build(cls, values: dict[str, Any], prefix: str = ""):
+    """An instance of the settings class ``cls`` from a (TOML) dict."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'settings'} must be a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"unknown setting '{prefix}{key}'; known: "
+                              f"{', '.join(prefix + k for k in sorted(fields))}")
+        kwargs[key] = _convert(prefix + key, hints[key], value)
+    missing = [name for name, f in fields.items() if name not in kwargs
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"missing setting(s): {', '.join(prefix + m for m in missing)}")
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        where = f"[{prefix.rstrip('.')}] " if prefix else ""
+        raise ConfigError(f"{where}{exc}") from None
+
+
+def _convert(name: str, hint: Any, value: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value == "" and str in options):
+            return None if value is None else value
+        return _convert(name, options[0], value)
+    if origin is tuple:
+        (item,) = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        if isinstance(value, str):      # a command-line override: comma-separated
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name} must be a list")
+        return tuple(_convert(f"{name}[{i}]", item, v) for i, v in enumerate(value))
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        return build(hint, value, name + ".")
+    if hint is bool:
+        if isinstance(value, str):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ConfigError(f"{name} must be true or false, got {value!r}")
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+    if hint is float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be a number, got {value!r}") from None
+    if hint is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{name} must be a string")
+        return str(value)
+    return value
+
+
+def to_toml(config) -> str:
+    """The settings as TOML that ``load`` reads back to an equal object."""
+    lines: list[str] = []
+    _write_table(config, "", lines)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _write_table(config, path: str, lines: list[str]) -> None:
+    tables, arrays = [], []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            tables.append((f.name, value))
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            arrays.append((f.name, value))
+        elif value is not None:
+            lines.append(f"{f.name} = {_toml_value(value)}")
+    for name, table in tables:
+        lines.append(f"\n[{path}{name}]")
+        _write_table(table, f"{path}{name}.", lines)
+    for name, items in arrays:
+        for item in items:
+            lines.append(f"\n[[{path}{name}]]")
+            _write_table(item, f"{path}{name}.", lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,147 @@
+"""Mirror settings: which clusters to copy from, into which, what, and how.
+
+File format (TOML; every key but ``sources`` and ``target`` has a default)::
+
+    group = "mirror-analysis"        # consumer group in every source cluster
+    whitelist = "clicks|views|.*-log"
+    [target]
+    name = "analysis"
+    zookeeper = "127.0.0.1:2181/analysis"
+    [[sources]]
+    name = "dc-a"
+    zookeeper = "127.0.0.1:2181/dc-a"
+    [[sources]]
+    name = "dc-b"
+    zookeeper = "127.0.0.1:2181/dc-b"
+
+A cluster is named by its ZooKeeper connect string with chroot: two clusters
+are the same cluster when their ensembles share a server and their chroots
+are equal. The mirror refuses a target that is one of its sources.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from broker import settings
+from broker.coordination.zk import split_connect_string
+from broker.settings import ConfigError
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    name: str
+    """A short name for logs, metrics and the mirrored-topic marks ("dc-a")."""
+    zookeeper: str
+    """ZooKeeper connect string with the cluster's chroot ("h1:2181,h2:2181/dc-a")."""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name or ""):
+            raise ValueError(f"cluster name {self.name!r}: use letters, digits, '.', '_', '-'")
+        split_connect_string(self.zookeeper)       # raises ValueError when malformed
+
+    def identity(self) -> tuple[frozenset[str], str]:
+        """(servers, chroot): what makes two references the same cluster."""
+        hosts, chroot = split_connect_string(self.zookeeper)
+        servers = frozenset(h.strip().lower().replace("localhost", "127.0.0.1")
+                            for h in hosts.split(","))
+        return servers, chroot or "/"
+
+    def same_cluster(self, other: "ClusterRef") -> bool:
+        mine, theirs = self.identity(), other.identity()
+        return bool(mine[0] & theirs[0]) and mine[1] == theirs[1]
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    sources: tuple[ClusterRef, ...] = ()
+    """The clusters to copy from (at least one)."""
+    target: ClusterRef | None = None
+    """The cluster to copy into (the analysis cluster)."""
+    group: str = "samsa-mirror"
+    """Consumer group in every source cluster; mirror processes of one group share
+    the partitions."""
+    whitelist: str = ".*"
+    """Regex: mirror every topic whose whole name matches..."""
+    blacklist: str = ""
+    """...and does not match this one (empty: none)."""
+    consumer_id: str = ""
+    """This process's id in the group (default host-pid-random)."""
+    target_partitions: int = 2
+    """Partitions per target broker of a topic the mirror creates in the target."""
+    batch_size: int = 1000
+    """Messages per produce request to the target."""
+    linger_ms: int = 20
+    """How long a target batch waits to fill."""
+    max_unacknowledged: int = 200_000
+    """Messages sent to the target and not yet acknowledged as flushed: the window
+    re-sent (as duplicates) after a crash; fetching pauses when it is full."""
+    commit_interval_ms: int = 1000
+    """How often acknowledged source offsets are committed to ZooKeeper."""
+    fetch_max_bytes: int = 1 << 20
+    """Bytes per partition per fetch from a source broker."""
+    retry_backoff_ms: int = 200
+    """First wait before re-sending to the target after a retriable failure..."""
+    retry_backoff_max_ms: int = 5000
+    """...doubling up to this while the target stays unreachable (never gives up)."""
+    session_timeout_ms: int = 6000
+    """ZooKeeper session timeout of the group membership."""
+    metrics_port: int = 9095
+    """HTTP port of the Prometheus metrics (/metrics); 0 picks one, -1 disables."""
+    log_level: str = "INFO"
+    log_format: str = "text"
+    """"text" or "json"."""
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ValueError("a mirror needs at least one [[sources]] cluster")
+        if self.target is None:
+            raise ValueError("a mirror needs a [target] cluster")
+        for source in self.sources:
+            if source.same_cluster(self.target):
+                raise ValueError(f"source {source.name!r} ({source.zookeeper}) is the target "
+                                 f"cluster itself: a mirror into its own source would loop")
+        names = [s.name for s in self.sources] + [self.target.name]
+        if len(set(names)) != len(names):
+            raise ValueError(f"cluster names must differ: {names}")
+        for i, a in enumerate(self.sources):
+            for b in self.sources[i + 1:]:
+                if a.same_cluster(b):
+                    raise ValueError(f"sources {a.name!r} and {b.name!r} are the same cluster")
+        for what in ("whitelist", "blacklist"):
+            try:
+                re.compile(getattr(self, what))
+            except re.error as exc:
+                raise ValueError(f"bad {what} {getattr(self, what)!r}: {exc}") from None
+        if not self.group or "/" in self.group:
+            raise ValueError(f"bad group name {self.group!r}")
+        for name in ("target_partitions", "batch_size", "max_unacknowledged",
+                     "commit_interval_ms", "fetch_max_bytes", "retry_backoff_ms",
+                     "retry_backoff_max_ms", "session_timeout_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.linger_ms < 0:
+            raise ValueError("linger_ms must be >= 0")
+        if not -1 <= self.metrics_port <= 65535:
+            raise ValueError("metrics_port must be -1..65535")
+        if self.log_format not in ("text", "json"):
+            raise ValueError("log_format must be text or json")
+
+
+def load_mirror_config(path: str | None, overrides: dict | None = None) -> MirrorConfig:
+    return settings.load(MirrorConfig, path, overrides)
+
+
+def parse_cluster(text: str) -> ClusterRef:
+    """``name=zookeeper`` as given on the command line."""
+    name, sep, zookeeper = text.partition("=")
+    if not sep:
+        raise ConfigError(f"a cluster is NAME=ZOOKEEPER (\"dc-a=127.0.0.1:2181/dc-a\"), "
+                          f"got {text!r}")
+    try:
+        return ClusterRef(name.strip(), zookeeper.strip())
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+__all__ = ["ClusterRef", "ConfigError", "MirrorConfig", "load_mirror_config", "parse_cluster"]
