@@ -9,7 +9,9 @@ span fields go in ``__post_init__`` and raise ValueError; ``build`` turns
 that into ConfigError naming the file's table.
 
 Overrides are ``dotted.key=value`` strings as typed on a command line
-(``--set log.flush_ms=10``): values are converted to the field's type.
+(``--set log.flush_ms=10``): values are converted to the field's type. In an
+array of tables a part of the key picks one table, by its ``name`` or its
+index: ``--set datacenters.dc-a.brokers=3``, ``--set sources.0.zookeeper=...``.
 """
 from __future__ import annotations
 
@@ -50,12 +52,30 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any] | None) ->
     for key, value in (overrides or {}).items():
         target = values
         parts = key.split(".")
-        for part in parts[:-1]:
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
+        for i, part in enumerate(parts[:-1]):
+            if isinstance(target, list):
+                target = _array_element(target, part, key, ".".join(parts[:i]))
+            else:
+                target = target.setdefault(part, {})
+            if not isinstance(target, (dict, list)):
                 raise ConfigError(f"{key}: {part} is not a table")
+        if not isinstance(target, dict):
+            raise ConfigError(f"{key}: {'.'.join(parts[:-1])} is an array of tables: "
+                              f"name one of them ({'.'.join(parts[:-1])}.<name or index>.KEY)")
         target[parts[-1]] = value
     return values
+
+
+def _array_element(items: list, part: str, key: str, where: str) -> dict:
+    """The table of the array ``items`` named (its ``name`` key) or indexed by ``part``."""
+    for item in items:
+        if isinstance(item, dict) and item.get("name") == part:
+            return item
+    if part.isdigit() and int(part) < len(items):
+        return items[int(part)]
+    names = [str(item.get("name")) for item in items if isinstance(item, dict)]
+    raise ConfigError(f"{key}: no table named {part!r} in {where} "
+                      f"(names: {', '.join(names) or 'none'}; or an index 0..{len(items) - 1})")
 
 
 def load(cls, path: str | None = None, overrides: dict[str, Any] | None = None):

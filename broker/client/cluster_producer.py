@@ -57,6 +57,39 @@ class ClusterProducer:
         return self._producer(broker_id).send_many(topic, values, key=key, partition=partition,
                                                    timestamp=timestamp)
 
+    def send_records(self, topic: str, values: list[bytes], timestamps: list[int],
+                     keys: list[bytes | None] | None = None) -> list[Batch]:
+        """Queue copies of existing messages (each keeps its timestamp and
+        key): keyed ones go to their key's broker-partition, the key-less
+        ones of this call together to one random broker-partition. Returns
+        every batch they joined. The topic must have partitions in the
+        cluster."""
+        partitions = self.cluster.partitions(topic)
+        if not partitions:
+            raise SamsaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"topic {topic!r} has no partitions in the cluster at "
+                             f"{self.zookeeper}")
+        unkeyed = random.choice(partitions)
+        if keys is None or all(k is None for k in keys):
+            groups = {unkeyed: (values, timestamps, None)}
+        else:
+            crc32, n = zlib.crc32, len(partitions)
+            routed: dict[str, tuple[list, list, list]] = {}
+            for value, ts, key in zip(values, timestamps, keys):
+                bp = partitions[crc32(key) % n] if key is not None else unkeyed
+                group = routed.get(bp)
+                if group is None:
+                    group = routed[bp] = ([], [], [])
+                group[0].append(value)
+                group[1].append(ts)
+                group[2].append(key)
+            groups = routed
+        batches: list[Batch] = []
+        for bp, (vals, stamps, ks) in groups.items():
+            broker_id, partition = paths.parse_broker_partition(bp)
+            batches += self._producer(broker_id).send_records(topic, partition, vals, stamps, ks)
+        return batches
+
     def flush(self, timeout: float | None = None) -> None:
         for producer in list(self._producers.values()):
             producer.flush(timeout)

@@ -56,6 +56,11 @@ class GroupConsumerConfig:
     auto_commit: bool = True
     auto_commit_interval_ms: int = 1000
     """Commit what the application has taken this often (and on every rebalance)."""
+    explicit_acknowledgement: bool = False
+    """False: a message counts as done once the application asks for the next
+    (or calls commit()). True: only offsets given to ``acknowledge()`` count,
+    for an application that finishes messages asynchronously (the mirror
+    acknowledges once the target cluster has flushed them)."""
     fetch_max_bytes: int = 300 * 1024
     max_wait_ms: int = 100
     """Long-poll wait of the fetchers (short, so a rebalance stops them quickly)."""
@@ -201,7 +206,8 @@ class GroupConsumer:
                 continue
             # taken at the next poll (or commit()), not now: a rebalance
             # commit meanwhile must not count a chunk still being processed
-            self._handed = {(m.topic, m.partition): m.next_offset for m in chunk}
+            if not self.config.explicit_acknowledgement:
+                self._handed = {(m.topic, m.partition): m.next_offset for m in chunk}
             return chunk
 
     def commit(self) -> None:
@@ -211,8 +217,19 @@ class GroupConsumer:
         self._take_handed()
         self._commit()
 
+    def acknowledge(self, offsets: dict[tuple[str, str], int]) -> None:
+        """With ``explicit_acknowledgement``: the messages before these next
+        offsets ((topic, broker-partition) -> offset) are done with, and are
+        committed at the next auto-commit, rebalance or ``commit()``. Offsets
+        only move forward. Any thread."""
+        with self._lock:
+            delivered = self._delivered
+            for key, offset in offsets.items():
+                if offset > delivered.get(key, -1):
+                    delivered[key] = offset
+
     def _take_handed(self) -> None:
-        if self._handed:
+        if self._handed and not self.config.explicit_acknowledgement:
             self._delivered.update(self._handed)
             self._handed = {}
 

@@ -269,6 +269,44 @@ class Producer:
                     self._ready_up(tp, batch)
             return batch
 
+    def send_records(self, topic: str, partition: int, values: list[bytes],
+                     timestamps: list[int], keys: list[bytes | None] | None = None
+                     ) -> list[Batch]:
+        """Queue messages for one partition, each with its own timestamp
+        (and key, when ``keys`` is given): a copy of existing messages, as
+        the mirror makes. Returns every batch they joined, oldest first."""
+        n = len(values)
+        if not n:
+            return []
+        if len(timestamps) != n or (keys is not None and len(keys) != n):
+            raise ValueError("values, timestamps and keys differ in length")
+        cfg = self.config
+        tp = (topic, partition)
+        touched: list[Batch] = []
+        i = 0
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the producer is closed")
+            while i < n:
+                if self._queued >= cfg.buffer_messages:
+                    self._wait_for_room()
+                batch = self._open.get(tp) or self._new_open_batch(tp)
+                j = i + cfg.batch_size - len(batch.values)
+                chunk = values[i:j]
+                if keys is not None or batch.keys is not None:
+                    if batch.keys is None:
+                        batch.keys = [None] * len(batch.values)
+                    batch.keys.extend(keys[i:j] if keys is not None else [None] * len(chunk))
+                batch.values.extend(chunk)
+                batch.timestamps.extend(timestamps[i:j])
+                batch.nbytes += sum(map(len, chunk))
+                self._queued += len(chunk)
+                i += len(chunk)
+                touched.append(batch)
+                if len(batch.values) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
+                    self._ready_up(tp, batch)
+        return touched
+
     # called with self._lock held
     def _new_open_batch(self, tp: tuple[str, int]) -> Batch:
         batch = self._open[tp] = Batch(tp[0], tp[1], time.monotonic())
@@ -313,7 +351,9 @@ class Producer:
                 self._waiters -= 1
 
     def close(self, timeout: float | None = 60.0) -> None:
-        """Flush, then stop the sender and close the connection."""
+        """Flush, then stop the sender and close the connection. Batches
+        still not done after ``timeout`` fail ("the producer closed before
+        they were acknowledged"): every future completes."""
         if self._closed:
             return
         try:
@@ -323,10 +363,25 @@ class Producer:
                 self._closing = True
                 self._cond.notify_all()
             self._sender.join(timeout=10)
-            self.conn.close()
+            self.conn.close()          # wakes a sender still blocked on the socket
+            self._sender.join(timeout=1)
+            self._fail_leftovers()
             if self._admin is not None:
                 self._admin.close()
             self._closed = True
+
+    def _fail_leftovers(self) -> None:
+        with self._cond:
+            leftovers = [b for _cid, b in self._inflight] + list(self._ready) + \
+                list(self._open.values())
+            self._inflight.clear()
+            self._ready.clear()
+            self._open.clear()
+            error = SamsaError(ErrorCode.UNKNOWN, "the producer closed before these messages "
+                                                  "were acknowledged")
+            for b in leftovers:
+                if not b.done():
+                    self._fail(b, error)
 
     def __enter__(self) -> "Producer":
         return self
@@ -523,7 +578,7 @@ class Producer:
         with self._cond:
             retry = []
             for b in again:
-                if b.attempts > self.config.retries:
+                if b.attempts > self.config.retries or self._closing:
                     self._fail(b, SamsaError(ErrorCode.UNKNOWN, f"giving up after "
                                              f"{b.attempts} attempts: {exc}"))
                 else:
@@ -534,7 +589,8 @@ class Producer:
                       self.config.retry_backoff_max_ms)
         log.warning("producer lost its connection (%s); retrying %d batches in %d ms", exc,
                     len(retry), backoff)
-        time.sleep(backoff / 1000)
+        if not self._closing:
+            time.sleep(backoff / 1000)
 
     def _retry_or_fail(self, batch: Batch, error: SamsaError) -> None:
         if error.code in RETRIABLE and batch.attempts <= self.config.retries:

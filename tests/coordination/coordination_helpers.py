@@ -1,9 +1,7 @@
 """Helpers of the coordination tests (plain classes and functions; the
 fixtures that start things are in tests/coordination/conftest.py).
 
-* ``Cluster``: the brokers registered under one ZooKeeper chroot, as a test
-  drives them (start and stop brokers by id, create topics on them);
-  ``chroot_client``: a kazoo client rooted at a chroot it creates.
+* ``Cluster``, ``chroot_client``: from tests/cluster_helpers.py.
 * ``zk_owners``, ``range_assignment``, ``group_settled``: what ZooKeeper
   says a group owns, what the paper's rule says it should own, and whether
   both and every consumer's own view agree.
@@ -18,76 +16,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker.client.admin import AdminClient
 from broker.client.group_consumer import GroupConsumer
 from broker.coordination import paths
-from broker.coordination.zk import split_connect_string
-from broker.harness import BrokerProcess
 from broker_helpers import wait_until
-
-
-def chroot_client(connect: str) -> KazooClient:
-    """A started client for ``connect`` ("host:port/chroot"), the chroot
-    created first (kazoo warns when it starts in a missing one)."""
-    hosts, chroot = split_connect_string(connect)
-    root = KazooClient(hosts=hosts, timeout=10)
-    root.start(timeout=15)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
-    client = KazooClient(hosts=connect, timeout=10)
-    client.start(timeout=15)
-    return client
-
-
-class Cluster:
-    """Brokers registered under one chroot. ``start_broker(settings,
-    broker_id=...)`` starts a BrokerProcess (a fixture's factory, which also
-    stops it at teardown); ``zk`` is a started client rooted at the chroot."""
-
-    def __init__(self, zk: KazooClient, connect: str,
-                 start_broker: Callable[..., BrokerProcess]) -> None:
-        self.zk = zk
-        self.connect = connect
-        self._start_broker = start_broker
-        self.brokers: dict[int, BrokerProcess] = {}
-
-    def add_broker(self, broker_id: int, settings: dict[str, object] | None = None
-                   ) -> BrokerProcess:
-        """Start broker ``broker_id`` and wait until it is registered."""
-        broker = self._start_broker({"zookeeper": self.connect, **(settings or {})},
-                                    broker_id=broker_id)
-        self.brokers[broker_id] = broker
-        wait_until(lambda: self.zk.exists(paths.broker_id_path(broker_id)), 20,
-                   what=f"broker {broker_id} to register in ZooKeeper")
-        return broker
-
-    def stop_broker(self, broker_id: int) -> None:
-        """A clean stop (SIGTERM): the broker deletes its nodes first."""
-        self.brokers.pop(broker_id).stop()
-
-    def create_topic(self, topic: str, partitions: int = 4,
-                     broker_ids: list[int] | None = None,
-                     config: dict[str, str] | None = None) -> list[str]:
-        """Create ``topic`` on each broker (all by default), wait until
-        ZooKeeper shows it, and return its broker-partitions, sorted."""
-        broker_ids = sorted(self.brokers) if broker_ids is None else broker_ids
-        for broker_id in broker_ids:
-            with AdminClient(self.brokers[broker_id].address) as admin:
-                admin.create_topic(topic, partitions, config)
-        for broker_id in broker_ids:
-            path = paths.broker_topic_path(topic, broker_id)
-            wait_until(lambda: self.zk.exists(path), 20,
-                       what=f"{topic} of broker {broker_id} in ZooKeeper")
-        return [paths.broker_partition(b, p) for b in sorted(broker_ids)
-                for p in range(partitions)]
+from cluster_helpers import Cluster, chroot_client  # noqa: F401 - re-exported
 
 
 # ------------------------------------------------------------------ ownership

@@ -1,0 +1,103 @@
+"""python -m mirror: copy topics of source clusters into a target cluster.
+
+Settings come from defaults, then --config FILE (TOML, see mirror/config.py
+and config/mirror.toml), then the command-line options, then --set KEY=VALUE.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from broker.coordination.zk import ZooKeeperUnavailable
+from broker.logging_setup import setup_logging
+from broker.settings import ConfigError, parse_overrides, to_toml
+
+from .config import load_mirror_config, parse_cluster
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m mirror",
+        description="Mirror Samsa clusters into another (the paper's analysis cluster): "
+                    "consume, as a consumer group through ZooKeeper, every topic of the "
+                    "source clusters that matches --whitelist (and not --blacklist), and "
+                    "produce it into the target with the same key, timestamp and value. "
+                    "Source offsets are committed only once the target has flushed the "
+                    "copies: a crash re-sends (duplicates), never skips. Run several "
+                    "processes with the same --group to share the partitions. Stops "
+                    "cleanly on SIGTERM/SIGINT; exits 1 when a send fails for good.",
+        epilog="Examples:\n"
+               "  python -m mirror --config config/mirror.toml\n"
+               "  python -m mirror --source dc-a=127.0.0.1:2181/dc-a "
+               "--source dc-b=127.0.0.1:2181/dc-b \\\n"
+               "      --target analysis=127.0.0.1:2181/analysis --whitelist 'clicks|views'\n"
+               "  python -m mirror --config config/mirror.toml --print-config",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="FILE", help="TOML settings file")
+    p.add_argument("--source", action="append", default=[], metavar="NAME=ZOOKEEPER",
+                   help="a source cluster: its name and ZooKeeper connect string with "
+                        "chroot (repeatable; replaces the file's [[sources]])")
+    p.add_argument("--target", metavar="NAME=ZOOKEEPER", help="the target cluster")
+    p.add_argument("--group", help="consumer group in the sources (default samsa-mirror)")
+    p.add_argument("--whitelist", metavar="REGEX", help="topics to copy (default .*)")
+    p.add_argument("--blacklist", metavar="REGEX", help="topics not to copy")
+    p.add_argument("--metrics-port", type=int,
+                   help="Prometheus /metrics port; 0 = any free, -1 = off (default 9095)")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
+    p.add_argument("--log-format", choices=["text", "json"], help="default text")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any setting, e.g. --set batch_size=2000 "
+                        "--set max_unacknowledged=50000 (repeatable)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the effective settings as TOML and exit")
+    return p
+
+
+def parse_config(argv: list[str] | None = None):
+    args = build_parser().parse_args(argv)
+    overrides: dict[str, object] = {}
+    for flag in ("group", "whitelist", "blacklist", "metrics_port", "log_level", "log_format"):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[flag] = value
+    if args.source:
+        overrides["sources"] = [parse_cluster(s) for s in args.source]
+    if args.target:
+        overrides["target"] = parse_cluster(args.target)
+    overrides.update(parse_overrides(args.set))
+    return load_mirror_config(args.config, overrides), args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config, args = parse_config(argv)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        sys.stdout.write(to_toml(config))
+        return 0
+    setup_logging(config.log_level, config.log_format)
+    from .mirror import Mirror
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        mirror = Mirror(config).start()
+    except (ZooKeeperUnavailable, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    while not stop.wait(0.5):
+        if mirror.failure is not None or mirror.wait(0):
+            break
+    mirror.close()
+    if mirror.failure is not None:
+        print(f"error: the mirror stopped: {mirror.failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

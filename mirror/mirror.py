@@ -1,0 +1,194 @@
+"""The mirror process: one pipe (thread) per source cluster into the shared
+target writer, a lag probe, the metrics endpoint, and progress in the log.
+
+A pipe that fails for good (MirrorFailure) stops the whole mirror: the
+others drain and commit what the target acknowledged, and the process exits
+non-zero, loudly, rather than skip data.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+from broker.client.admin import AdminClient
+from broker.coordination import offsets as zk_offsets
+from broker.coordination import paths
+from broker.coordination.zk import make_client, start_client
+
+from .config import MirrorConfig
+from .marks import exclusion_pattern, mirrored_topics
+from .metrics import MirrorMetrics, serve_metrics
+from .pipe import MirrorFailure, SourcePipe
+from .target import TargetCluster
+
+log = logging.getLogger(__name__)
+
+LAG_INTERVAL_S = 2.0
+PROGRESS_INTERVAL_S = 10.0
+
+
+class Mirror:
+    def __init__(self, config: MirrorConfig, metrics_port: int | None = None) -> None:
+        self.config = config
+        self.consumer_id = config.consumer_id or \
+            f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.metrics = MirrorMetrics()
+        self.metrics_port: int | None = None
+        self._metrics_server = None
+        self._stopping = threading.Event()
+        self.failure: BaseException | None = None
+        self.target = TargetCluster(config.target, config)
+        self.pipes: list[SourcePipe] = []
+        try:
+            for source in config.sources:
+                excluded = self._copies_in(source.zookeeper)
+                if excluded:
+                    log.info("leaving out %d topics of %s that are mirrored copies already: "
+                             "%s", len(excluded), source.name, ", ".join(sorted(excluded)))
+                self.pipes.append(SourcePipe(
+                    source, config, self.target, self.metrics,
+                    exclusion_pattern(config.blacklist, excluded), self.consumer_id))
+        except BaseException:
+            self._close_all()
+            raise
+        port = config.metrics_port if metrics_port is None else metrics_port
+        if port >= 0:
+            self._metrics_server, self.metrics_port = serve_metrics(self.metrics, port)
+        self._threads: list[threading.Thread] = []
+
+    def _copies_in(self, zookeeper: str) -> dict[str, list[str]]:
+        """Topics of a source cluster that are copies (no loops)."""
+        client = make_client(zookeeper, self.config.session_timeout_ms)
+        start_client(client, zookeeper, what="mirror")
+        try:
+            return mirrored_topics(client)
+        finally:
+            client.stop()
+            client.close()
+
+    # ------------------------------------------------------------ running
+
+    def start(self) -> "Mirror":
+        for pipe in self.pipes:
+            t = threading.Thread(target=self._run_pipe, args=(pipe,),
+                                 name=f"mirror-{pipe.source.name}", daemon=True)
+            self._threads.append(t)
+            t.start()
+        for body, name in ((self._probe_lag, "mirror-lag"), (self._report, "mirror-progress")):
+            t = threading.Thread(target=body, name=name, daemon=True)
+            t.start()
+        log.info("mirror %s (%s) copying %s into %s, topics %r%s", self.config.group,
+                 self.consumer_id, ", ".join(s.name for s in self.config.sources),
+                 self.config.target.name, self.config.whitelist,
+                 f", not {self.config.blacklist!r}" if self.config.blacklist else "",
+                 extra={"event": "started", "metrics_port": self.metrics_port})
+        return self
+
+    def _run_pipe(self, pipe: SourcePipe) -> None:
+        try:
+            pipe.run()
+        except MirrorFailure as exc:
+            self.failure = exc
+            self.stop()
+        except Exception as exc:   # noqa: BLE001 - a bug: stop loudly rather than lose data
+            log.exception("mirror pipe for %s crashed", pipe.source.name)
+            self.failure = exc
+            self.stop()
+
+    def stop(self) -> None:
+        """Ask every pipe to drain and stop (returns at once)."""
+        self._stopping.set()
+        for pipe in self.pipes:
+            pipe.stop()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until every pipe has ended; True if they have."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def close(self) -> None:
+        self.stop()
+        self.wait(60)
+        self._close_all()
+
+    def _close_all(self) -> None:
+        for pipe in self.pipes:
+            pipe._close_consumer()
+        self.target.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server = None
+
+    def __enter__(self) -> "Mirror":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def copied(self) -> int:
+        return sum(p.copied for p in self.pipes)
+
+    # ------------------------------------------------------------ lag and progress
+
+    def _probe_lag(self) -> None:
+        """Every LAG_INTERVAL_S: each owned source partition's log end minus
+        where the copy stands (acknowledged, else committed, else earliest)."""
+        admins: dict[str, AdminClient] = {}
+        try:
+            while not self._stopping.wait(LAG_INTERVAL_S):
+                for pipe in self.pipes:
+                    try:
+                        self.metrics.set_lag(pipe.source.name, self._lags(pipe, admins))
+                    except Exception as exc:   # noqa: BLE001 - a probe must not stop the copy
+                        log.debug("lag probe of %s failed: %s", pipe.source.name, exc)
+        finally:
+            for admin in admins.values():
+                admin.close()
+
+    def _lags(self, pipe: SourcePipe, admins: dict[str, AdminClient]) -> dict:
+        lags = {}
+        consumer = pipe.consumer
+        for topic, bp in sorted(consumer.owned()):
+            broker_id, partition = paths.parse_broker_partition(bp)
+            address = consumer.cluster.address(broker_id)
+            if address is None:
+                continue
+            admin = admins.get(address)
+            if admin is None:
+                admin = admins[address] = AdminClient(address, "samsa-mirror-lag",
+                                                      request_timeout=5)
+            try:
+                latest = admin.latest_offset(topic, partition)
+                position = pipe.acknowledged.get((topic, bp))
+                if position is None:
+                    position = zk_offsets.read_offset(consumer.client, self.config.group,
+                                                      topic, bp)
+                if position is None:
+                    position = admin.earliest_offset(topic, partition)
+            except OSError:
+                admins.pop(address).close()
+                continue
+            lags[(topic, bp)] = max(0, latest - position)
+        return lags
+
+    def _report(self) -> None:
+        last_count, last_time = 0, time.monotonic()
+        while not self._stopping.wait(PROGRESS_INTERVAL_S):
+            count, now = self.copied, time.monotonic()
+            rate = (count - last_count) / (now - last_time)
+            unacked = sum(p.unacknowledged for p in self.pipes)
+            log.info("copied %d messages (%.0f msg/s), %d unacknowledged, %d bytes behind",
+                     count, rate, unacked, self.metrics.total_lag_bytes(),
+                     extra={"event": "progress", "copied": count, "rate": round(rate),
+                            "lag_bytes": self.metrics.total_lag_bytes()})
+            last_count, last_time = count, now
+
+
+__all__ = ["Mirror", "MirrorFailure"]

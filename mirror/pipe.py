@@ -1,0 +1,233 @@
+"""One source cluster copied into the target: a consumer-group member in the
+source, the target writer, and the window of messages in between.
+
+The rule that makes the mirror lose nothing: a source offset is acknowledged
+to the group (and so committed to ZooKeeper) only after every message before
+it has been acknowledged by the target as *flushed*. Chunks are sent in the
+order they were fetched and acknowledged in that order too, even when a later
+chunk's batches finish first; a chunk whose send failed is sent again, whole,
+after a back-off (its messages that did arrive become duplicates), and the
+chunks behind it wait. A crash therefore re-sends at most what was sent and
+not yet committed: duplicates, never gaps.
+
+The window (messages sent and not yet acknowledged) is capped by
+``max_unacknowledged``: when full, the pipe stops fetching until the target
+catches up, which is also how a target outage holds the mirror back.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
+from broker.client.producer import Batch
+from broker.protocol.message import Message
+
+from .config import ClusterRef, MirrorConfig
+from .metrics import MirrorMetrics
+from .target import TargetCluster, is_retriable
+
+log = logging.getLogger(__name__)
+
+_topic = attrgetter("topic")
+_partition = attrgetter("partition")
+_value = attrgetter("value")
+_key = attrgetter("key")
+_timestamp = attrgetter("timestamp")
+
+
+class MirrorFailure(RuntimeError):
+    """A send failed in a way no retry can cure: the mirror stops."""
+
+
+@dataclass
+class Chunk:
+    """Fetched messages on their way to the target."""
+    by_topic: dict[str, tuple[list[bytes], list[int], list[bytes | None]]]
+    offsets: dict[tuple[str, str], int]              # (topic, bp) -> next offset
+    stats: dict[tuple[str, str], tuple[int, int]]     # (topic, bp) -> (messages, log bytes)
+    last_timestamps: dict[tuple[str, str], int]
+    count: int
+    batches: list[Batch] = field(default_factory=list)
+    error: BaseException | None = None
+    attempts: int = 0
+
+
+def split_chunk(messages: list[Message]) -> Chunk:
+    """Group fetched messages by topic, and note per source partition where
+    to resume, how much, and the last timestamp. (Loops run in C: map/zip
+    over the named tuples.)"""
+    n = len(messages)
+    parts = list(zip(map(_topic, messages), map(_partition, messages)))
+    last = dict(zip(parts, range(n)))
+    first = dict(zip(reversed(parts), range(n - 1, -1, -1)))
+    counts = Counter(parts)
+    offsets, stats, stamps = {}, {}, {}
+    for tp, i in last.items():
+        m = messages[i]
+        offsets[tp] = m.next_offset
+        stamps[tp] = m.timestamp
+        stats[tp] = (counts[tp], m.next_offset - messages[first[tp]].offset)
+    topics = {tp[0] for tp in last}
+    if len(topics) == 1:
+        by_topic = {topics.pop(): (list(map(_value, messages)), list(map(_timestamp, messages)),
+                                   list(map(_key, messages)))}
+    else:
+        by_topic = {}
+        for m in messages:
+            group = by_topic.get(m.topic)
+            if group is None:
+                group = by_topic[m.topic] = ([], [], [])
+            group[0].append(m.value)
+            group[1].append(m.timestamp)
+            group[2].append(m.key)
+    return Chunk(by_topic, offsets, stats, stamps, n)
+
+
+class SourcePipe:
+    """Copies the partitions this process owns in one source cluster. Its
+    ``run()`` is the body of one thread; ``stop()`` asks it to drain and end."""
+
+    def __init__(self, source: ClusterRef, config: MirrorConfig, target: TargetCluster,
+                 metrics: MirrorMetrics, blacklist: str | None, consumer_id: str) -> None:
+        self.source = source
+        self.config = config
+        self.target = target
+        self.metrics = metrics
+        self.consumer = GroupConsumer(GroupConsumerConfig(
+            zookeeper=source.zookeeper, group=config.group, whitelist=config.whitelist,
+            blacklist=blacklist, consumer_id=consumer_id, auto_offset_reset="earliest",
+            auto_commit=True, auto_commit_interval_ms=config.commit_interval_ms,
+            explicit_acknowledgement=True, fetch_max_bytes=config.fetch_max_bytes,
+            queue_chunks=8, session_timeout_ms=config.session_timeout_ms))
+        self.pending: deque[Chunk] = deque()
+        self.unacknowledged = 0
+        self.acknowledged: dict[tuple[str, str], int] = {}   # (topic, bp) -> next offset
+        self.copied = 0
+        self._stopping = threading.Event()
+        self._failures_in_a_row = 0
+
+    # ------------------------------------------------------------ the thread
+
+    def run(self) -> None:
+        """Fetch, send, acknowledge, until stopped; raises MirrorFailure."""
+        cap = self.config.max_unacknowledged
+        try:
+            while not self._stopping.is_set():
+                self._settle(block=self.unacknowledged >= cap)
+                if self.unacknowledged >= cap:
+                    continue
+                messages = self.consumer.poll(timeout_ms=100)
+                if messages:
+                    chunk = split_chunk(messages)
+                    self._send(chunk)
+                    self.pending.append(chunk)
+                    self.unacknowledged += chunk.count
+                    self.metrics.set_unacknowledged(self.source.name, self.unacknowledged)
+            self._drain(timeout=30)
+        except _Stopped:
+            pass
+        finally:
+            self._close_consumer()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    # ------------------------------------------------------------ sending
+
+    def _send(self, chunk: Chunk) -> None:
+        """Hand the chunk to the target; a failure is kept on the chunk and
+        dealt with when the chunk reaches the head of the window."""
+        chunk.attempts += 1
+        chunk.error = None
+        chunk.batches = []
+        try:
+            for topic, (values, stamps, keys) in chunk.by_topic.items():
+                self.target.ensure_topic(topic, self.source.name)
+                chunk.batches += self.target.send(topic, values, stamps, keys)
+        except Exception as exc:   # noqa: BLE001 - judged at the head of the window
+            chunk.error = exc
+            return
+        now_ms = time.time() * 1000
+        ages = {tp: max(0.0, (now_ms - ts) / 1000) for tp, ts in chunk.last_timestamps.items()}
+        self.metrics.written(self.source.name, ages, min(ages.values()))
+
+    def _settle(self, block: bool) -> None:
+        """Acknowledge the finished chunks at the head of the window, in
+        order; re-send a failed one. With ``block``, wait for the head."""
+        while self.pending:
+            chunk = self.pending[0]
+            if chunk.error is None:
+                unfinished = next((b for b in chunk.batches if not b.done()), None)
+                if unfinished is not None:
+                    if not block:
+                        return
+                    try:
+                        unfinished.result(timeout=0.1)
+                    except Exception:   # noqa: BLE001 - looked at below, once all are done
+                        pass
+                    continue
+                chunk.error = next((b.exception() for b in chunk.batches
+                                    if b.exception() is not None), None)
+            if chunk.error is not None:
+                self._retry(chunk)
+                continue
+            self.pending.popleft()
+            self._failures_in_a_row = 0
+            self.unacknowledged -= chunk.count
+            self.metrics.set_unacknowledged(self.source.name, self.unacknowledged)
+            self.consumer.acknowledge(chunk.offsets)
+            self.acknowledged.update(chunk.offsets)
+            self.copied += chunk.count
+            self.metrics.copied(self.source.name, chunk.stats)
+
+    def _retry(self, chunk: Chunk) -> None:
+        error = chunk.error
+        code = getattr(error, "code", None)
+        self.metrics.send_error(self.source.name, code.name if hasattr(code, "name")
+                                else type(error).__name__)
+        if not is_retriable(error):
+            log.critical("mirror %s: cannot copy %d messages from %s (%s); stopping without "
+                         "committing them", self.config.group, chunk.count, self.source.name,
+                         error)
+            raise MirrorFailure(f"sending to {self.target.ref.name} failed for good: {error}")
+        self._failures_in_a_row += 1
+        backoff = min(self.config.retry_backoff_ms * 2 ** (self._failures_in_a_row - 1),
+                      self.config.retry_backoff_max_ms) / 1000
+        log.warning("mirror %s: sending %d messages from %s to %s failed (%s); sending them "
+                    "again in %.1f s (attempt %d)", self.config.group, chunk.count,
+                    self.source.name, self.target.ref.name, error, backoff, chunk.attempts + 1)
+        # wait out the back-off, but not past a stop: what is unsent is fetched again
+        # after a restart, from the committed offsets
+        if self._stopping.wait(backoff):
+            raise _Stopped()
+        self.metrics.resend(self.source.name, chunk.count)
+        self._send(chunk)
+
+    def _drain(self, timeout: float) -> None:
+        """On stop: wait (up to ``timeout``) for what is in flight, so the
+        final commit covers it."""
+        deadline = time.monotonic() + timeout
+        try:
+            while self.pending and time.monotonic() < deadline:
+                self._settle(block=True)
+        except (_Stopped, MirrorFailure):
+            pass
+        if self.pending:
+            log.warning("mirror %s: stopping with %d messages from %s unacknowledged: they "
+                        "will be copied again after a restart", self.config.group,
+                        self.unacknowledged, self.source.name)
+
+    def _close_consumer(self) -> None:
+        try:
+            self.consumer.close()          # commits what was acknowledged
+        except Exception as exc:   # noqa: BLE001
+            log.warning("closing the consumer of %s failed: %s", self.source.name, exc)
+
+
+class _Stopped(Exception):
+    """Asked to stop while backing off."""

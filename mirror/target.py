@@ -1,0 +1,108 @@
+"""The target cluster as the mirror writes to it: topics created on first
+use (with the configured partition count, on every live broker, marked as
+mirrored), messages routed as any producer would route them (a key to its
+key's broker-partition), acknowledged only once flushed.
+
+Never retries forever itself: a failed batch comes back to the mirror, which
+decides (re-send after a back-off, or stop).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from broker.client.admin import AdminClient
+from broker.client.cluster_producer import ClusterProducer
+from broker.client.producer import Batch, ProducerConfig
+from broker.protocol.errors import ErrorCode, SamsaError
+
+from .config import ClusterRef, MirrorConfig
+from .marks import mark_mirrored
+
+log = logging.getLogger(__name__)
+
+# errors a re-send cannot cure: the mirror stops rather than skip the data
+FATAL_ERRORS = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE,
+                          ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_TOPIC,
+                          ErrorCode.INVALID_CONFIG, ErrorCode.UNSUPPORTED_VERSION})
+
+
+def is_retriable(error: BaseException) -> bool:
+    """Can sending the same messages again succeed later? (Connection
+    failures, a target broker gone or full, a timeout: yes.)"""
+    return not (isinstance(error, SamsaError) and error.code in FATAL_ERRORS)
+
+
+class TargetUnavailable(SamsaError):
+    """No broker of the target cluster can take the messages now."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNKNOWN, message)
+
+
+class TargetCluster:
+    """Thread-safe: every source pipe writes through it."""
+
+    def __init__(self, ref: ClusterRef, config: MirrorConfig) -> None:
+        self.ref = ref
+        self.config = config
+        self.producer = ClusterProducer(ref.zookeeper, ProducerConfig(
+            client_id=f"mirror-{config.group}", acks="flushed", batch_size=config.batch_size,
+            batch_bytes=4 << 20, linger_ms=config.linger_ms, max_in_flight=32,
+            buffer_messages=max(config.max_unacknowledged * 2, config.batch_size * 4),
+            retries=2, retry_backoff_ms=config.retry_backoff_ms,
+            retry_backoff_max_ms=config.retry_backoff_max_ms, request_timeout_ms=30_000),
+            session_timeout_ms=config.session_timeout_ms)
+        self.cluster = self.producer.cluster
+        self._lock = threading.Lock()
+        self._ready: set[tuple[str, str]] = set()     # (topic, source) marked and made
+
+    def ensure_topic(self, topic: str, source: str) -> None:
+        """Mark ``topic`` as mirrored from ``source`` and create it where missing."""
+        if (topic, source) in self._ready:
+            return
+        with self._lock:
+            if (topic, source) in self._ready:
+                return
+            mark_mirrored(self.producer.client, topic, source)
+            brokers = self.cluster.brokers()
+            if not brokers:
+                raise TargetUnavailable(f"no broker of the target cluster {self.ref.name} is "
+                                        f"registered at {self.ref.zookeeper}")
+            holders = {bp.split("-")[0] for bp in self.cluster.partitions(topic)}
+            for broker_id, (host, port) in sorted(brokers.items()):
+                if str(broker_id) in holders:
+                    continue
+                try:
+                    with AdminClient(f"{host}:{port}", "samsa-mirror", request_timeout=10) as a:
+                        a.create_topic(topic, self.config.target_partitions)
+                    log.info("created topic %s on target broker %d (%s:%d) with %d partitions",
+                             topic, broker_id, host, port, self.config.target_partitions)
+                except SamsaError as exc:
+                    if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                        raise
+                except OSError as exc:
+                    raise TargetUnavailable(f"cannot create {topic} on target broker "
+                                            f"{broker_id}: {exc}") from None
+            wanted = set(map(str, brokers))
+            if not self.cluster.wait_for(
+                    lambda view: wanted <= {bp.split("-")[0] for bp in view.partitions(topic)}
+                    or not view.brokers(), timeout=15):
+                raise TargetUnavailable(f"topic {topic} did not appear in the target's "
+                                        f"ZooKeeper in time")
+            self._ready.add((topic, source))
+
+    def send(self, topic: str, values: list[bytes], timestamps: list[int],
+             keys: list[bytes | None] | None) -> list[Batch]:
+        try:
+            return self.producer.send_records(topic, values, timestamps, keys)
+        except SamsaError as exc:
+            if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self._ready = {r for r in self._ready if r[0] != topic}   # make it again
+                raise TargetUnavailable(str(exc)) from None
+            raise
+        except RuntimeError as exc:            # a producer closed under us (broker left)
+            raise TargetUnavailable(str(exc)) from None
+
+    def close(self) -> None:
+        self.producer.close()

@@ -1,0 +1,95 @@
+"""Fixtures of the mirror tests: source and target clusters of real brokers
+under chroots of the session's ZooKeeper, and mirrors (in-process or as
+``python -m mirror`` processes) stopped at teardown."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from broker.client.cluster_producer import ClusterProducer
+from broker.settings import to_toml
+from cluster_helpers import Cluster, chroot_client
+from mirror.config import MirrorConfig
+from mirror.mirror import Mirror
+
+# brokers flush often: the mirror waits for "flushed" acknowledgements
+FAST_FLUSH = {"log.flush_ms": 10}
+
+
+@pytest.fixture
+def clusters(zookeeper, zk_chroot, broker_factory):
+    """``make(name, brokers=1) -> Cluster`` under ``<chroot>-<name>``."""
+    made: list[Cluster] = []
+
+    def make(name: str, brokers: int = 1, settings: dict | None = None) -> Cluster:
+        connect = zookeeper.connect_string(f"{zk_chroot}-{name}")
+        cluster = Cluster(chroot_client(connect), connect, broker_factory)
+        cluster.name = name
+        for broker_id in range(brokers):
+            cluster.add_broker(broker_id, {**FAST_FLUSH, **(settings or {})})
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.zk.stop()
+        cluster.zk.close()
+
+
+@pytest.fixture
+def mirrors():
+    """``start(config) -> Mirror`` in this process, closed at teardown."""
+    running: list[Mirror] = []
+
+    def start(config: MirrorConfig) -> Mirror:
+        mirror = Mirror(config).start()
+        running.append(mirror)
+        return mirror
+
+    yield start
+    for mirror in running:
+        mirror.close()
+
+
+@pytest.fixture
+def mirror_processes(tmp_path):
+    """``start(config) -> Popen`` of ``python -m mirror --config``; killed at
+    teardown, its log printed if the test failed."""
+    procs: list[tuple[subprocess.Popen, str]] = []
+
+    def start(config: MirrorConfig, name: str = "mirror") -> subprocess.Popen:
+        path = tmp_path / f"{name}-{len(procs)}.toml"
+        path.write_text(to_toml(config))
+        log_path = str(tmp_path / f"{name}-{len(procs)}.log")
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "mirror", "--config", str(path),
+                                     "--log-format", "json"], stdout=log, stderr=log,
+                                    start_new_session=True)
+        procs.append((proc, log_path))
+        return proc
+
+    start.logs = procs
+    yield start
+    for proc, _ in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.fixture
+def cluster_producers():
+    made: list[ClusterProducer] = []
+
+    def make(cluster: Cluster, **settings) -> ClusterProducer:
+        settings.setdefault("acks", "flushed")
+        producer = ClusterProducer(cluster.connect, **settings)
+        made.append(producer)
+        return producer
+
+    yield make
+    for producer in made:
+        producer.close()
