@@ -11,6 +11,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+import run  # noqa: E402
 from run import MESSAGE_BYTES, VALUE_SIZE, summarize  # noqa: E402
 
 SYSTEMS = ("samsa", "rabbitmq", "activemq")
@@ -116,23 +117,11 @@ def rate_series(points: list, window: float = 0.5) -> list[tuple[float, float]]:
 # ====================================================================== RESULTS.md
 
 def replace_section(text: str, section: str, start: str = MARK_START, end: str = MARK_END) -> str:
-    """``text`` with what lies between the markers replaced by ``section``
-    (markers appended at the end when absent); the rest is left untouched."""
-    block = start + "\n" + section.rstrip("\n") + "\n" + end
-    if start in text and end in text:
-        head, rest = text.split(start, 1)
-        _, tail = rest.split(end, 1)
-        return head + block + tail
-    return text.rstrip("\n") + "\n\n" + block + "\n"
+    return run.replace_section(text, section, start, end)
 
 
 def write_section(path_md: str, section: str) -> None:
-    text = ""
-    if os.path.exists(path_md):
-        with open(path_md) as f:
-            text = f.read()
-    with open(path_md, "w") as f:
-        f.write(replace_section(text, section))
+    run.write_section(path_md, section, MARK_START, MARK_END)
 
 
 def _rng(st: dict, spec: str = ",.0f") -> str:

@@ -35,6 +35,7 @@ from broker.client.admin import AdminClient  # noqa: E402
 from broker.client.group_consumer import GroupConsumer  # noqa: E402
 from broker.coordination import paths  # noqa: E402
 from broker.harness import BrokerProcess, ZooKeeperEnsemble  # noqa: E402
+from run import write_section  # noqa: E402  (bench/run.py)
 
 MARK_START, MARK_END = "<!-- rebalance-bench:start -->", "<!-- rebalance-bench:end -->"
 TOPIC = "rebalance-bench"
@@ -170,15 +171,7 @@ def write(result: dict) -> None:
         f"| A consumer joins | {result['join_p50_s']:.2f} s | {result['join_p99_s']:.2f} s "
         f"| {max(result['join_s']):.2f} s | | |", "",
         f"Raw rounds: `bench/results/{name}`.", ""])
-    md = os.path.join(HERE, "RESULTS.md")
-    text = open(md).read() if os.path.exists(md) else "# Samsa benchmark results\n"
-    if MARK_START in text:
-        head, rest = text.split(MARK_START, 1)
-        text = head + MARK_START + "\n" + section + MARK_END + rest.split(MARK_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + MARK_START + "\n" + section + MARK_END + "\n"
-    with open(md, "w") as f:
-        f.write(text)
+    write_section(os.path.join(HERE, "RESULTS.md"), section, MARK_START, MARK_END)
     log(f"wrote bench/results/{name} and bench/RESULTS.md")
 
 

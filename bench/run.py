@@ -690,23 +690,35 @@ def write_results(result: dict, path_json: str, path_md: str) -> None:
         json.dump(result, f, indent=2)
         f.write("\n")
     section = render_section(result, os.path.relpath(path_json, HERE))
+    if not os.path.exists(path_md):
+        with open(path_md, "w") as f:
+            f.write("# Samsa benchmark results\n\n"
+                    "Measured by `make bench` (`bench/run.py`, see `bench/README.md`): the Kafka "
+                    "paper's single-broker\nworkload (200-byte messages) on the machine described "
+                    "below. The section between the\nmarkers is rewritten by each full run; raw "
+                    "runs are in `bench/results/`.\n")
+    write_section(path_md, section, MARK_START, MARK_END)
+
+
+def replace_section(text: str, section: str, start: str, end: str) -> str:
+    """``text`` with what lies between the markers replaced by ``section``
+    (markers appended at the end when absent); the rest is left untouched.
+    Every benchmark owns one marked section of bench/RESULTS.md."""
+    block = start + "\n" + section.rstrip("\n") + "\n" + end
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        return head + block + tail
+    return text.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def write_section(path_md: str, section: str, start: str, end: str) -> None:
+    text = ""
     if os.path.exists(path_md):
         with open(path_md) as f:
             text = f.read()
-    else:
-        text = ("# Samsa benchmark results\n\n"
-                "Measured by `make bench` (`bench/run.py`, see `bench/README.md`): the Kafka "
-                "paper's single-broker\nworkload (200-byte messages) on the machine described "
-                "below. The section between the\nmarkers is rewritten by each full run; raw runs "
-                "are in `bench/results/`.\n\n" + MARK_START + "\n" + MARK_END + "\n")
-    if MARK_START in text and MARK_END in text:
-        head, rest = text.split(MARK_START, 1)
-        _, tail = rest.split(MARK_END, 1)
-        text = head + MARK_START + "\n" + section + MARK_END + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + MARK_START + "\n" + section + MARK_END + "\n"
     with open(path_md, "w") as f:
-        f.write(text)
+        f.write(replace_section(text, section, start, end))
 
 
 def _fmt(v: float | None, spec: str = ",.0f") -> str:

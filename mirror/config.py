@@ -86,6 +86,8 @@ class MirrorConfig:
     """...doubling up to this while the target stays unreachable (never gives up)."""
     session_timeout_ms: int = 6000
     """ZooKeeper session timeout of the group membership."""
+    metrics_host: str = "127.0.0.1"
+    """Address the metrics endpoint listens on ("0.0.0.0": every interface)."""
     metrics_port: int = 9095
     """HTTP port of the Prometheus metrics (/metrics); 0 picks one, -1 disables."""
     log_level: str = "INFO"

@@ -57,7 +57,8 @@ class Mirror:
             raise
         port = config.metrics_port if metrics_port is None else metrics_port
         if port >= 0:
-            self._metrics_server, self.metrics_port = serve_metrics(self.metrics, port)
+            self._metrics_server, self.metrics_port = serve_metrics(self.metrics, port,
+                                                                  config.metrics_host)
         self._threads: list[threading.Thread] = []
 
     def _copies_in(self, zookeeper: str) -> dict[str, list[str]]:

@@ -117,8 +117,14 @@ def test_target_down_for_a_while(clusters, mirrors):
     sent += produce(dc_a.brokers[0].address, "events", 5_000, 5_000, 2)
     wait_until(lambda: mirror.metrics.send_errors, 30, what="the mirror to meet the outage")
     assert mirror.copied == 5_000
+    # the lag probe shows what waits: 5,000 messages, in bytes and (estimated) messages
+    wait_until(lambda: mirror.metrics.total_lag_bytes("dc-a") == 5_000 * SIZE, 30,
+               what="the lag to show the held-back messages")
+    keys = [k for k in mirror.metrics.lag_bytes if k[0] == "dc-a"]
+    assert round(sum(mirror.metrics.lag_messages(k) for k in keys)) == 5_000
     target.start()                       # same port, same data
     wait_until(lambda: mirror.copied >= 10_000, 90, what="the mirror to catch up")
+    wait_until(lambda: mirror.metrics.total_lag_bytes("dc-a") == 0, 30, what="lag back to 0")
     copied = values_of(analysis, "events")
     assert set(copied) == set(sent)
     assert len(copied) - len(set(copied)) <= mirror.config.max_unacknowledged
