@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench bench-peers clean help
+.PHONY: setup demo test test-fast bench bench-peers bench-mirror clean help
 
 help:
 	@echo "make setup   create .venv and install Samsa with its test tools"
@@ -12,6 +12,7 @@ help:
 	@echo "make test    run the whole test suite"
 	@echo "make bench   run the throughput/latency benchmark (writes bench/RESULTS.md)"
 	@echo "make bench-peers  Samsa vs RabbitMQ vs ActiveMQ, the paper's section 5 (installs them)"
+	@echo "make bench-mirror two DCs mirrored into the analysis cluster: throughput, latency"
 
 setup: $(STAMP)
 
@@ -34,6 +35,9 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/run.py
+
+bench-mirror: setup
+	$(PY) bench/mirror.py
 
 # the peers extra (pika, stomp.py, matplotlib) stays out of the test install
 PEERS_STAMP := $(VENV)/.peers-installed
