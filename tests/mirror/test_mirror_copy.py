@@ -112,3 +112,33 @@ def test_refuses_a_target_that_is_a_source(clusters):
         load_mirror_config(None, {"sources": [{"name": "x", "zookeeper": "127.0.0.1:1/x"}],
                                   "target": {"name": "y", "zookeeper": "127.0.0.1:1/y"},
                                   "whitelist": "("})
+
+
+def test_mirror_processes_of_one_group_share_the_partitions(clusters, cluster_producers,
+                                                            mirrors):
+    dc_a, analysis = clusters("dc-a", brokers=2), clusters("analysis")
+    bps = dc_a.create_topic("events", 3)
+    config = mirror_config([dc_a], analysis)
+    first, second = mirrors(config), mirrors(config)
+
+    def shares():
+        a = {bp for _, bp in first.pipes[0].consumer.owned()}
+        b = {bp for _, bp in second.pipes[0].consumer.owned()}
+        return a and b and not a & b and a | b == set(bps)
+
+    wait_until(shares, 30, what="the two mirrors to split the six partitions")
+    producer = cluster_producers(dc_a)
+    for i in range(3000):
+        producer.send("events", f"{i}".encode())
+    producer.flush(30)
+    wait_until(lambda: first.copied + second.copied >= 3000, 60, what="the copy")
+    assert first.copied and second.copied
+    second.close()                       # the other takes over its partitions
+    wait_until(lambda: {bp for _, bp in first.pipes[0].consumer.owned()} == set(bps), 30,
+               what="the remaining mirror to own everything")
+    for i in range(3000, 4000):
+        producer.send("events", f"{i}".encode())
+    producer.flush(30)
+    wait_until(lambda: len(set(values_of(analysis, "events"))) == 4000, 60,
+               what="everything in the target")
+    assert set(values_of(analysis, "events")) == {f"{i}".encode() for i in range(4000)}

@@ -152,3 +152,24 @@ def test_source_broker_killed_and_back(clusters, mirrors):
     copied = values_of(analysis, "events")
     assert set(copied) == set(sent)
     assert len(copied) - len(set(copied)) <= mirror.config.max_unacknowledged
+
+
+def test_a_send_no_retry_can_cure_stops_the_mirror_loudly(clusters, mirror_processes):
+    dc_a = clusters("dc-a")
+    analysis = clusters("analysis", settings={"max_message_bytes": 1000})
+    dc_a.create_topic("events", 1)
+    with Producer(bootstrap=dc_a.brokers[0].address, acks="flushed") as producer:
+        for i in range(10):
+            producer.send("events", b"small", partition=0)
+        producer.flush(30)
+        big_at = 10 * message_size(None, b"small")      # the big message's offset
+        producer.send("events", b"B" * 5000, partition=0)
+        for i in range(10):
+            producer.send("events", b"small", partition=0)
+        producer.flush(30)
+    proc = mirror_processes(mirror_config([dc_a], analysis, retry_backoff_ms=50))
+    assert proc.wait(60) == 1
+    log = open(mirror_processes.logs[-1][1]).read()
+    assert "CRITICAL" in log and "MESSAGE_TOO_LARGE" in log
+    committed = zk_offsets.read_offsets(dc_a.zk, "mirror-test").get(("events", "0-0"), 0)
+    assert committed <= big_at        # neither the big message nor any after it skipped
