@@ -245,29 +245,11 @@ class Producer:
             partition = self._choose_partition(topic, key)
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
-        cfg = self.config
-        tp = (topic, partition)
-        i, n = 0, len(values)
         with self._lock:
             if self._closing:
                 raise RuntimeError("the producer is closed")
-            while i < n:
-                if self._queued >= cfg.buffer_messages:
-                    self._wait_for_room()
-                batch = self._open.get(tp) or self._new_open_batch(tp)
-                chunk = values[i:i + cfg.batch_size - len(batch.values)]
-                batch.values.extend(chunk)
-                batch.timestamps.extend([timestamp] * len(chunk))
-                if key is not None or batch.keys is not None:
-                    if batch.keys is None:
-                        batch.keys = [None] * (len(batch.values) - len(chunk))
-                    batch.keys.extend([key] * len(chunk))
-                batch.nbytes += sum(map(len, chunk))
-                self._queued += len(chunk)
-                i += len(chunk)
-                if len(batch.values) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
-                    self._ready_up(tp, batch)
-            return batch
+            return self._enqueue((topic, partition), values, timestamp,
+                                 None if key is None else [key] * len(values))[-1]
 
     def send_records(self, topic: str, partition: int, values: list[bytes],
                      timestamps: list[int], keys: list[bytes | None] | None = None
@@ -280,31 +262,40 @@ class Producer:
             return []
         if len(timestamps) != n or (keys is not None and len(keys) != n):
             raise ValueError("values, timestamps and keys differ in length")
-        cfg = self.config
-        tp = (topic, partition)
-        touched: list[Batch] = []
-        i = 0
         with self._lock:
             if self._closing:
                 raise RuntimeError("the producer is closed")
-            while i < n:
-                if self._queued >= cfg.buffer_messages:
-                    self._wait_for_room()
-                batch = self._open.get(tp) or self._new_open_batch(tp)
-                j = i + cfg.batch_size - len(batch.values)
-                chunk = values[i:j]
-                if keys is not None or batch.keys is not None:
-                    if batch.keys is None:
-                        batch.keys = [None] * len(batch.values)
-                    batch.keys.extend(keys[i:j] if keys is not None else [None] * len(chunk))
-                batch.values.extend(chunk)
-                batch.timestamps.extend(timestamps[i:j])
-                batch.nbytes += sum(map(len, chunk))
-                self._queued += len(chunk)
-                i += len(chunk)
-                touched.append(batch)
-                if len(batch.values) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
-                    self._ready_up(tp, batch)
+            return self._enqueue((topic, partition), values, timestamps, keys)
+
+    # called with self._lock held
+    def _enqueue(self, tp: tuple[str, int], values: list[bytes], timestamps: int | list[int],
+                 keys: list[bytes | None] | None) -> list[Batch]:
+        """Append messages to the partition's open batches, readying each
+        that fills; ``timestamps`` is one for all or one per value. Returns
+        the batches touched, oldest first."""
+        cfg = self.config
+        touched: list[Batch] = []
+        shared_stamp = isinstance(timestamps, int)
+        i, n = 0, len(values)
+        while i < n:
+            if self._queued >= cfg.buffer_messages:
+                self._wait_for_room()
+            batch = self._open.get(tp) or self._new_open_batch(tp)
+            j = i + cfg.batch_size - len(batch.values)
+            chunk = values[i:j]
+            if keys is not None or batch.keys is not None:
+                if batch.keys is None:
+                    batch.keys = [None] * len(batch.values)
+                batch.keys.extend(keys[i:j] if keys is not None else [None] * len(chunk))
+            batch.values.extend(chunk)
+            batch.timestamps.extend([timestamps] * len(chunk) if shared_stamp
+                                    else timestamps[i:j])
+            batch.nbytes += sum(map(len, chunk))
+            self._queued += len(chunk)
+            i += len(chunk)
+            touched.append(batch)
+            if len(batch.values) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
+                self._ready_up(tp, batch)
         return touched
 
     # called with self._lock held
