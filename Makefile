@@ -12,6 +12,10 @@ help:
 	@echo "make test    run the whole test suite"
 	@echo "make bench   run the throughput/latency benchmark (writes bench/RESULTS.md)"
 	@echo "make bench-peers  Samsa vs RabbitMQ vs ActiveMQ, the paper's section 5 (installs them)"
+	@echo "make lab-up  start the multi-datacenter lab (infra/local/topology.toml) in $(LAB_DIR)/"
+	@echo "             LAB_ARGS='--set base_port=29000 --no-mirrors' passes options to up"
+	@echo "make lab-status  what the lab runs: processes, brokers, load balancers, mirror lag"
+	@echo "make lab-down    stop the lab (PURGE=1 also deletes its logs and data)"
 	@echo "make bench-mirror two DCs mirrored into the analysis cluster: throughput, latency"
 
 setup: $(STAMP)
@@ -37,7 +41,7 @@ bench: setup
 	$(PY) bench/run.py
 
 bench-mirror: setup
-	$(PY) bench/mirror.py
+	$(PY) bench/mirror_bench.py
 
 # the peers extra (pika, stomp.py, matplotlib) stays out of the test install
 PEERS_STAMP := $(VENV)/.peers-installed
@@ -48,6 +52,19 @@ $(PEERS_STAMP): $(STAMP) pyproject.toml
 bench-peers: setup $(PEERS_STAMP)
 	@scripts/ensure-peer-packages.sh
 	$(PY) bench/peers.py
+
+# The multi-datacenter lab (docs/multi-dc.md); its processes outlive make.
+LAB_DIR  ?= .lab
+LAB_ARGS ?=
+
+lab-up: setup
+	$(PY) -m infra.local up --dir $(LAB_DIR) $(LAB_ARGS)
+
+lab-status: setup
+	$(PY) -m infra.local status --dir $(LAB_DIR)
+
+lab-down: setup
+	$(PY) -m infra.local down --dir $(LAB_DIR) $(if $(PURGE),--purge)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

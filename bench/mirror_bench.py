@@ -288,7 +288,7 @@ def write(result: dict) -> None:
     cpu = statistics.median(r["mirror_cpu_s"] / r["copy_s"] for r in t)
     section = "\n".join([
         f"## Mirror: two DCs into the analysis cluster ({result['date'][:10]})", "",
-        f"**Method:** `bench/mirror.py` (`make bench-mirror`): one ZooKeeper server and three "
+        f"**Method:** `bench/mirror_bench.py` (`make bench-mirror`): one ZooKeeper server and three "
         f"brokers (dc-a, dc-b, analysis: three clusters under their own chroots), default "
         f"broker settings (flush every 50 ms), and `python -m mirror` as its own process, "
         f"all on this machine ({mach.get('nproc')} cores, {mach.get('cpu_model', '?')}, C "
