@@ -375,6 +375,9 @@ class ZooKeeperEnsemble:
       ``keep_directory`` (False); a failed start keeps it, for its logs.
     * ``host`` ("127.0.0.1"): the address every port is bound on (the lab
       may give each data center an address of its own).
+    * ``client_ports`` / ``peer_ports`` (None): fixed ports instead of free
+      ones picked now (the lab's topology names its ports): one client port
+      per member, and in a quorum one (quorum, election) pair per member.
     * ``tick_time_ms`` (200): ZooKeeper's tick. Short, so elections, syncs and
       session expiry are quick; the lowest session timeout is 2 ticks.
     * ``max_session_timeout_ms`` (120000): raised because the default, 20
@@ -390,6 +393,8 @@ class ZooKeeperEnsemble:
 
     def __init__(self, size: int = 1, directory: str | None = None, *,
                  host: str = "127.0.0.1",
+                 client_ports: list[int] | None = None,
+                 peer_ports: list[tuple[int, int]] | None = None,
                  tick_time_ms: int = 200,
                  max_session_timeout_ms: int = 120_000,
                  heap: str = "256m",
@@ -431,20 +436,33 @@ class ZooKeeperEnsemble:
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
             *(jvm_args or []),
         ]
-        self.servers = self._plan_servers()
+        self.servers = self._plan_servers(client_ports, peer_ports)
 
-    def _plan_servers(self) -> list[ZooKeeperServer]:
+    def _plan_servers(self, client_ports: list[int] | None,
+                      peer_ports: list[tuple[int, int]] | None) -> list[ZooKeeperServer]:
         quorum = self.size > 1
-        ports = _free_ports(self.host, self.size * (3 if quorum else 1))
+        if client_ports is not None and len(client_ports) != self.size:
+            raise ValueError(f"{self.size} members need {self.size} client ports, "
+                             f"not {list(client_ports)}")
+        if quorum and peer_ports is not None and len(peer_ports) != self.size:
+            raise ValueError(f"{self.size} members need {self.size} (quorum, election) "
+                             f"port pairs, not {list(peer_ports)}")
+        wanted = ((0 if client_ports is not None else self.size)
+                  + (2 * self.size if quorum and peer_ports is None else 0))
+        free = iter(_free_ports(self.host, wanted) if wanted else [])
+        clients = list(client_ports) if client_ports is not None else \
+            [next(free) for _ in range(self.size)]
+        peers = (list(peer_ports) if peer_ports is not None else
+                 [(next(free), next(free)) for _ in range(self.size)]) if quorum else []
         servers = []
         for i in range(self.size):
             servers.append(ZooKeeperServer(
                 server_id=i + 1,
                 directory=os.path.join(self.directory, f"zk-{i + 1}"),
                 host=self.host,
-                client_port=ports[i],
-                quorum_port=ports[self.size + i] if quorum else None,
-                election_port=ports[2 * self.size + i] if quorum else None))
+                client_port=clients[i],
+                quorum_port=peers[i][0] if quorum else None,
+                election_port=peers[i][1] if quorum else None))
         server_lines = ([f"server.{s.server_id}={s.host}:{s.quorum_port}:{s.election_port}"
                          for s in servers] if quorum else [])
         for server in servers:

@@ -88,3 +88,14 @@ def test_bad_override_syntax_and_files(tmp_path):
     bad.write_text("title = \n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         settings.load(Outer, str(bad))
+
+
+def test_overrides_pick_a_table_of_an_array_by_name_or_index():
+    values = {"endpoints": [{"name": "a", "port": 1}, {"name": "b", "port": 2}]}
+    built = settings.build(Outer, settings.apply_overrides(
+        values, {"endpoints.b.port": "20", "endpoints.0.port": "10"}))
+    assert [(e.name, e.port) for e in built.endpoints] == [("a", 10), ("b", 20)]
+    with pytest.raises(ConfigError, match=r"no table named 'c' in endpoints \(names: a, b"):
+        settings.apply_overrides(values, {"endpoints.c.port": "3"})
+    with pytest.raises(ConfigError, match="endpoints is an array of tables: name one of them"):
+        settings.apply_overrides(values, {"endpoints.port": "3"})

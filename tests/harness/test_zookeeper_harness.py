@@ -150,3 +150,18 @@ def test_missing_jars_say_what_to_install(tmp_path):
         find_classpath(str(tmp_path), str(tmp_path), environ={})
     assert "apt-get install zookeeper" in str(failure.value)
     assert "pip install pyspark" in str(failure.value)
+
+
+def test_fixed_ports_go_into_every_members_config(tmp_path):
+    # planned only (not started): the lab's topology names the ports itself
+    ensemble = ZooKeeperEnsemble(3, str(tmp_path), client_ports=[31001, 31002, 31003],
+                                 peer_ports=[(31011, 31012), (31013, 31014), (31015, 31016)])
+    assert ensemble.connect_string("/dc-a") == \
+        "127.0.0.1:31001,127.0.0.1:31002,127.0.0.1:31003/dc-a"
+    for server in ensemble.servers:
+        with open(server.config_path) as f:
+            config = f.read()
+        assert f"clientPort={31000 + server.server_id}" in config
+        assert "server.2=127.0.0.1:31013:31014" in config
+    with pytest.raises(ValueError, match="3 members need 3 client ports"):
+        ZooKeeperEnsemble(3, str(tmp_path / "other"), client_ports=[31001])

@@ -1,0 +1,204 @@
+"""python -m infra.local up|status|down: the multi-datacenter lab on this machine.
+
+The commands only parse options, call ``infra.local.lab.Lab`` and print; the
+lab's processes outlive them (``status`` and ``down`` find them again through
+the state directory).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from broker import settings
+from broker.settings import ConfigError
+from infra.local.lab import Lab, LabError
+from infra.topology import load_topology
+
+DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "topology.toml")
+DEFAULT_STATE_DIR = ".lab"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dir", default=os.environ.get("SAMSA_LAB_DIR", DEFAULT_STATE_DIR),
+                        metavar="STATE_DIR",
+                        help="the lab's state directory: state file, logs, data "
+                             f"(default $SAMSA_LAB_DIR or {DEFAULT_STATE_DIR})")
+    common.add_argument("-q", "--quiet", action="store_true",
+                        help="print only warnings and errors of the lab's progress")
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.local",
+        description="The multi-datacenter lab of the Kafka paper's section 5 on this machine: "
+                    "one ZooKeeper ensemble; per datacenter a Samsa cluster behind an HAProxy "
+                    "load balancer; an analysis cluster; mirrors copying the datacenters into "
+                    "it. Processes run detached and outlive the command; the state directory "
+                    "holds what runs, the logs (logs/<process>.log) and the data.",
+        epilog="Examples:\n"
+               "  python -m infra.local up                       # the default topology\n"
+               "  python -m infra.local up --set base_port=29000 --set datacenters.dc-a.brokers=3\n"
+               "  python -m infra.local status                   # or --json\n"
+               "  python -m infra.local down --purge             # also delete logs and data\n"
+               "Topology file format: docs/multi-dc.md and infra/topology.py.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser(
+        "up", parents=[common], help="start the lab and wait until every part is ready",
+        description="Start ZooKeeper, every broker, every load balancer and every mirror, "
+                    "each waited for (registered in ZooKeeper, backends UP, /metrics "
+                    "answering). If anything fails, what was started is taken down and the "
+                    "error shows the tail of the failing process's log. Refused when a lab "
+                    "already runs in the state directory.")
+    up.add_argument("--topology", default=DEFAULT_TOPOLOGY, metavar="FILE",
+                    help="topology file (TOML; default infra/local/topology.toml)")
+    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a topology setting, dotted; a table of an array by its name: "
+                         "--set base_port=29000 --set datacenters.dc-a.brokers=3 "
+                         "--set mirrors.to-analysis.processes=1 (repeatable)")
+    up.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="how long each step may take to be ready (default 60)")
+    up.add_argument("--no-mirrors", action="store_true",
+                    help="leave the mirrors out (start only ZooKeeper, brokers, load balancers)")
+
+    status = sub.add_parser(
+        "status", parents=[common], help="show what runs and how it is doing",
+        description="Each process (alive, pid, ports), ZooKeeper's members, each cluster's "
+                    "registered brokers and topics, each load balancer's backends (UP/DOWN, "
+                    "connections), each mirror's lag in bytes (its group's committed offsets "
+                    "against the source brokers' latest offsets). Exit status 0 when every "
+                    "process runs and every broker is registered, 1 otherwise.")
+    status.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    down = sub.add_parser(
+        "down", parents=[common], help="stop every process of the lab",
+        description="Stop mirrors, then load balancers and brokers, then ZooKeeper (SIGTERM, "
+                    "SIGKILL after --timeout), check that no process is left and remove the "
+                    "state file. Logs and data stay unless --purge.")
+    down.add_argument("--purge", action="store_true",
+                      help="also delete the state directory: logs and data")
+    down.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",
+                      help="how long to wait after SIGTERM before SIGKILL (default 15)")
+    return parser
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    topology = load_topology(args.topology, settings.parse_overrides(args.set))
+    lab = Lab(topology, args.dir)
+    lab.up(timeout=args.timeout, mirrors=not args.no_mirrors)
+    print(render_status(lab.status()))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    lab = Lab.open(args.dir)
+    status = lab.status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        print(render_status(status))
+    healthy = status["running"] and all(
+        len(c["brokers"]) == c["brokers_expected"] for c in status["clusters"])
+    return 0 if healthy else 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    try:
+        lab = Lab.open(args.dir)
+    except LabError:
+        if args.purge and os.path.isdir(args.dir):
+            import shutil
+            shutil.rmtree(args.dir)
+            print(f"no lab was running; removed {args.dir}")
+            return 0
+        print(f"no lab in {os.path.abspath(args.dir)}: nothing to stop")
+        return 0
+    stopped = lab.down(purge=args.purge, timeout=args.timeout)
+    print(f"stopped {len(stopped)} processes" + (f": {', '.join(stopped)}" if stopped else "")
+          + ("; removed " + lab.state_dir if args.purge else
+             f"; logs and data kept in {lab.state_dir}"))
+    return 0
+
+
+def render_status(status: dict) -> str:
+    """The status (Lab.status()) for people."""
+    out = [f"lab {status['lab']} in {status['state_dir']}: "
+           f"{'running' if status['running'] else 'NOT (fully) running'}", "", "processes:"]
+    for p in status["processes"]:
+        ports = ", ".join(f"{k} {v}" for k, v in p["ports"].items())
+        out.append(f"  {'up  ' if p['alive'] else 'DOWN'}  {p['name']:<26} pid {p['pid']:<8} "
+                   f"{ports}")
+    if not status["processes"]:
+        out.append("  (none)")
+    zk = status["zookeeper"]
+    out += ["", f"zookeeper {zk['connect']}: " + ", ".join(
+        f"{s['address']} {s['mode'] or 'DOWN'}" for s in zk["servers"])]
+    for c in status["clusters"]:
+        out += ["", f"cluster {c['name']} ({c['kind']}, {c['zookeeper']}):"]
+        if "error" in c:
+            out.append(f"  error: {c['error']}")
+        registered = ", ".join(f"{b}={a}" for b, a in c["brokers"].items()) or "none"
+        out.append(f"  brokers registered {len(c['brokers'])}/{c['brokers_expected']}: "
+                   f"{registered}")
+        topics = ", ".join(f"{t} ({n} partitions)" for t, n in c["topics"].items())
+        out.append(f"  topics: {topics or 'none'}")
+        lb = c["load_balancer"]
+        if lb:
+            line = f"  load balancer {lb['address']}"
+            if lb.get("stats_url"):
+                line += f" (stats {lb['stats_url']})"
+            out.append(line + ":")
+            if "error" in lb:
+                out.append(f"    error: {lb['error']}")
+            for s in lb.get("backends", []):
+                out.append(f"    {s['server']:<10} {s['address']:<21} {s['status']:<8} "
+                           f"check {s['check'] or '-':<8} connections {s['sessions']}")
+    for m in status["mirrors"]:
+        out += ["", f"mirror {m['name']} ({', '.join(m['sources'])} -> {m['target']}, "
+                    f"group {m['group']}):"]
+        for p in m["processes"]:
+            if not p["started"]:
+                out.append(f"  -     {p['name']:<26} not started")
+                continue
+            metrics = ("metrics answering" if p["metrics"] else
+                       "metrics off" if p["metrics_port"] == -1 else "metrics NOT answering")
+            out.append(f"  {'up  ' if p['alive'] else 'DOWN'}  {p['name']:<26} {metrics}")
+        for source, lag in m["lag"].items():
+            if "error" in lag:
+                out.append(f"  lag from {source}: unknown ({lag['error']})")
+                continue
+            line = (f"  lag from {source}: {lag['lag_bytes']} bytes over {lag['partitions']} "
+                    f"partitions (committed offsets)")
+            if lag["uncommitted"]:
+                line += f", {lag['uncommitted']} without a committed offset"
+            if lag["errors"]:
+                line += f", {lag['errors']} unreadable"
+            if m["metrics_lag_bytes"] is not None:
+                line += f"; /metrics says {m['metrics_lag_bytes'].get(source, 0):.0f}"
+            out.append(line)
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S",
+                        stream=sys.stderr)
+    # kazoo logs every failed connection attempt: the lab says it once, clearly
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    # the cluster views of `status` log each broker list they read
+    logging.getLogger("broker.coordination").setLevel(logging.WARNING)
+    try:
+        return {"up": cmd_up, "status": cmd_status, "down": cmd_down}[args.command](args)
+    except (LabError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

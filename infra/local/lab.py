@@ -1,0 +1,861 @@
+"""The local multi-datacenter lab: a whole topology as processes on this machine.
+
+``Lab(topology, state_dir).up()`` starts, in this order, waiting for each
+step to be ready before the next:
+
+1. the ZooKeeper ensemble (ready: every member answers ``ruok`` and serves),
+   then every cluster's chroot;
+2. every broker of every cluster, at once (ready: registered in its
+   cluster's ``/brokers/ids/<id>`` by a new session, with its address);
+3. each load balancer's HAProxy, after ``haproxy -c`` accepted its config
+   (ready: its stats socket answers and every broker is UP in its backend);
+4. every mirror process (ready: its /metrics answers).
+
+Each process runs in a session (and process group) of its own with its
+output appended to ``logs/<name>.log``, so it outlives the command that
+started it; the state file records it. When a step fails, what was started
+is taken down and the error names the process, why, and the tail of its log.
+
+``down()`` stops mirrors first, then load balancers and brokers (SIGTERM: a
+broker deregisters, flushes and checkpoints), then ZooKeeper, each group
+SIGKILLed after a timeout; it checks that no process of any group is left
+and removes the state file, keeping logs and data unless purged.
+
+States of a state directory::
+
+    empty --up--> starting --all ready--> running --down--> stopped (logs, data kept)
+                     |                       |
+                     +--a step failed--------+--> (taken down) --> stopped
+    running --a process died--> degraded (status shows it; down still cleans up)
+
+A pid in the state file is trusted only together with the process start
+time recorded beside it (``/proc/<pid>/stat``), so a later process that got
+the same pid is never signalled.
+
+State directory::
+
+    lab.json                  the processes: name, role, pid, ports, command, log
+    topology.toml             the topology the lab runs (status and down read it)
+    logs/<name>.log           every process's output (zookeeper-<id>.log links to
+                              zookeeper/zk-<id>/server.log)
+    zookeeper/zk-<id>/        a member's zoo.cfg and data
+    data/<cluster>/broker-<i> a broker's data (unless the cluster sets data_dir)
+    haproxy/<cluster>/        haproxy.cfg and its stats socket
+    mirror/<name>-<i>.toml    a mirror process's settings
+
+Linux only (it reads /proc). Not thread-safe: drive a Lab from one thread.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import random
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from kazoo.exceptions import NoNodeError
+
+from broker import settings
+from broker.client.admin import AdminClient
+from broker.client.connection import BrokerConnectionError
+from broker.coordination import offsets as zk_offsets
+from broker.coordination import paths
+from broker.coordination.cluster import ClusterView
+from broker.coordination.ownership import Subscription
+from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_client
+from broker.harness.zookeeper import (ZooKeeperEnsemble, ZooKeeperError, _ephemeral_port_range,
+                                      server_mode)
+from broker.protocol.errors import SamsaError
+from infra.local import haproxy
+from infra.topology import Topology, load_topology, mirror_config, to_toml
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "lab.json"
+TOPOLOGY_FILE = "topology.toml"
+#: Roles, in the order ``down`` stops them (each group at once).
+STOP_ORDER = (("mirror",), ("haproxy", "broker"), ("zookeeper",))
+#: The repository root: the children import the same code as the lab.
+SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_POLL_S = 0.05      # poll interval where nothing announces readiness
+
+
+class LabError(RuntimeError):
+    """The lab could not do what was asked; the message says why and what to do."""
+
+
+@dataclass
+class ProcessRecord:
+    """One process of the lab, as the state file keeps it."""
+    name: str
+    role: str                      # "zookeeper", "broker", "haproxy" or "mirror"
+    pid: int
+    start_ticks: int               # its start time in /proc/<pid>/stat: its identity
+    command: list[str]
+    log: str
+    ports: dict[str, int] = field(default_factory=dict)
+    cluster: str | None = None
+    index: int | None = None
+    cwd: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ProcessRecord":
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+
+# ------------------------------------------------------------------ processes
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state letter, process group, start ticks) of ``pid``, None if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except (OSError, ValueError):
+        return None
+    fields = data[data.rindex(")") + 2:].split()    # from field 3 (state) on
+    return fields[0], int(fields[2]), int(fields[19])
+
+
+def start_ticks(pid: int) -> int:
+    stat = proc_stat(pid)
+    return stat[2] if stat else -1
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of the process group ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = proc_stat(int(entry))
+            if stat and stat[1] == pgid and stat[0] not in "ZX":
+                members.append(int(entry))
+    return members
+
+
+def free_topology(topology: Topology, attempts: int = 200) -> Topology:
+    """``topology`` moved to a ``base_port`` where every one of its ports is free
+    now (for tests and benchmarks that must not collide with anything), chosen
+    at random below the ephemeral range (which outgoing connections use)."""
+    low, _high = _ephemeral_port_range()
+    span = max(p for p, _ in topology.ports()) - topology.base_port + 1
+    chooser = random.SystemRandom()
+    for _ in range(attempts):
+        base = chooser.randrange(10_000, max(10_001, low - span))
+        candidate = dataclasses.replace(topology, base_port=base)
+        if not busy_ports(candidate):
+            return candidate
+    raise LabError(f"found no base port with {len(topology.ports())} free ports "
+                   f"after {attempts} attempts")
+
+
+def busy_ports(topology: Topology) -> list[tuple[int, str]]:
+    """The ports of ``topology`` something else listens on now."""
+    busy = []
+    for port, what in topology.ports():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # as the servers bind: a port in TIME_WAIT is free, a listening one is not
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((topology.host, port))
+            except OSError:
+                busy.append((port, what))
+    return busy
+
+
+def _tail(path: str, lines: int = 30) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 64 * 1024))
+            return b"".join(f.read().splitlines(keepends=True)[-lines:]).decode(errors="replace")
+    except OSError as exc:
+        return f"(no log: {exc})"
+
+
+# ------------------------------------------------------------------ the lab
+
+class Lab:
+    """A topology run as local processes, its state in ``state_dir``.
+
+    ``Lab(topology, dir)`` for a new lab; ``Lab.open(dir)`` for the one
+    running there (with the topology it was started with). Addresses for
+    clients: ``lb_address(cluster)``, ``broker_address(cluster, i)``,
+    ``zookeeper_connect(cluster)``. Fault injection: ``kill_broker``,
+    ``restart_broker``. A context manager: ``with Lab(t, d) as lab`` brings it
+    up and takes it down.
+    """
+
+    def __init__(self, topology: Topology, state_dir: str, *, python: str | None = None) -> None:
+        self.topology = topology
+        self.state_dir = os.path.abspath(state_dir)
+        self.python = python or sys.executable
+        self.records: dict[str, ProcessRecord] = {}
+        # processes this object started: polled (which reaps them) rather than
+        # looked up in /proc, where a dead child stays a zombie until reaped
+        self._children: dict[str, subprocess.Popen] = {}
+        self._read_state()
+
+    @classmethod
+    def open(cls, state_dir: str) -> "Lab":
+        """The lab of ``state_dir``, with the topology it was started with."""
+        path = os.path.join(state_dir, TOPOLOGY_FILE)
+        if not os.path.exists(path):
+            raise LabError(f"no lab in {os.path.abspath(state_dir)} (no {TOPOLOGY_FILE}): "
+                           f"start one with `python -m infra.local up --dir {state_dir}`")
+        return cls(load_topology(path), state_dir)
+
+    # ---------------------------------------------------------------- paths, addresses
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.state_dir, *parts)
+
+    def log_path(self, name: str) -> str:
+        return self.path("logs", f"{name}.log")
+
+    def broker_data_dir(self, cluster: str, index: int) -> str:
+        spec = self.topology.cluster(cluster)
+        parent = spec.data_dir or os.path.join("data", spec.name)
+        return os.path.join(self.state_dir, parent, f"broker-{index}")
+
+    def zookeeper_connect(self, cluster: str | None = None) -> str:
+        """The ensemble's connect string, with ``cluster``'s chroot when named."""
+        return self.topology.zookeeper_connect(cluster)
+
+    def lb_address(self, cluster: str) -> str:
+        port = self.topology.lb_port(cluster)
+        if port is None:
+            raise LabError(f"cluster {cluster!r} has no load balancer")
+        return f"{self.topology.host}:{port}"
+
+    def broker_address(self, cluster: str, index: int) -> str:
+        return f"{self.topology.host}:{self.topology.broker_ports(cluster)[index]}"
+
+    def broker_addresses(self, cluster: str) -> list[str]:
+        return [self.broker_address(cluster, i) for i in range(self.topology.cluster(cluster).brokers)]
+
+    def lb_backends(self, cluster: str) -> list[dict[str, Any]]:
+        """Each broker's state in ``cluster``'s load balancer (see
+        haproxy.backend_servers); OSError when HAProxy does not answer."""
+        return haproxy.backend_servers(self.path("haproxy", cluster), cluster)
+
+    @staticmethod
+    def broker_name(cluster: str, index: int) -> str:
+        return f"{cluster}.broker-{index}"
+
+    # ---------------------------------------------------------------- state file
+
+    def _read_state(self) -> None:
+        try:
+            with open(self.path(STATE_FILE)) as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            raise LabError(f"unreadable state file {self.path(STATE_FILE)}: {exc}") from None
+        self.records = {p["name"]: ProcessRecord.from_json(p) for p in data.get("processes", [])}
+
+    def _write_state(self) -> None:
+        os.makedirs(self.state_dir, exist_ok=True)
+        data = {"lab": self.topology.name, "state_dir": self.state_dir,
+                "topology": self.path(TOPOLOGY_FILE),
+                "processes": [dataclasses.asdict(r) for r in self.records.values()]}
+        tmp = self.path(STATE_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, self.path(STATE_FILE))     # a reader never sees half a file
+
+    # ---------------------------------------------------------------- liveness
+
+    def alive(self, name: str) -> bool:
+        """Whether the lab's process ``name`` is running (it, not a later
+        process that reused its pid)."""
+        record = self.records[name]
+        child = self._children.get(name)
+        if child is not None and child.pid == record.pid:
+            return child.poll() is None
+        stat = proc_stat(record.pid)
+        return stat is not None and stat[2] == record.start_ticks and stat[0] not in "ZX"
+
+    def exit_status(self, name: str) -> str:
+        child = self._children.get(name)
+        if child is not None and child.poll() is not None:
+            code = child.returncode
+            return f"exited with status {code}" if code >= 0 else \
+                f"was killed by {signal.Signals(-code).name}"
+        return "is not running"
+
+    def is_running(self) -> bool:
+        """Whether any process of the lab is running."""
+        return any(self.alive(name) for name in self.records)
+
+    def pids(self) -> dict[str, int]:
+        return {name: r.pid for name, r in self.records.items()}
+
+    def _leftovers(self, name: str) -> list[int]:
+        """Processes of ``name``'s group still running (empty once it is all gone)."""
+        record = self.records[name]
+        if self.alive(name):
+            return [record.pid]
+        stat = proc_stat(record.pid)
+        if stat is not None and stat[2] != record.start_ticks:
+            # Linux keeps a pid number while a process group of that id has
+            # members: reused, so our group emptied before; nothing is ours
+            return []
+        return group_members(record.pid)
+
+    def _signal(self, name: str, sig: int) -> None:
+        """``sig`` to ``name``'s process group, if the process is still ours."""
+        record = self.records[name]
+        if self.alive(name):
+            try:
+                os.killpg(record.pid, sig)     # its own session: pgid == pid
+            except ProcessLookupError:
+                pass
+            return
+        for pid in self._leftovers(name):      # the leader is gone: what it left
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _stop(self, names: list[str], timeout: float) -> list[str]:
+        """SIGTERM ``names`` at once, SIGKILL what is left after ``timeout``;
+        returns the names of which something still runs after that."""
+        for name in names:
+            self._signal(name, signal.SIGTERM)
+        pending = self._wait_gone(names, timeout)
+        if pending:
+            log.warning("still running %.0f s after SIGTERM, killing: %s", timeout,
+                        ", ".join(pending))
+            for name in pending:
+                self._signal(name, signal.SIGKILL)
+            pending = self._wait_gone(pending, 10.0)
+        return pending
+
+    def _wait_gone(self, names: list[str], timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        pending = list(names)
+        while True:
+            pending = [n for n in pending if self._leftovers(n)]
+            if not pending or time.monotonic() >= deadline:
+                return pending
+            time.sleep(_POLL_S)
+
+    # ---------------------------------------------------------------- launching
+
+    def _launch(self, name: str, role: str, command: list[str], ports: dict[str, int],
+                cluster: str | None = None, index: int | None = None,
+                cwd: str | None = None) -> ProcessRecord:
+        log_path = self.log_path(name)
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE_ROOT, env.get("PYTHONPATH")) if p)
+        with open(log_path, "ab") as out:
+            out.write(f"----- {name} started by the lab at {time.strftime('%Y-%m-%d %H:%M:%S')}:"
+                      f" {shlex.join(command)}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, cwd=cwd or self.state_dir,
+                                    env=env, start_new_session=True)
+        record = ProcessRecord(name=name, role=role, pid=proc.pid,
+                               start_ticks=start_ticks(proc.pid), command=command,
+                               log=log_path, ports=ports, cluster=cluster, index=index, cwd=cwd)
+        self._children[name] = proc
+        self.records[name] = record
+        self._write_state()
+        return record
+
+    def _relaunch(self, name: str) -> ProcessRecord:
+        old = self.records[name]
+        return self._launch(old.name, old.role, old.command, old.ports, old.cluster, old.index,
+                            old.cwd)
+
+    def _failure(self, name: str, why: str, hint: str = "") -> LabError:
+        record = self.records[name]
+        return LabError(f"{name} {why}{hint}\n----- last lines of {record.log} -----\n"
+                        f"{_tail(record.log)}")
+
+    def _wait_ready(self, what: str, names: list[str], ready: Callable[[str], bool],
+                    timeout: float, hint: Callable[[str], str] = lambda name: "") -> None:
+        """Wait until ``ready(name)`` for every name; LabError naming the first
+        process that died or was not ready in time."""
+        deadline = time.monotonic() + timeout
+        pending = list(names)
+        while pending:
+            for name in list(pending):
+                if not self.alive(name):
+                    raise self._failure(name, f"{self.exit_status(name)} before it was ready",
+                                        hint(name))
+                if ready(name):
+                    pending.remove(name)
+                    log.info("%s is ready%s", name, _ports_text(self.records[name].ports))
+            if pending and time.monotonic() >= deadline:
+                raise self._failure(pending[0], f"was not ready after {timeout:.0f} s "
+                                    f"({what})", hint(pending[0]))
+            if pending:
+                time.sleep(_POLL_S)
+
+    # ---------------------------------------------------------------- up
+
+    def up(self, timeout: float = 60.0, mirrors: bool = True) -> "Lab":
+        """Start the whole topology; each step waits up to ``timeout`` seconds.
+        With ``mirrors=False`` the mirrors are left out. On failure everything
+        started is taken down and LabError says what failed."""
+        if self.records and self.is_running():
+            running = [f"{n} (pid {self.records[n].pid})" for n in self.records if self.alive(n)]
+            raise LabError(f"a lab is already running in {self.state_dir}: "
+                           f"{', '.join(running)}; take it down first "
+                           f"(`python -m infra.local down --dir {self.state_dir}`)")
+        if self.records:
+            log.warning("the lab in %s had stopped without `down`: starting afresh",
+                        self.state_dir)
+        busy = busy_ports(self.topology)
+        if busy:
+            raise LabError("ports of the topology are in use: "
+                           + "; ".join(f"{port} ({what})" for port, what in busy)
+                           + ". Stop what uses them or move the lab (--set base_port=...)")
+        if any(c.load_balancer for c in self.topology.clusters()):
+            try:
+                haproxy.find_haproxy()
+            except haproxy.HAProxyError as exc:
+                raise LabError(str(exc)) from None
+        self.records, self._children = {}, {}
+        os.makedirs(self.path("logs"), exist_ok=True)
+        with open(self.path(TOPOLOGY_FILE), "w") as f:
+            f.write(to_toml(self.topology))
+        self._write_state()
+        started = time.monotonic()
+        try:
+            self._start_zookeeper(timeout)
+            self._start_brokers(timeout)
+            self._start_load_balancers(timeout)
+            if mirrors:
+                self._start_mirrors(timeout)
+        except BaseException as exc:
+            log.error("lab start failed: taking down what was started")
+            try:
+                self.down(timeout=10.0)
+            except LabError as down_exc:
+                log.error("%s", down_exc)
+            if isinstance(exc, (LabError, KeyboardInterrupt)):
+                raise
+            raise LabError(f"lab start failed: {exc}") from exc
+        log.info("lab %s is up in %.1f s: %d processes, state in %s", self.topology.name,
+                 time.monotonic() - started, len(self.records), self.state_dir)
+        return self
+
+    def _start_zookeeper(self, timeout: float) -> None:
+        t = self.topology
+        log.info("starting ZooKeeper (%d member%s) on %s", t.zookeeper.size,
+                 "s" if t.zookeeper.size > 1 else "", t.zookeeper_connect())
+        try:
+            ensemble = ZooKeeperEnsemble(t.zookeeper.size, self.path("zookeeper"), host=t.host,
+                                         client_ports=t.zookeeper_client_ports(),
+                                         peer_ports=t.zookeeper_peer_ports() or None,
+                                         keep_directory=True)
+        except (ZooKeeperError, ValueError) as exc:
+            raise LabError(f"cannot run ZooKeeper: {exc}") from None
+        try:
+            ensemble.start(timeout)
+        except ZooKeeperError as exc:
+            raise LabError(f"ZooKeeper did not start: {exc}") from None
+        except BaseException:
+            ensemble.kill_all()
+            raise
+        for server in ensemble.servers:
+            name = f"zookeeper-{server.server_id}"
+            link = self.log_path(name)
+            if os.path.lexists(link):
+                os.remove(link)
+            os.symlink(server.log_path, link)
+            ports = {"client": server.client_port}
+            if server.quorum_port:
+                ports.update(quorum=server.quorum_port, election=server.election_port)
+            self.records[name] = ProcessRecord(
+                name=name, role="zookeeper", pid=server.pid, start_ticks=start_ticks(server.pid),
+                command=server.command(ensemble.java, ensemble.classpath, ensemble.jvm_args),
+                log=server.log_path, ports=ports, index=server.server_id,
+                cwd=server.directory)
+            self._children[name] = server.proc
+        self._write_state()
+        log.info("ZooKeeper serves on %s", t.zookeeper_connect())
+        with self._zookeeper() as zk:
+            for cluster in t.clusters():
+                zk.ensure_path(cluster.zk_chroot)
+
+    @contextlib.contextmanager
+    def _zookeeper(self, timeout: float = 10.0) -> Iterator[Any]:
+        """A started kazoo client at the ensemble's root, for the lab's own reads."""
+        connect = self.zookeeper_connect()
+        client = make_client(connect)
+        try:
+            start_client(client, connect, timeout=timeout, what="lab")
+        except ZooKeeperUnavailable as exc:
+            raise LabError(str(exc)) from None
+        try:
+            yield client
+        finally:
+            client.stop()
+            client.close()
+
+    def broker_command(self, cluster: str, index: int) -> list[str]:
+        t = self.topology
+        spec = t.cluster(cluster)
+        command = [self.python, "-m", "broker", "--broker-id", str(index), "--host", t.host,
+                   "--port", str(t.broker_ports(cluster)[index]),
+                   "--data-dir", self.broker_data_dir(cluster, index),
+                   "--metrics-port", str(t.broker_metrics_ports(cluster)[index]),
+                   "--log-format", "json", "--set", f"zookeeper={t.zookeeper_connect(cluster)}"]
+        for key, value in spec.broker_overrides().items():
+            command += ["--set", f"{key}={value}"]
+        return command
+
+    def _start_brokers(self, timeout: float, only: list[tuple[str, int]] | None = None) -> None:
+        t = self.topology
+        wanted = only or [(c.name, i) for c in t.clusters() for i in range(c.brokers)]
+        log.info("starting %d broker%s", len(wanted), "s" if len(wanted) > 1 else "")
+        with self._zookeeper() as zk:
+            # a broker killed earlier may still be registered until its session
+            # expires: ready means registered by a session other than that one
+            stale = {}
+            for cluster, i in wanted:
+                stat = zk.exists(self._broker_node(cluster, i))
+                stale[self.broker_name(cluster, i)] = stat.ephemeralOwner if stat else None
+            names = []
+            for cluster, i in wanted:
+                name = self.broker_name(cluster, i)
+                if only and name in self.records:
+                    self._relaunch(name)
+                else:
+                    ports = {"port": t.broker_ports(cluster)[i]}   # it makes its data dir
+                    if t.broker_metrics_ports(cluster)[i] != -1:
+                        ports["metrics"] = t.broker_metrics_ports(cluster)[i]
+                    self._launch(name, "broker", self.broker_command(cluster, i), ports,
+                                 cluster=cluster, index=i)
+                names.append(name)
+
+            def registered(name: str) -> bool:
+                record = self.records[name]
+                path = self._broker_node(record.cluster, record.index)
+                try:
+                    data, stat = zk.get(path)
+                except NoNodeError:
+                    return False
+                return (stat.ephemeralOwner != stale[name]
+                        and data.decode() == self.broker_address(record.cluster, record.index))
+
+            self._wait_ready("its registration in ZooKeeper", names, registered, timeout)
+
+    def _broker_node(self, cluster: str, index: int) -> str:
+        return self.topology.cluster(cluster).zk_chroot + paths.broker_id_path(index)
+
+    def _start_load_balancers(self, timeout: float) -> None:
+        names = []
+        for cluster in self.topology.clusters():
+            if cluster.load_balancer is None:
+                continue
+            directory = self.path("haproxy", cluster.name)
+            os.makedirs(directory, exist_ok=True)
+            config = os.path.join(directory, "haproxy.cfg")
+            with open(config, "w") as f:
+                f.write(haproxy.render(self.topology, cluster.name))
+            try:
+                haproxy.check_config(config)
+            except haproxy.HAProxyError as exc:
+                raise LabError(str(exc)) from None
+            name = f"{cluster.name}.haproxy"
+            ports = {"port": self.topology.lb_port(cluster.name)}
+            if self.topology.lb_stats_port(cluster.name) is not None:
+                ports["stats"] = self.topology.lb_stats_port(cluster.name)
+            log.info("starting %s on %s", name, self.lb_address(cluster.name))
+            self._launch(name, "haproxy", haproxy.command(config), ports,
+                         cluster=cluster.name, cwd=directory)
+            names.append(name)
+
+        def all_up(name: str) -> bool:
+            cluster = self.records[name].cluster
+            try:
+                servers = self.lb_backends(cluster)
+            except OSError:
+                return False
+            return bool(servers) and all(s["status"] == "UP" for s in servers)
+
+        self._wait_ready("its stats socket and every broker UP in its backend", names, all_up,
+                         timeout)
+
+    def _start_mirrors(self, timeout: float) -> None:
+        names = []
+        for mirror in self.topology.mirrors:
+            for i in range(mirror.processes):
+                config = mirror_config(self.topology, mirror, i)
+                path = self.path("mirror", f"{mirror.name}-{i}.toml")
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write(settings.to_toml(config))
+                name = f"{mirror.name}.mirror-{i}"
+                ports = {"metrics": config.metrics_port} if config.metrics_port > 0 else {}
+                log.info("starting %s: %s -> %s", name, ", ".join(mirror.sources), mirror.target)
+                self._launch(name, "mirror", [self.python, "-m", "mirror", "--config", path],
+                             ports, cluster=mirror.target, index=i)
+                names.append(name)
+
+        def metrics_answer(name: str) -> bool:
+            port = self.records[name].ports.get("metrics")
+            return port is None or _scrape(self.topology.host, port) is not None
+
+        self._wait_ready("its /metrics", names, metrics_answer, timeout, hint=self._mirror_hint)
+
+    def _mirror_hint(self, name: str) -> str:
+        if "No module named mirror.__main__" in _tail(self.records[name].log, 200):
+            return (" (the mirror has no command-line program yet: mirror/__main__.py is "
+                    "missing; `up --no-mirrors` runs the lab without mirrors)")
+        return ""
+
+    # ---------------------------------------------------------------- down
+
+    def down(self, purge: bool = False, timeout: float = 15.0) -> list[str]:
+        """Stop every process (mirrors, then load balancers and brokers, then
+        ZooKeeper; SIGTERM, SIGKILL after ``timeout``), check none is left and
+        remove the state file; ``purge`` also removes logs and data. Returns
+        the names of the processes that were still running."""
+        was_running = [name for name in self.records if self.alive(name)]
+        for roles in STOP_ORDER:
+            names = [n for n, r in self.records.items() if r.role in roles and self._leftovers(n)]
+            if names:
+                log.info("stopping %s", ", ".join(names))
+            left = self._stop(names, timeout)
+            if left:
+                raise LabError("still running after SIGKILL: " + ", ".join(
+                    f"{n} (pids {self._leftovers(n)})" for n in left))
+        left = [n for n in self.records if self._leftovers(n)]
+        if left:
+            raise LabError(f"processes of the lab are still running: {', '.join(left)}")
+        for name in list(self._children):
+            self._children.pop(name).wait()
+        self.records = {}
+        try:
+            os.remove(self.path(STATE_FILE))
+        except FileNotFoundError:
+            pass
+        if purge:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        log.info("lab %s is down (%d processes stopped)%s", self.topology.name,
+                 len(was_running), "; state directory removed" if purge else "")
+        return was_running
+
+    # ---------------------------------------------------------------- faults
+
+    def kill_broker(self, cluster: str, index: int, sig: int = signal.SIGKILL,
+                    timeout: float = 30.0) -> None:
+        """Send ``sig`` to broker ``index`` of ``cluster``; for SIGKILL and
+        SIGTERM, wait until it has exited."""
+        name = self.broker_name(cluster, index)
+        if name not in self.records:
+            raise LabError(f"no process {name} in the lab")
+        self._signal(name, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            left = self._wait_gone([name], timeout)
+            if left:
+                raise LabError(f"{name} still runs {timeout:.0f} s after "
+                               f"{signal.Signals(sig).name}")
+
+    def restart_broker(self, cluster: str, index: int, timeout: float = 30.0) -> None:
+        """Stop broker ``index`` of ``cluster`` if it runs (SIGTERM), start it
+        again with the same command, data and ports, and wait until it is
+        registered anew."""
+        name = self.broker_name(cluster, index)
+        if name not in self.records:
+            raise LabError(f"no process {name} in the lab")
+        if self._leftovers(name):
+            self._stop([name], timeout)
+        self._start_brokers(timeout, only=[(cluster, index)])
+
+    # ---------------------------------------------------------------- status
+
+    def status(self, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
+        """What runs and how it is doing, as plain data (``--json`` prints it):
+
+        * ``processes``: name, role, cluster, pid, alive, ports, log;
+        * ``zookeeper``: connect string and each member's mode;
+        * ``clusters``: per cluster, the brokers registered in ZooKeeper
+          (id -> address) against those expected, the topics (partition
+          count), and the load balancer's address and each backend broker's
+          state (UP/DOWN, last check, connections);
+        * ``mirrors``: per mirror, its processes and, per source, the lag in
+          bytes of its group's committed offsets behind the source brokers'
+          latest offsets (works while the mirror is down), and the lag its
+          running processes report on /metrics.
+        """
+        t = self.topology
+        out: dict[str, Any] = {"lab": t.name, "state_dir": self.state_dir,
+                               "processes": [], "clusters": [], "mirrors": []}
+        for name, r in self.records.items():
+            out["processes"].append({"name": name, "role": r.role, "cluster": r.cluster,
+                                     "pid": r.pid, "alive": self.alive(name), "ports": r.ports,
+                                     "log": r.log})
+        out["running"] = bool(self.records) and all(p["alive"] for p in out["processes"])
+        out["zookeeper"] = {"connect": t.zookeeper_connect(), "servers": [
+            {"address": f"{t.host}:{port}", "mode": server_mode(t.host, port)}
+            for port in t.zookeeper_client_ports()]}
+        reachable = any(s["mode"] for s in out["zookeeper"]["servers"])
+        views: dict[str, tuple[Any, ClusterView]] = {}
+        try:
+            for cluster in t.clusters():
+                entry: dict[str, Any] = {
+                    "name": cluster.name, "kind": t.kind(cluster.name),
+                    "zookeeper": t.zookeeper_connect(cluster.name),
+                    "brokers_expected": cluster.brokers, "brokers": {}, "topics": {},
+                    "load_balancer": None}
+                if reachable:
+                    try:
+                        client = make_client(entry["zookeeper"])
+                        start_client(client, entry["zookeeper"], timeout=zookeeper_timeout,
+                                     what="lab status")
+                        view = ClusterView(client)
+                        views[cluster.name] = (client, view)
+                        entry["brokers"] = {str(b): f"{h}:{p}"
+                                            for b, (h, p) in sorted(view.brokers().items())}
+                        entry["topics"] = {topic: len(view.partitions(topic))
+                                           for topic in view.topics()}
+                    except ZooKeeperUnavailable as exc:
+                        entry["error"] = str(exc)
+                else:
+                    entry["error"] = f"ZooKeeper at {t.zookeeper_connect()} does not answer"
+                if cluster.load_balancer is not None:
+                    lb: dict[str, Any] = {"address": self.lb_address(cluster.name)}
+                    stats_port = t.lb_stats_port(cluster.name)
+                    if stats_port is not None:
+                        lb["stats_url"] = f"http://{t.host}:{stats_port}/"
+                    try:
+                        lb["backends"] = self.lb_backends(cluster.name)
+                    except OSError as exc:
+                        lb["error"] = f"HAProxy's stats socket does not answer: {exc}"
+                    entry["load_balancer"] = lb
+                out["clusters"].append(entry)
+            for mirror in t.mirrors:
+                out["mirrors"].append(self._mirror_status(mirror, views))
+        finally:
+            for client, _view in views.values():
+                client.stop()
+                client.close()
+        return out
+
+    def _mirror_status(self, mirror, views) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": mirror.name, "group": mirror.mirror_group,
+                                 "sources": list(mirror.sources), "target": mirror.target,
+                                 "processes": [], "lag": {}, "metrics_lag_bytes": None}
+        scraped: dict[str, float] = {}
+        any_scraped = False
+        for i in range(mirror.processes):
+            name = f"{mirror.name}.mirror-{i}"
+            started = name in self.records
+            alive = started and self.alive(name)
+            port = self.topology.mirror_metrics_ports(mirror.name)[i]
+            proc: dict[str, Any] = {"name": name, "started": started, "alive": alive,
+                                    "metrics_port": port, "metrics": False}
+            if alive and port != -1:
+                samples = _scrape(self.topology.host, port)
+                if samples is not None:
+                    proc["metrics"] = True
+                    any_scraped = True
+                    for (sample, labels), value in samples.items():
+                        if sample == "samsa_mirror_lag_bytes":
+                            source = dict(labels).get("source", "?")
+                            scraped[source] = scraped.get(source, 0.0) + value
+            entry["processes"].append(proc)
+        if any_scraped:
+            entry["metrics_lag_bytes"] = scraped
+        subscription = Subscription(whitelist=mirror.whitelist, blacklist=mirror.blacklist or None)
+        for source in mirror.sources:
+            if source not in views:
+                entry["lag"][source] = {"error": "its ZooKeeper is unreachable"}
+                continue
+            client, view = views[source]
+            entry["lag"][source] = group_lag(client, view, mirror.mirror_group, subscription)
+        return entry
+
+    # ---------------------------------------------------------------- context manager
+
+    def __enter__(self) -> "Lab":
+        return self.up()
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    def __repr__(self) -> str:
+        return f"Lab({self.topology.name!r}, {self.state_dir!r}, {len(self.records)} processes)"
+
+
+def group_lag(client, view: ClusterView, group: str, subscription: Subscription) -> dict[str, Any]:
+    """How far ``group`` is behind in the cluster of ``view``: over every
+    partition of the topics it subscribes to, the bytes between its committed
+    offset (the partition's earliest offset when it has committed none) and
+    the partition's latest offset. Partitions whose broker does not answer are
+    counted in ``errors``."""
+    committed = zk_offsets.read_offsets(client, group)
+    lag = partitions = uncommitted = errors = 0
+    admins: dict[int, AdminClient] = {}
+    try:
+        for topic in view.topics():
+            if not subscription.matches(topic):
+                continue
+            for bp in view.partitions(topic):
+                broker_id, partition = paths.parse_broker_partition(bp)
+                address = view.address(broker_id)
+                if address is None:        # left the cluster meanwhile
+                    errors += 1
+                    continue
+                try:
+                    if broker_id not in admins:
+                        admins[broker_id] = AdminClient(address, client_id="samsa-lab",
+                                                        request_timeout=5.0)
+                    admin = admins[broker_id]
+                    end = admin.latest_offset(topic, partition)
+                    start = committed.get((topic, bp))
+                    if start is None:
+                        uncommitted += 1
+                        start = admin.earliest_offset(topic, partition)
+                except (BrokerConnectionError, SamsaError, ValueError):
+                    errors += 1
+                    continue
+                partitions += 1
+                lag += max(0, end - start)
+    finally:
+        for admin in admins.values():
+            admin.close()
+    return {"lag_bytes": lag, "partitions": partitions, "uncommitted": uncommitted,
+            "errors": errors}
+
+
+def _scrape(host: str, port: int, timeout: float = 2.0) -> dict[tuple[str, frozenset], float] | None:
+    """/metrics as {(sample, labels): value}, None when it does not answer."""
+    from prometheus_client.parser import text_string_to_metric_families
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
+            text = resp.read().decode(errors="replace")
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+    try:
+        return {(s.name, frozenset(s.labels.items())): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+    except ValueError:
+        return {}
+
+
+def _ports_text(ports: dict[str, int]) -> str:
+    return (" (" + ", ".join(f"{k} {v}" for k, v in ports.items()) + ")") if ports else ""
+
+
+__all__ = ["Lab", "LabError", "ProcessRecord", "busy_ports", "free_topology", "group_lag"]

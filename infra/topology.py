@@ -1,0 +1,566 @@
+"""The multi-datacenter topology of the paper's section 5, as data.
+
+A ZooKeeper ensemble serves every cluster, each under a chroot of its own. Each
+*datacenter* runs a Samsa cluster behind a load balancer that spreads the
+local producers over its brokers; an *analysis* cluster receives, through
+*mirrors*, a copy of what every datacenter collects. This module is only the
+model and its file: frozen dataclasses, validated together when built. It
+never starts a process or opens a socket (``infra.local`` runs a topology on
+one machine; a Terraform rendering can read the same model), and it knows no
+directory but the optional ``data_dir`` of a cluster.
+
+File format (TOML; every key has a default except the names, and
+``docs/multi-dc.md`` explains each one)::
+
+    name = "samsa-lab"
+    host = "127.0.0.1"               # address every process binds and advertises
+    base_port = 19000                # the port layout below starts here
+
+    [zookeeper]
+    size = 1                         # 1 standalone, 3 (any odd number <= 9) a quorum
+    # client_port = 0                # first member's client port (0: from base_port)
+    # peer_port = 0                  # first member's quorum port (0: from base_port)
+
+    [[datacenters]]
+    name = "dc-a"
+    brokers = 2
+    # chroot = "/dc-a"               # default "/<name>"
+    default_partitions = 2           # partitions per broker of an auto-created topic
+    broker_settings = ["log.flush_ms=20"]    # any other broker setting, as for --set
+    # data_dir = ""                  # default data/<name> in the lab's state directory
+    # broker_port = 0                # first broker's port, broker i at +i (0: layout)
+    # metrics_port = 0               # first broker's /metrics port (0: layout, -1: off)
+    [datacenters.load_balancer]      # required for a datacenter
+    balance = "leastconn"            # or "roundrobin"
+    health_check_ms = 500            # TCP check of every broker this often...
+    fall = 2                         # ...DOWN after this many failures in a row,
+    rise = 2                         # ...UP again after this many successes
+    # port = 0                       # where producers connect (0: layout)
+    # stats_port = 0                 # HAProxy's stats page (0: layout, -1: none)
+
+    [analysis]                       # optional; same keys, load balancer optional
+    name = "analysis"
+    brokers = 2
+
+    [[mirrors]]
+    name = "to-analysis"
+    sources = ["dc-a", "dc-b"]
+    target = "analysis"
+    whitelist = ".*"                 # whole topic names matching this...
+    blacklist = ""                   # ...and not this (empty: none)
+    processes = 2                    # mirror processes sharing the work (one group)
+    target_partitions = 2
+    # group = ""                     # consumer group (default "mirror-<name>")
+    # metrics_port = 0               # first process's /metrics (0: layout, -1: off)
+    # settings = ["batch_size=500"]  # any other mirror setting (mirror/config.py)
+
+Port layout (a port set to 0 takes its place here; B is ``base_port``):
+
+* ZooKeeper member i: client ``B+i``, quorum ``B+10+2i``, election ``B+11+2i``;
+* the c-th cluster (datacenters in file order, then analysis), from
+  ``K = B+100*(c+1)``: load balancer ``K``, its stats page ``K+1``, broker i
+  ``K+10+i``, broker i's metrics ``K+50+i``;
+* the m-th mirror, from ``M = B+100*(clusters+1)``: process i's metrics ``M+10*m+i``.
+
+With the default base 19000 and file: ZooKeeper 19000, dc-a's load balancer
+19100 (brokers 19110-19111), dc-b's 19200, analysis brokers 19310-19311,
+mirror metrics 19400-19401. ``--set base_port=29000`` moves them all.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker import settings
+from broker.config import BrokerConfig
+from broker.settings import ConfigError
+from mirror.config import MirrorConfig
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_CHROOT = re.compile(r"(/[A-Za-z0-9_.-]+)+")
+
+#: Broker settings the topology itself gives each broker (not in broker_settings).
+LAB_BROKER_KEYS = ("broker_id", "host", "advertised_host", "port", "data_dir", "metrics_port",
+                   "zookeeper", "log_format", "default_partitions")
+#: Mirror settings the topology itself gives each process (not in settings).
+LAB_MIRROR_KEYS = ("sources", "target", "group", "whitelist", "blacklist", "consumer_id",
+                   "target_partitions", "metrics_port", "log_format")
+
+ZOOKEEPER_MAX_SIZE = 9
+CLUSTER_BLOCK = 100          # ports per cluster in the layout
+LAYOUT_MAX_BROKERS = 40      # brokers K+10 .. K+49, their metrics K+50 .. K+89
+LAYOUT_MAX_PROCESSES = 10    # mirror processes per mirror in the layout
+
+
+@dataclass(frozen=True)
+class ZooKeeperSpec:
+    size: int = 1
+    """Members: 1 runs a standalone server, an odd number >= 3 a quorum (at most 9)."""
+    client_port: int = 0
+    """First member's client port; member i listens on client_port + i
+    (0: base_port + i)."""
+    peer_port: int = 0
+    """First member's quorum port; member i uses peer_port + 2i (quorum) and
+    peer_port + 2i + 1 (election) (0: base_port + 10 + 2i ...). Unused when size is 1."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.size <= ZOOKEEPER_MAX_SIZE or self.size % 2 == 0:
+            raise ConfigError(f"zookeeper.size must be odd, 1..{ZOOKEEPER_MAX_SIZE}: "
+                              f"got {self.size} (an even quorum tolerates no more "
+                              f"failures than the odd one below it)")
+        _check_port_setting("zookeeper.client_port", self.client_port)
+        _check_port_setting("zookeeper.peer_port", self.peer_port)
+
+
+@dataclass(frozen=True)
+class LoadBalancerSpec:
+    port: int = 0
+    """Where the datacenter's producers connect (0: from the layout)."""
+    stats_port: int = 0
+    """HTTP port of the load balancer's stats page (0: from the layout; -1: none)."""
+    balance: str = "leastconn"
+    """"leastconn" (a new connection goes to the broker with the fewest: producers
+    hold long connections) or "roundrobin"."""
+    health_check_ms: int = 500
+    """Interval of the TCP health check of each broker."""
+    fall: int = 2
+    """Failed checks in a row that mark a broker DOWN (no new connections)."""
+    rise: int = 2
+    """Passed checks in a row that mark a DOWN broker UP again."""
+    connect_timeout_ms: int = 2000
+    """How long a connection to a broker may take before it is retried elsewhere."""
+    client_timeout_ms: int = 60_000
+    """Idle time allowed on the producer's side; must exceed the brokers'
+    longest long-poll (max_fetch_wait_ms, 30 s by default)."""
+    server_timeout_ms: int = 60_000
+    """Idle time allowed on the broker's side (same rule)."""
+    retries: int = 3
+    """Connection attempts to brokers before the client's connection is dropped;
+    each retry may go to another broker (redispatch)."""
+    max_connections: int = 4096
+    """Connections the load balancer accepts at once."""
+
+    def __post_init__(self) -> None:
+        _check_port_setting("load_balancer.port", self.port)
+        _check_port_setting("load_balancer.stats_port", self.stats_port, off_allowed=True)
+        if self.balance not in ("leastconn", "roundrobin"):
+            raise ConfigError(f"load_balancer.balance must be leastconn or roundrobin, "
+                              f"not {self.balance!r}")
+        if self.health_check_ms < 10:
+            raise ConfigError("load_balancer.health_check_ms must be >= 10")
+        for name in ("fall", "rise", "connect_timeout_ms", "client_timeout_ms",
+                     "server_timeout_ms", "max_connections"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"load_balancer.{name} must be >= 1")
+        if self.retries < 0:
+            raise ConfigError("load_balancer.retries must be >= 0")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    """The cluster's name: in logs, metrics, process names, the mirror's marks."""
+    brokers: int = 2
+    """Brokers in the cluster; their ids are 0..brokers-1."""
+    chroot: str = ""
+    """The cluster's ZooKeeper chroot (default "/<name>")."""
+    default_partitions: int = 2
+    """Partitions per broker of a topic created on first produce."""
+    broker_settings: tuple[str, ...] = ()
+    """Any other broker setting as KEY=VALUE, as ``python -m broker --set`` takes
+    it: "log.flush_ms=20", "zookeeper_session_timeout_ms=4000"."""
+    data_dir: str = ""
+    """Directory of the brokers' data (broker i in <data_dir>/broker-<i>); a
+    relative one is inside the lab's state directory (default "data/<name>")."""
+    broker_port: int = 0
+    """First broker's port; broker i listens on broker_port + i (0: from the layout)."""
+    metrics_port: int = 0
+    """First broker's /metrics port, broker i at +i (0: from the layout; -1: off)."""
+    load_balancer: LoadBalancerSpec | None = None
+    """The load balancer in front of the brokers: required for a datacenter,
+    optional for the analysis cluster."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name or ""):
+            raise ConfigError(f"cluster name {self.name!r}: use letters, digits, '.', '_', '-'")
+        if not 1 <= self.brokers <= 1000:
+            raise ConfigError(f"cluster {self.name!r}: brokers must be 1..1000, not {self.brokers}")
+        if self.chroot and not _CHROOT.fullmatch(self.chroot):
+            raise ConfigError(f"cluster {self.name!r}: chroot {self.chroot!r} must be a path "
+                              f"like \"/dc-a\" (letters, digits, '.', '_', '-')")
+        _check_port_setting(f"cluster {self.name!r} broker_port", self.broker_port)
+        _check_port_setting(f"cluster {self.name!r} metrics_port", self.metrics_port,
+                            off_allowed=True)
+        # parse and check every broker setting now, as the brokers will
+        self.broker_config(0)
+
+    @property
+    def zk_chroot(self) -> str:
+        return self.chroot or f"/{self.name}"
+
+    def broker_overrides(self) -> dict[str, str]:
+        """The cluster's own broker settings (default_partitions and
+        broker_settings), as ``--set`` overrides."""
+        try:
+            extra = settings.parse_overrides(list(self.broker_settings))
+        except ConfigError as exc:
+            raise ConfigError(f"cluster {self.name!r} broker_settings: {exc}") from None
+        reserved = sorted(set(extra) & set(LAB_BROKER_KEYS))
+        if reserved:
+            raise ConfigError(f"cluster {self.name!r} broker_settings: {', '.join(reserved)} "
+                              f"come from the topology; use its own keys (brokers, "
+                              f"broker_port, metrics_port, data_dir, chroot, default_partitions)")
+        return {"default_partitions": str(self.default_partitions), **extra}
+
+    def broker_config(self, index: int, zookeeper: str = "127.0.0.1:2181") -> BrokerConfig:
+        """The settings broker ``index`` runs with (ports and directory left at
+        their defaults: the lab gives them on the command line)."""
+        overrides: dict[str, Any] = {**self.broker_overrides(), "broker_id": index,
+                                     "zookeeper": zookeeper + self.zk_chroot}
+        try:
+            return settings.load(BrokerConfig, None, overrides)
+        except (ConfigError, ValueError) as exc:
+            raise ConfigError(f"cluster {self.name!r} broker settings: {exc}") from None
+
+
+@dataclass(frozen=True)
+class MirrorSpec:
+    name: str
+    """The mirror's name: its processes are "<name>-<i>"."""
+    sources: tuple[str, ...] = ()
+    """Names of the clusters to copy from."""
+    target: str = ""
+    """Name of the cluster to copy into (not one of the sources)."""
+    whitelist: str = ".*"
+    """Regex: mirror every topic whose whole name matches..."""
+    blacklist: str = ""
+    """...and does not match this one (empty: none)."""
+    processes: int = 1
+    """Mirror processes; they form one consumer group in each source and share
+    its partitions."""
+    target_partitions: int = 2
+    """Partitions per target broker of a topic the mirror creates in the target."""
+    group: str = ""
+    """The consumer group in every source (default "mirror-<name>")."""
+    metrics_port: int = 0
+    """First process's /metrics port, process i at +i (0: from the layout; -1: off)."""
+    settings: tuple[str, ...] = ()
+    """Any other mirror setting as KEY=VALUE (mirror/config.py): "batch_size=500"."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name or ""):
+            raise ConfigError(f"mirror name {self.name!r}: use letters, digits, '.', '_', '-'")
+        if not self.sources:
+            raise ConfigError(f"mirror {self.name!r}: sources must name at least one cluster")
+        if len(set(self.sources)) != len(self.sources):
+            raise ConfigError(f"mirror {self.name!r}: a source is named twice: "
+                              f"{list(self.sources)}")
+        if not self.target:
+            raise ConfigError(f"mirror {self.name!r}: target must name a cluster")
+        if self.target in self.sources:
+            raise ConfigError(f"mirror {self.name!r}: target {self.target!r} is also a source: "
+                              f"a mirror into its own source would copy its copies for ever")
+        if not 1 <= self.processes <= 1000:
+            raise ConfigError(f"mirror {self.name!r}: processes must be 1..1000")
+        for what in ("whitelist", "blacklist"):
+            try:
+                re.compile(getattr(self, what))
+            except re.error as exc:
+                raise ConfigError(f"mirror {self.name!r}: bad {what} "
+                                  f"{getattr(self, what)!r}: {exc}") from None
+        _check_port_setting(f"mirror {self.name!r} metrics_port", self.metrics_port,
+                            off_allowed=True)
+        self.overrides()
+
+    @property
+    def mirror_group(self) -> str:
+        return self.group or f"mirror-{self.name}"
+
+    def overrides(self) -> dict[str, str]:
+        """``settings`` as overrides of the mirror's config."""
+        try:
+            extra = settings.parse_overrides(list(self.settings))
+        except ConfigError as exc:
+            raise ConfigError(f"mirror {self.name!r} settings: {exc}") from None
+        reserved = sorted(set(extra) & set(LAB_MIRROR_KEYS))
+        if reserved:
+            raise ConfigError(f"mirror {self.name!r} settings: {', '.join(reserved)} come "
+                              f"from the topology; use the mirror's own keys")
+        return extra
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str = "samsa-lab"
+    """The lab's name (in status output)."""
+    host: str = "127.0.0.1"
+    """Address every process binds and advertises."""
+    base_port: int = 19000
+    """Start of the port layout (see the module docstring)."""
+    zookeeper: ZooKeeperSpec = field(default_factory=ZooKeeperSpec)
+    """The ZooKeeper ensemble every cluster shares (each in its own chroot)."""
+    datacenters: tuple[ClusterSpec, ...] = ()
+    """The datacenter clusters, each behind its load balancer (at least one)."""
+    analysis: ClusterSpec | None = None
+    """The analysis cluster the mirrors feed (optional)."""
+    mirrors: tuple[MirrorSpec, ...] = ()
+    """Mirrors from clusters into another cluster."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name or ""):
+            raise ConfigError(f"topology name {self.name!r}: use letters, digits, '.', '_', '-'")
+        if not self.host:
+            raise ConfigError("host must not be empty")
+        if not 1 <= self.base_port <= 65535:
+            raise ConfigError(f"base_port must be 1..65535, not {self.base_port}")
+        if not self.datacenters:
+            raise ConfigError("a topology needs at least one [[datacenters]] cluster")
+        names = [c.name for c in self.clusters()]
+        _no_duplicates("cluster name", names)
+        _no_duplicates("ZooKeeper chroot", [c.zk_chroot for c in self.clusters()])
+        _no_duplicates("mirror name", [m.name for m in self.mirrors])
+        for dc in self.datacenters:
+            if dc.load_balancer is None:
+                raise ConfigError(f"datacenter {dc.name!r} has no load balancer: add a "
+                                  f"[datacenters.load_balancer] table (its producers reach "
+                                  f"the brokers through it)")
+        for cluster in self.clusters():
+            lb = cluster.load_balancer
+            if lb is None:
+                continue
+            fetch_wait = cluster.broker_config(0).max_fetch_wait_ms
+            for what in ("client_timeout_ms", "server_timeout_ms"):
+                if getattr(lb, what) <= fetch_wait:
+                    raise ConfigError(
+                        f"cluster {cluster.name!r}: load_balancer.{what} "
+                        f"({getattr(lb, what)}) must exceed the brokers' max_fetch_wait_ms "
+                        f"({fetch_wait}), or the load balancer cuts long-poll fetches")
+        self._check_layout_limits()
+        self._check_ports()
+        groups: dict[tuple[str, str], str] = {}
+        for mirror in self.mirrors:
+            for name in (*mirror.sources, mirror.target):
+                if name not in names:
+                    raise ConfigError(f"mirror {mirror.name!r}: no cluster named {name!r} "
+                                      f"(clusters: {', '.join(names)})")
+            for source in mirror.sources:
+                other = groups.setdefault((source, mirror.mirror_group), mirror.name)
+                if other != mirror.name:
+                    raise ConfigError(f"mirrors {other!r} and {mirror.name!r} use the same "
+                                      f"group {mirror.mirror_group!r} in {source!r}: they "
+                                      f"would split its partitions; give them groups of "
+                                      f"their own")
+            for index in range(mirror.processes):
+                try:
+                    mirror_config(self, mirror, index)
+                except ConfigError as exc:
+                    raise ConfigError(f"mirror {mirror.name!r}: {exc}") from None
+        self._check_no_mirror_loop()
+
+    # ---------------------------------------------------------------- clusters
+
+    def clusters(self) -> list[ClusterSpec]:
+        """Every cluster: the datacenters in file order, then the analysis cluster."""
+        return [*self.datacenters, *([self.analysis] if self.analysis else [])]
+
+    def cluster(self, name: str) -> ClusterSpec:
+        for cluster in self.clusters():
+            if cluster.name == name:
+                return cluster
+        raise ConfigError(f"no cluster named {name!r} (clusters: "
+                          f"{', '.join(c.name for c in self.clusters())})")
+
+    def kind(self, name: str) -> str:
+        """"datacenter" or "analysis"."""
+        self.cluster(name)
+        return "analysis" if self.analysis and name == self.analysis.name else "datacenter"
+
+    def mirror(self, name: str) -> MirrorSpec:
+        for mirror in self.mirrors:
+            if mirror.name == name:
+                return mirror
+        raise ConfigError(f"no mirror named {name!r} (mirrors: "
+                          f"{', '.join(m.name for m in self.mirrors) or 'none'})")
+
+    # ---------------------------------------------------------------- ZooKeeper
+
+    def zookeeper_client_ports(self) -> list[int]:
+        first = self.zookeeper.client_port or self.base_port
+        return [first + i for i in range(self.zookeeper.size)]
+
+    def zookeeper_peer_ports(self) -> list[tuple[int, int]]:
+        """(quorum, election) port of each member; empty for a standalone server."""
+        if self.zookeeper.size == 1:
+            return []
+        first = self.zookeeper.peer_port or self.base_port + 10
+        return [(first + 2 * i, first + 2 * i + 1) for i in range(self.zookeeper.size)]
+
+    def zookeeper_connect(self, cluster: str | None = None) -> str:
+        """The ensemble's connect string, with ``cluster``'s chroot when named."""
+        hosts = ",".join(f"{self.host}:{port}" for port in self.zookeeper_client_ports())
+        return hosts + (self.cluster(cluster).zk_chroot if cluster else "")
+
+    # ---------------------------------------------------------------- ports
+
+    def _block(self, cluster: str) -> int:
+        index = [c.name for c in self.clusters()].index(self.cluster(cluster).name)
+        return self.base_port + CLUSTER_BLOCK * (index + 1)
+
+    def broker_ports(self, cluster: str) -> list[int]:
+        spec = self.cluster(cluster)
+        first = spec.broker_port or self._block(cluster) + 10
+        return [first + i for i in range(spec.brokers)]
+
+    def broker_metrics_ports(self, cluster: str) -> list[int]:
+        """Each broker's /metrics port; -1 for each when metrics are off."""
+        spec = self.cluster(cluster)
+        if spec.metrics_port == -1:
+            return [-1] * spec.brokers
+        first = spec.metrics_port or self._block(cluster) + 50
+        return [first + i for i in range(spec.brokers)]
+
+    def lb_port(self, cluster: str) -> int | None:
+        """The load balancer's port, None when the cluster has none."""
+        lb = self.cluster(cluster).load_balancer
+        if lb is None:
+            return None
+        return lb.port or self._block(cluster)
+
+    def lb_stats_port(self, cluster: str) -> int | None:
+        """The load balancer's stats page port, None without one."""
+        lb = self.cluster(cluster).load_balancer
+        if lb is None or lb.stats_port == -1:
+            return None
+        return lb.stats_port or self._block(cluster) + 1
+
+    def mirror_metrics_ports(self, mirror: str) -> list[int]:
+        """Each mirror process's /metrics port; -1 for each when off."""
+        spec = self.mirror(mirror)
+        if spec.metrics_port == -1:
+            return [-1] * spec.processes
+        index = [m.name for m in self.mirrors].index(spec.name)
+        first = spec.metrics_port or (self.base_port + CLUSTER_BLOCK * (len(self.clusters()) + 1)
+                                      + 10 * index)
+        return [first + i for i in range(spec.processes)]
+
+    def ports(self) -> list[tuple[int, str]]:
+        """Every port the topology listens on, with what listens there."""
+        out = [(p, f"ZooKeeper {i + 1} client") for i, p in enumerate(self.zookeeper_client_ports())]
+        for i, (quorum, election) in enumerate(self.zookeeper_peer_ports()):
+            out += [(quorum, f"ZooKeeper {i + 1} quorum"), (election, f"ZooKeeper {i + 1} election")]
+        for cluster in self.clusters():
+            out += [(p, f"{cluster.name} broker {i}")
+                    for i, p in enumerate(self.broker_ports(cluster.name))]
+            out += [(p, f"{cluster.name} broker {i} metrics")
+                    for i, p in enumerate(self.broker_metrics_ports(cluster.name)) if p != -1]
+            if self.lb_port(cluster.name) is not None:
+                out.append((self.lb_port(cluster.name), f"{cluster.name} load balancer"))
+            if self.lb_stats_port(cluster.name) is not None:
+                out.append((self.lb_stats_port(cluster.name),
+                            f"{cluster.name} load balancer stats"))
+        for mirror in self.mirrors:
+            out += [(p, f"mirror {mirror.name} process {i} metrics")
+                    for i, p in enumerate(self.mirror_metrics_ports(mirror.name)) if p != -1]
+        return out
+
+    # ---------------------------------------------------------------- checks
+
+    def _check_layout_limits(self) -> None:
+        for cluster in self.clusters():
+            if cluster.brokers > LAYOUT_MAX_BROKERS and not (cluster.broker_port
+                                                             and cluster.metrics_port):
+                raise ConfigError(f"cluster {cluster.name!r}: more than {LAYOUT_MAX_BROKERS} "
+                                  f"brokers do not fit the port layout: set broker_port and "
+                                  f"metrics_port")
+        for mirror in self.mirrors:
+            if mirror.processes > LAYOUT_MAX_PROCESSES and not mirror.metrics_port:
+                raise ConfigError(f"mirror {mirror.name!r}: more than {LAYOUT_MAX_PROCESSES} "
+                                  f"processes do not fit the port layout: set metrics_port")
+
+    def _check_ports(self) -> None:
+        seen: dict[int, str] = {}
+        for port, what in self.ports():
+            if not 1 <= port <= 65535:
+                raise ConfigError(f"{what}: port {port} is out of range (lower base_port or "
+                                  f"the explicit port)")
+            if port in seen:
+                raise ConfigError(f"port {port} is taken twice: by {seen[port]} and by {what}")
+            seen[port] = what
+
+    def _check_no_mirror_loop(self) -> None:
+        # an edge source -> target per mirror: a cycle copies copies for ever
+        edges: dict[str, set[str]] = {}
+        for mirror in self.mirrors:
+            for source in mirror.sources:
+                edges.setdefault(source, set()).add(mirror.target)
+        done: set[str] = set()
+
+        def visit(node: str, path: list[str]) -> None:
+            if node in path:
+                loop = path[path.index(node):] + [node]
+                raise ConfigError(f"the mirrors form a loop: {' -> '.join(loop)}")
+            if node in done:
+                return
+            for nxt in sorted(edges.get(node, ())):
+                visit(nxt, path + [node])
+            done.add(node)
+
+        for start in sorted(edges):
+            visit(start, [])
+
+
+def _check_port_setting(what: str, port: int, off_allowed: bool = False) -> None:
+    low = -1 if off_allowed else 0
+    if not low <= port <= 65535:
+        raise ConfigError(f"{what} must be {'-1 (off), ' if off_allowed else ''}0 (from the "
+                          f"layout) or a port 1..65535, not {port}")
+
+
+def _no_duplicates(what: str, values: list[str]) -> None:
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise ConfigError(f"{what} {value!r} is used twice")
+        seen.add(value)
+
+
+# -------------------------------------------------------------------- loading
+
+def load_topology(path: str | None, overrides: dict[str, Any] | None = None) -> Topology:
+    """The topology in ``path`` (TOML) with dotted ``overrides`` on top
+    (``{"base_port": "29000", "datacenters.dc-a.brokers": "3"}``); raises
+    ConfigError naming what is wrong."""
+    return settings.load(Topology, path, overrides)
+
+
+def to_toml(topology: Topology) -> str:
+    """The topology as TOML that ``load_topology`` reads back to an equal one."""
+    return settings.to_toml(topology)
+
+
+def mirror_config(topology: Topology, mirror: MirrorSpec | str, index: int) -> MirrorConfig:
+    """The settings of process ``index`` of ``mirror``: its sources and target
+    as ZooKeeper connect strings with chroots, its group, filters and metrics
+    port, JSON logs, and the mirror's own ``settings`` on top."""
+    spec = topology.mirror(mirror if isinstance(mirror, str) else mirror.name)
+    if not 0 <= index < spec.processes:
+        raise ConfigError(f"mirror {spec.name!r} has processes 0..{spec.processes - 1}, "
+                          f"not {index}")
+    values: dict[str, Any] = {
+        "sources": [{"name": s, "zookeeper": topology.zookeeper_connect(s)}
+                    for s in spec.sources],
+        "target": {"name": spec.target, "zookeeper": topology.zookeeper_connect(spec.target)},
+        "group": spec.mirror_group,
+        "whitelist": spec.whitelist,
+        "blacklist": spec.blacklist,
+        "target_partitions": spec.target_partitions,
+        "metrics_port": topology.mirror_metrics_ports(spec.name)[index],
+        "log_format": "json",
+    }
+    settings.apply_overrides(values, spec.overrides())
+    return settings.build(MirrorConfig, values)
+
+
+__all__ = ["ClusterSpec", "ConfigError", "LoadBalancerSpec", "MirrorSpec", "Topology",
+           "ZooKeeperSpec", "load_topology", "mirror_config", "to_toml"]

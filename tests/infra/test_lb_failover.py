@@ -1,0 +1,100 @@
+"""Load-balancer failover: a producer sends through a datacenter's HAProxy
+without stopping while the broker it is connected to is killed (kill -9).
+HAProxy's health check takes that broker out; the producer's lost requests are
+resent through the load balancer to the remaining broker; no send fails, and
+every acknowledged message is on a broker's disk (acks=flushed)."""
+from __future__ import annotations
+
+import signal
+import threading
+
+from broker.client.admin import AdminClient
+from broker.client.producer import Producer
+from broker_helpers import connect, read_partition, wait_until
+from lab_helpers import small_topology
+
+TOPIC = "failover"
+ROUND = 20          # messages sent before waiting for the last one's acknowledgement
+
+
+class Sender(threading.Thread):
+    """Sends ROUND messages, waits for their acknowledgement, and again, until
+    stopped; counts the messages acknowledged so far."""
+
+    def __init__(self, producer: Producer) -> None:
+        super().__init__(name="failover-sender", daemon=True)
+        self.producer = producer
+        self.batches = []               # (values, batch) of every send
+        self.acknowledged = 0
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        try:
+            while not self.stop.is_set():
+                values = [b"m-%07d" % (i + k) for k in range(ROUND)]
+                batches = [self.producer.send(TOPIC, v) for v in values]
+                i += ROUND
+                self.batches += zip(values, batches)
+                batches[-1].result(timeout=60)      # raises if that batch failed
+                self.acknowledged = i
+        except BaseException as exc:     # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def test_producer_carries_on_through_the_load_balancer_when_a_broker_dies(make_lab):
+    lab = make_lab(small_topology(dc_brokers=2, analysis_brokers=0)).up()
+    producer = Producer(bootstrap=lab.lb_address("dc-a"), acks="flushed", batch_size=ROUND,
+                        linger_ms=2)
+    sender = Sender(producer)
+    sender.start()
+    try:
+        wait_until(lambda: sender.acknowledged >= 300 or sender.error, timeout=30,
+                   what="300 messages acknowledged before the crash")
+        assert sender.error is None, sender.error
+        # kill the broker this producer's connection goes to
+        (victim,) = [int(b["server"].split("-")[1]) for b in lab.lb_backends("dc-a")
+                     if b["sessions"] > 0]
+        survivor = 1 - victim
+        lab.kill_broker("dc-a", victim, signal.SIGKILL)
+        at_kill = sender.acknowledged
+
+        wait_until(lambda: sender.acknowledged >= at_kill + 300 or sender.error, timeout=30,
+                   what="300 more messages acknowledged after the crash")
+        assert sender.error is None, sender.error
+        states = wait_until(
+            lambda: (lambda s: s if s[victim] == "DOWN" else None)(
+                {int(b["server"].split("-")[1]): b["status"] for b in lab.lb_backends("dc-a")}),
+            timeout=10, what="HAProxy's health check to mark the killed broker DOWN")
+        assert states[survivor] == "UP"
+        status = lab.status()
+        alive = {p["name"]: p["alive"] for p in status["processes"]}
+        assert not alive[f"dc-a.broker-{victim}"] and alive[f"dc-a.broker-{survivor}"]
+    finally:
+        sender.stop.set()
+        sender.join(timeout=90)
+        producer.close()
+    assert sender.error is None, sender.error
+    failed = [(v, b.exception()) for v, b in sender.batches if b.exception() is not None]
+    assert not failed and producer.failed_batches == 0, failed[:5]
+    acknowledged = {v for v, b in sender.batches if b.done() and b.exception() is None}
+    assert len(acknowledged) >= at_kill + 300
+
+    # Read every partition of both brokers back, the killed one restarted
+    # (what it acknowledged as flushed survived the crash).
+    lab.restart_broker("dc-a", victim)
+    stored: list[bytes] = []
+    for i in (0, 1):
+        address = lab.broker_address("dc-a", i)
+        with AdminClient(address) as admin:
+            partitions = admin.partition_count(TOPIC)
+        assert partitions, f"broker {i} holds no partition of {TOPIC}: it took no messages"
+        conn = connect(address)
+        try:
+            for p in range(partitions):
+                stored += [m.value for m in read_partition(conn, TOPIC, p)]
+        finally:
+            conn.close()
+    missing = acknowledged - set(stored)
+    assert not missing, f"{len(missing)} acknowledged messages are on no broker: {sorted(missing)[:10]}"
