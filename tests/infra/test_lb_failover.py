@@ -2,7 +2,8 @@
 without stopping while the broker it is connected to is killed (kill -9).
 HAProxy's health check takes that broker out; the producer's lost requests are
 resent through the load balancer to the remaining broker; no send fails, and
-every acknowledged message is on a broker's disk (acks=flushed)."""
+every acknowledged message is on a broker's disk (acks=flushed). Restarted,
+the broker is UP in HAProxy again."""
 from __future__ import annotations
 
 import signal
@@ -84,6 +85,8 @@ def test_producer_carries_on_through_the_load_balancer_when_a_broker_dies(make_l
     # Read every partition of both brokers back, the killed one restarted
     # (what it acknowledged as flushed survived the crash).
     lab.restart_broker("dc-a", victim)
+    wait_until(lambda: all(b["status"] == "UP" for b in lab.lb_backends("dc-a")), timeout=10,
+               what="HAProxy's health check to mark the restarted broker UP again")
     stored: list[bytes] = []
     for i in (0, 1):
         address = lab.broker_address("dc-a", i)
