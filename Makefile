@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 
 help:
 	@echo "make setup   create .venv and install Samsa with its test tools"
-	@echo "make demo    start a broker, produce and consume through the console tools"
+	@echo "make demo    a broker and the console tools; a ZooKeeper cluster and a consumer group;"
+	@echo "             the multi-DC lab: producers behind HAProxy, mirrored into the analysis cluster"
 	@echo "make test    run the whole test suite"
 	@echo "make bench   run the throughput/latency benchmark (writes bench/RESULTS.md)"
 	@echo "make bench-peers  Samsa vs RabbitMQ vs ActiveMQ, the paper's section 5 (installs them)"
@@ -30,6 +31,7 @@ $(STAMP): pyproject.toml setup.py scripts/ensure-system-packages.sh
 
 demo: setup
 	$(PY) -m broker.demo
+	$(PY) -m infra.local.demo
 
 test: setup
 	$(PY) -m pytest -q

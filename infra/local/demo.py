@@ -1,0 +1,108 @@
+"""The multi-datacenter part of `make demo`: the default lab topology (two
+datacenters of two brokers behind HAProxy, an analysis cluster, a mirror of
+two processes) brought up on free ports in a temporary directory; web
+servers in each datacenter publish page views through their load balancer
+(no ZooKeeper on their side); the mirror copies both datacenters into the
+analysis cluster; the demo reads the copies back there, prints the lab's
+status and takes everything down.
+
+    python -m infra.local.demo [--messages 20000] [--keep]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+
+from broker.client.admin import AdminClient
+from broker.client.consumer import Consumer
+from broker.client.producer import Producer
+from infra.local.__main__ import DEFAULT_TOPOLOGY, render_status
+from infra.local.lab import Lab, free_topology
+from infra.topology import load_topology
+
+TOPIC = "page-views"
+
+
+def count_in(addresses: list[str], topic: str) -> int:
+    """Messages of ``topic`` readable on these brokers (read through, as a consumer)."""
+    total = 0
+    for address in addresses:
+        with AdminClient(address) as admin:
+            partitions = admin.partition_count(topic) or 0
+            ends = {p: admin.latest_offset(topic, p) for p in range(partitions)}
+        if not partitions:
+            continue
+        consumer = Consumer(bootstrap=address, max_wait_ms=50)
+        try:
+            consumer.assign([(topic, p) for p in range(partitions)], start="earliest")
+            while any(consumer.position((topic, p)) < ends[p] for p in range(partitions)):
+                total += len(consumer.poll(500))
+        finally:
+            consumer.close()
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.local.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=20_000,
+                        help="page views published in each datacenter (default 20000)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the lab's directory (logs, data) afterwards")
+    args = parser.parse_args(argv)
+    workdir = tempfile.mkdtemp(prefix="samsa-lab-demo-")
+    topology = free_topology(load_topology(DEFAULT_TOPOLOGY))
+    lab = Lab(topology, workdir)
+    print(f"[lab demo] bringing up the multi-DC lab ({DEFAULT_TOPOLOGY}) in {workdir} ...")
+    started = time.monotonic()
+    ok = False
+    try:
+        lab.up()
+        print(f"[lab demo] up in {time.monotonic() - started:.1f}s: ZooKeeper, "
+              f"{sum(c.brokers for c in topology.clusters())} brokers, "
+              f"{len(topology.datacenters)} HAProxy load balancers, the mirror")
+        for dc in topology.datacenters:
+            address = lab.lb_address(dc.name)
+            with Producer(bootstrap=address, acks="flushed", client_id=f"web-{dc.name}") as p:
+                for i in range(args.messages):
+                    p.send(TOPIC, f'{{"dc": "{dc.name}", "page": "/item/{i % 500}", '
+                                  f'"seq": {i}}}'.encode(), key=None)
+                p.flush(120)
+            print(f"[lab demo] {dc.name}: {args.messages} page views published through its "
+                  f"load balancer {address} (acks=flushed, any partition)")
+        wanted = args.messages * len(topology.datacenters)
+        analysis = lab.broker_addresses(topology.analysis.name)
+        deadline = time.monotonic() + 120
+        copied = 0
+        while time.monotonic() < deadline:
+            copied = count_in(analysis, TOPIC)
+            if copied >= wanted:
+                break
+            time.sleep(0.2)
+        print(f"[lab demo] the mirror copied {copied} of {wanted} page views into the "
+              f"analysis cluster ({', '.join(analysis)})")
+        # the status reads the lag from the offsets the mirror commits (every second)
+        status = lab.status()
+        while time.monotonic() < deadline and any(
+                lag.get("lag_bytes") or lag.get("uncommitted")
+                for mirror in status["mirrors"] for lag in mirror["lag"].values()):
+            time.sleep(0.2)
+            status = lab.status()
+        print("[lab demo] lab status:")
+        print(render_status(status))
+        ok = copied >= wanted
+    finally:
+        lab.down()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"[lab demo] logs and data kept in {workdir}")
+    print("[lab demo] OK" if ok else "[lab demo] FAILED: not everything arrived")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
