@@ -10,6 +10,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from collections import deque
 
 from broker.protocol import api
@@ -48,6 +49,7 @@ class BrokerConnection:
         self.request_timeout = request_timeout
         self.max_response_bytes = max_response_bytes
         self._sock: socket.socket | None = None
+        self.connected_at: float | None = None     # time.monotonic() of the last connect
         self._rbuf = bytearray()      # received bytes not yet returned as a frame
         self._next_correlation_id = 0
         self._pending: deque[tuple[int, int]] = deque()   # (correlation id, api key)
@@ -73,11 +75,13 @@ class BrokerConnection:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         sock.settimeout(self.request_timeout)
         self._sock = sock
+        self.connected_at = time.monotonic()
         self._rbuf = bytearray()
         self._pending.clear()
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
+        self.connected_at = None
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)

@@ -79,6 +79,10 @@ class ProducerConfig:
     """Unanswered requests allowed on the connection (acks written/flushed)."""
     buffer_messages: int = 200_000
     """send() blocks while this many messages wait to be sent (back-pressure)."""
+    reconnect_interval_ms: int = 600_000
+    """Close and reopen the connection this often, between requests (as Kafka
+    0.7's reconnect.time.interval.ms): producers behind a load balancer spread
+    over the brokers again after one failed and came back. 0: never."""
 
     def __post_init__(self) -> None:
         try:
@@ -93,8 +97,8 @@ class ProducerConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.buffer_messages < self.batch_size:
             raise ValueError("buffer_messages must be >= batch_size")
-        if self.linger_ms < 0 or self.retries < 0:
-            raise ValueError("linger_ms and retries must be >= 0")
+        if self.linger_ms < 0 or self.retries < 0 or self.reconnect_interval_ms < 0:
+            raise ValueError("linger_ms, retries and reconnect_interval_ms must be >= 0")
 
     @property
     def acks_mode(self) -> Acks:
@@ -408,6 +412,8 @@ class Producer:
     def _run(self) -> None:
         try:
             while True:
+                if self._reconnect_due():
+                    self._reconnect()
                 batches = self._take_ready()
                 if batches is None:
                     return
@@ -429,6 +435,21 @@ class Producer:
                 self._open.clear()
                 self._closing = True
                 self._cond.notify_all()
+
+    def _reconnect_due(self) -> bool:
+        interval = self.config.reconnect_interval_ms
+        at = self.conn.connected_at
+        return bool(interval) and at is not None and \
+            time.monotonic() - at >= interval / 1000
+
+    def _reconnect(self) -> None:
+        """Take the answers still due, then close: the next request connects
+        again (through the load balancer, maybe to another broker)."""
+        while self._inflight and self.conn.connected:
+            self._read_response()
+        log.debug("producer reconnecting to %s after %d ms", self.conn.address,
+                  self.config.reconnect_interval_ms)
+        self.conn.close()
 
     def _take_ready(self) -> list[Batch] | None:
         """Ready batches to send now (possibly none if responses are due);

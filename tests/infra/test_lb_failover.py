@@ -101,3 +101,36 @@ def test_producer_carries_on_through_the_load_balancer_when_a_broker_dies(make_l
             conn.close()
     missing = acknowledged - set(stored)
     assert not missing, f"{len(missing)} acknowledged messages are on no broker: {sorted(missing)[:10]}"
+
+
+def test_producers_spread_again_once_the_broker_is_back(make_lab):
+    """A producer reopens its connection every reconnect_interval_ms (Kafka
+    0.7's reconnect.time.interval.ms): after a failover it does not stay on
+    the survivor for good; the load balancer sends it back to the restarted
+    broker, and nothing sent is lost on the way."""
+    lab = make_lab(small_topology(dc_brokers=2, analysis_brokers=0)).up()
+    producer = Producer(bootstrap=lab.lb_address("dc-a"), acks="flushed", batch_size=ROUND,
+                        linger_ms=2, reconnect_interval_ms=200)
+    sender = Sender(producer)
+    sender.start()
+    try:
+        wait_until(lambda: sender.acknowledged >= 200 or sender.error, 30, what="a start")
+        lab.kill_broker("dc-a", 0, signal.SIGKILL)
+        wait_until(lambda: {b["server"]: b["status"] for b in lab.lb_backends("dc-a")}
+                   ["broker-0"] == "DOWN", 10, what="broker 0 DOWN")
+        lab.restart_broker("dc-a", 0)
+        wait_until(lambda: all(b["status"] == "UP" for b in lab.lb_backends("dc-a")), 10,
+                   what="broker 0 UP again")
+        at_return = {b["server"]: b["total"] for b in lab.lb_backends("dc-a")}
+        wait_until(lambda: {b["server"]: b["total"] for b in lab.lb_backends("dc-a")}
+                   ["broker-0"] > at_return["broker-0"] or sender.error, 20,
+                   what="the producer to reconnect to the returned broker")
+        at = sender.acknowledged
+        wait_until(lambda: sender.acknowledged >= at + 200 or sender.error, 30,
+                   what="sends to go on")
+    finally:
+        sender.stop.set()
+        sender.join(timeout=90)
+        producer.close()
+    assert sender.error is None, sender.error
+    assert producer.failed_batches == 0
