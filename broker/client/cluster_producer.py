@@ -70,7 +70,7 @@ class ClusterProducer:
                              f"topic {topic!r} has no partitions in the cluster at "
                              f"{self.zookeeper}")
         unkeyed = random.choice(partitions)
-        if keys is None or all(k is None for k in keys):
+        if keys is None or keys.count(None) == len(keys):
             groups = {unkeyed: (values, timestamps, None)}
         else:
             crc32, n = zlib.crc32, len(partitions)
