@@ -202,15 +202,9 @@ class ClusterSpec:
     def broker_overrides(self) -> dict[str, str]:
         """The cluster's own broker settings (default_partitions and
         broker_settings), as ``--set`` overrides."""
-        try:
-            extra = settings.parse_overrides(list(self.broker_settings))
-        except ConfigError as exc:
-            raise ConfigError(f"cluster {self.name!r} broker_settings: {exc}") from None
-        reserved = sorted(set(extra) & set(LAB_BROKER_KEYS))
-        if reserved:
-            raise ConfigError(f"cluster {self.name!r} broker_settings: {', '.join(reserved)} "
-                              f"come from the topology; use its own keys (brokers, "
-                              f"broker_port, metrics_port, data_dir, chroot, default_partitions)")
+        extra = _extra_settings(f"cluster {self.name!r} broker_settings", self.broker_settings,
+                                LAB_BROKER_KEYS, "use its own keys (brokers, broker_port, "
+                                "metrics_port, data_dir, chroot, default_partitions)")
         return {"default_partitions": str(self.default_partitions), **extra}
 
     def broker_config(self, index: int, zookeeper: str = "127.0.0.1:2181") -> BrokerConfig:
@@ -279,15 +273,8 @@ class MirrorSpec:
 
     def overrides(self) -> dict[str, str]:
         """``settings`` as overrides of the mirror's config."""
-        try:
-            extra = settings.parse_overrides(list(self.settings))
-        except ConfigError as exc:
-            raise ConfigError(f"mirror {self.name!r} settings: {exc}") from None
-        reserved = sorted(set(extra) & set(LAB_MIRROR_KEYS))
-        if reserved:
-            raise ConfigError(f"mirror {self.name!r} settings: {', '.join(reserved)} come "
-                              f"from the topology; use the mirror's own keys")
-        return extra
+        return _extra_settings(f"mirror {self.name!r} settings", self.settings,
+                               LAB_MIRROR_KEYS, "use the mirror's own keys")
 
 
 @dataclass(frozen=True)
@@ -515,6 +502,19 @@ def _check_port_setting(what: str, port: int, off_allowed: bool = False) -> None
     if not low <= port <= 65535:
         raise ConfigError(f"{what} must be {'-1 (off), ' if off_allowed else ''}0 (from the "
                           f"layout) or a port 1..65535, not {port}")
+
+
+def _extra_settings(what: str, items: tuple[str, ...], reserved_keys, hint: str
+                    ) -> dict[str, str]:
+    """``KEY=VALUE`` items as overrides, refusing the keys the topology sets itself."""
+    try:
+        extra = settings.parse_overrides(list(items))
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    reserved = sorted(set(extra) & set(reserved_keys))
+    if reserved:
+        raise ConfigError(f"{what}: {', '.join(reserved)} come from the topology; {hint}")
+    return extra
 
 
 def _no_duplicates(what: str, values: list[str]) -> None:

@@ -1,9 +1,12 @@
-"""Helpers of the lab tests: small topologies, and what the processes of a
-lab look like from outside (/proc), for checking that none is left."""
+"""Helpers of the lab tests: small topologies, what the processes of a lab
+look like from outside (/proc), for checking that none is left, and a
+producer that keeps sending through a load balancer (``Sender``)."""
 from __future__ import annotations
 
 import os
+import threading
 
+from broker.client.producer import Producer
 from infra.local.lab import proc_stat
 from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology
 
@@ -52,3 +55,43 @@ def running(pid: int) -> bool:
     """Whether ``pid`` is a live process (a zombie is not)."""
     stat = proc_stat(pid)
     return stat is not None and stat[0] not in "ZX"
+
+
+# ------------------------------------------------------------------ producing through a load balancer
+
+TOPIC = "failover"
+ROUND = 20          # messages sent before waiting for the last one's acknowledgement
+
+
+class Sender(threading.Thread):
+    """Sends ROUND messages, waits for their acknowledgement, and again, until
+    stopped; counts the messages acknowledged so far."""
+
+    def __init__(self, producer: Producer) -> None:
+        super().__init__(name="failover-sender", daemon=True)
+        self.producer = producer
+        self.batches = []               # (values, batch) of every send
+        self.acknowledged = 0
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        try:
+            while not self.stop.is_set():
+                values = [b"m-%07d" % (i + k) for k in range(ROUND)]
+                batches = [self.producer.send(TOPIC, v) for v in values]
+                i += ROUND
+                self.batches += zip(values, batches)
+                batches[-1].result(timeout=60)      # raises if that batch failed
+                self.acknowledged = i
+        except BaseException as exc:     # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def connected_broker(lab, cluster: str) -> int:
+    """The index of the one broker of ``cluster`` that holds a connection
+    through its load balancer now (one producer is connected)."""
+    (index,) = [int(b["server"].split("-")[1]) for b in lab.lb_backends(cluster)
+                if b["sessions"] > 0]
+    return index

@@ -13,8 +13,7 @@ import signal
 from broker.client.producer import Producer
 from broker_helpers import connect, read_partition, wait_until
 from broker.client.admin import AdminClient
-from lab_helpers import small_topology
-from test_lb_failover import ROUND, TOPIC, Sender
+from lab_helpers import ROUND, TOPIC, Sender, connected_broker, small_topology
 
 
 def stored_values(lab, cluster: str, brokers: tuple[int, ...]) -> list[bytes]:
@@ -46,8 +45,7 @@ def test_a_dc_broker_dies_and_returns_while_mirrored(make_lab):
         assert sender.error is None, sender.error
         wait_until(lambda: len(stored_values(lab, "analysis", (0,))) >= 300, 30,
                    what="the mirror to copy the first messages")
-        (victim,) = [int(b["server"].split("-")[1]) for b in lab.lb_backends("dc-a")
-                     if b["sessions"] > 0]
+        victim = connected_broker(lab, "dc-a")
         os.kill(mirror_pid, signal.SIGSTOP)          # the mirror falls behind...
         try:
             at_pause = sender.acknowledged

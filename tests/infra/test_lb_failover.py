@@ -7,42 +7,11 @@ the broker is UP in HAProxy again."""
 from __future__ import annotations
 
 import signal
-import threading
 
 from broker.client.admin import AdminClient
 from broker.client.producer import Producer
 from broker_helpers import connect, read_partition, wait_until
-from lab_helpers import small_topology
-
-TOPIC = "failover"
-ROUND = 20          # messages sent before waiting for the last one's acknowledgement
-
-
-class Sender(threading.Thread):
-    """Sends ROUND messages, waits for their acknowledgement, and again, until
-    stopped; counts the messages acknowledged so far."""
-
-    def __init__(self, producer: Producer) -> None:
-        super().__init__(name="failover-sender", daemon=True)
-        self.producer = producer
-        self.batches = []               # (values, batch) of every send
-        self.acknowledged = 0
-        self.error: BaseException | None = None
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        i = 0
-        try:
-            while not self.stop.is_set():
-                values = [b"m-%07d" % (i + k) for k in range(ROUND)]
-                batches = [self.producer.send(TOPIC, v) for v in values]
-                i += ROUND
-                self.batches += zip(values, batches)
-                batches[-1].result(timeout=60)      # raises if that batch failed
-                self.acknowledged = i
-        except BaseException as exc:     # noqa: BLE001 - reported by the test
-            self.error = exc
-
+from lab_helpers import ROUND, TOPIC, Sender, connected_broker, small_topology
 
 def test_producer_carries_on_through_the_load_balancer_when_a_broker_dies(make_lab):
     lab = make_lab(small_topology(dc_brokers=2, analysis_brokers=0)).up()
@@ -55,8 +24,7 @@ def test_producer_carries_on_through_the_load_balancer_when_a_broker_dies(make_l
                    what="300 messages acknowledged before the crash")
         assert sender.error is None, sender.error
         # kill the broker this producer's connection goes to
-        (victim,) = [int(b["server"].split("-")[1]) for b in lab.lb_backends("dc-a")
-                     if b["sessions"] > 0]
+        victim = connected_broker(lab, "dc-a")
         survivor = 1 - victim
         lab.kill_broker("dc-a", victim, signal.SIGKILL)
         at_kill = sender.acknowledged
