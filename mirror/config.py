@@ -73,6 +73,9 @@ class MirrorConfig:
     """Messages per produce request to the target."""
     linger_ms: int = 20
     """How long a target batch waits to fill."""
+    compression: str = "none"
+    """Codec of the batches written to the target: none, gzip, lz4 or zstd (the
+    copies' keys, values and timestamps are the same either way)."""
     max_unacknowledged: int = 200_000
     """Messages sent to the target and not yet acknowledged as flushed: the window
     re-sent (as duplicates) after a crash; fetching pauses when it is full."""
@@ -122,6 +125,9 @@ class MirrorConfig:
                      "retry_backoff_max_ms", "session_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.compression not in ("none", "gzip", "lz4", "zstd"):
+            raise ValueError(f"compression must be none, gzip, lz4 or zstd, not "
+                             f"{self.compression!r}")
         if self.linger_ms < 0:
             raise ValueError("linger_ms must be >= 0")
         if not -1 <= self.metrics_port <= 65535:

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from broker.client.admin import AdminClient
 from broker.coordination import offsets as zk_offsets
 from broker.settings import ConfigError
 from broker_helpers import wait_until
@@ -15,7 +16,8 @@ from mirror.marks import mirrored_topics
 from mirror_helpers import mirror_config, read_all, ref, values_of
 
 
-def test_copies_two_datacenters_byte_for_byte(clusters, cluster_producers, mirrors):
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_copies_two_datacenters_byte_for_byte(clusters, cluster_producers, mirrors, compression):
     dc_a, dc_b, analysis = clusters("dc-a"), clusters("dc-b"), clusters("analysis", brokers=2)
     dc_a.create_topic("clicks", 2)
     dc_b.create_topic("clicks", 2)
@@ -30,7 +32,8 @@ def test_copies_two_datacenters_byte_for_byte(clusters, cluster_producers, mirro
             sent.append((topic, key, value, 1_700_000_000_000 + i))
         producer.flush(30)
 
-    mirror = mirrors(mirror_config([dc_a, dc_b], analysis, target_partitions=3))
+    mirror = mirrors(mirror_config([dc_a, dc_b], analysis, target_partitions=3,
+                                   compression=compression))
     wait_until(lambda: mirror.copied >= len(sent), 60, what="the mirror to copy everything")
 
     copied = []
@@ -48,9 +51,21 @@ def test_copies_two_datacenters_byte_for_byte(clusters, cluster_producers, mirro
         for m in messages:
             if m.key is not None:
                 assert partitions[zlib.crc32(m.key) % len(partitions)] == bp
+    if compression != "none":       # stored compressed: fewer bytes than in the sources
+        assert log_bytes(analysis, "clicks") < log_bytes(dc_a, "clicks") + \
+            log_bytes(dc_b, "clicks")
     # both topics are marked as copies in the target, with where they came from
     marks = mirrored_topics(analysis.zk)
     assert sorted(marks["clicks"]) == ["dc-a", "dc-b"] and marks["views"] == ["dc-b"]
+
+
+def log_bytes(cluster, topic: str) -> int:
+    total = 0
+    for broker in cluster.brokers.values():
+        with AdminClient(broker.address) as admin:
+            count = admin.partition_count(topic) or 0
+            total += sum(admin.latest_offset(topic, p) for p in range(count))
+    return total
 
 
 def test_commits_source_offsets_once_copied(clusters, cluster_producers, mirrors):
@@ -67,7 +82,6 @@ def test_commits_source_offsets_once_copied(clusters, cluster_producers, mirrors
         committed = zk_offsets.read_offsets(dc_a.zk, "mirror-test")
         return all(committed.get(("events", bp)) == end for bp, end in ends.items())
 
-    from broker.client.admin import AdminClient
     with AdminClient(dc_a.brokers[0].address) as admin:
         ends = {bp: admin.latest_offset("events", int(bp.split("-")[1])) for bp in bps}
     wait_until(committed_ends, 20, what="the offsets of everything copied to be committed")
