@@ -105,5 +105,7 @@ class TargetCluster:
         except RuntimeError as exc:            # a producer closed under us (broker left)
             raise TargetUnavailable(str(exc)) from None
 
-    def close(self) -> None:
-        self.producer.close()
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the producers; what the target has not acknowledged by then is
+        not committed in the sources either, and is copied again after a restart."""
+        self.producer.close(timeout)

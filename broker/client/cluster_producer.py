@@ -94,14 +94,15 @@ class ClusterProducer:
         for producer in list(self._producers.values()):
             producer.flush(timeout)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Flush (up to ``timeout`` per broker) and close; see Producer.close."""
         if self._closed:
             return
         self._closed = True
         with self._lock:
             producers, self._producers = self._producers, {}
         for producer in producers.values():
-            producer.close()
+            producer.close(timeout)
         self.client.stop()
         self.client.close()
 

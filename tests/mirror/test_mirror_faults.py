@@ -173,3 +173,28 @@ def test_a_send_no_retry_can_cure_stops_the_mirror_loudly(clusters, mirror_proce
     assert "CRITICAL" in log and "MESSAGE_TOO_LARGE" in log
     committed = zk_offsets.read_offsets(dc_a.zk, "mirror-test").get(("events", "0-0"), 0)
     assert committed <= big_at        # neither the big message nor any after it skipped
+
+
+def test_sigterm_while_the_target_is_down_stops_promptly_and_loses_nothing(
+        clusters, mirror_processes):
+    dc_a, analysis = clusters("dc-a"), clusters("analysis")
+    dc_a.create_topic("events", 2)
+    sent = produce(dc_a.brokers[0].address, "events", 0, 2_000, 2)
+    config = mirror_config([dc_a], analysis, retry_backoff_ms=100, retry_backoff_max_ms=500)
+    first = mirror_processes(config)
+    wait_until(lambda: messages_in(analysis, "events") == 2_000, 60, what="the first copy")
+    analysis.brokers[0].kill()
+    sent += produce(dc_a.brokers[0].address, "events", 2_000, 2_000, 2)
+    log_path = mirror_processes.logs[-1][1]
+    wait_until(lambda: "sending them again" in open(log_path).read(), 60,
+               what="the mirror to meet the outage")
+    started = time.monotonic()
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(30) == 0
+    assert time.monotonic() - started < 20, "a stop must not wait for the target"
+    analysis.brokers[0].start()
+    second = mirror_processes(config)
+    wait_until(lambda: set(values_of(analysis, "events")) == set(sent), 90,
+               what="the restarted mirror to copy what was held back")
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(60) == 0
