@@ -55,7 +55,11 @@ def test_broker_without_zookeeper_serves_logs_retries_and_registers_later(
     finally:
         zk.stop()
         zk.close()
-    assert any("registered in ZooKeeper" in r["msg"] for r in _log_records(broker.log_path))
+    # the broker logs the registration once its last node is made: the nodes may
+    # be seen a moment before the line is written
+    wait_until(lambda: any("registered in ZooKeeper" in r["msg"]
+                           for r in _log_records(broker.log_path)), 10, interval=0.05,
+               what="the broker to log its registration")
     assert broker.proc.poll() is None
 
 
