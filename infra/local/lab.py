@@ -682,6 +682,30 @@ class Lab:
             self._stop([name], timeout)
         self._start_brokers(timeout, only=[(cluster, index)])
 
+    def kill_zookeeper(self, server_id: int = 1, sig: int = signal.SIGKILL,
+                       timeout: float = 30.0) -> None:
+        """Send ``sig`` to ZooKeeper member ``server_id``; for SIGKILL and
+        SIGTERM, wait until it has exited."""
+        name = f"zookeeper-{server_id}"
+        if name not in self.records:
+            raise LabError(f"no process {name} in the lab")
+        self._signal(name, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM) and self._wait_gone([name], timeout):
+            raise LabError(f"{name} still runs {timeout:.0f} s after {signal.Signals(sig).name}")
+
+    def restart_zookeeper(self, server_id: int = 1, timeout: float = 60.0) -> None:
+        """Start ZooKeeper member ``server_id`` again (stopping it first if it
+        runs) with the same configuration and data, and wait until it serves."""
+        name = f"zookeeper-{server_id}"
+        if name not in self.records:
+            raise LabError(f"no process {name} in the lab")
+        if self._leftovers(name):
+            self._stop([name], timeout)
+        port = self.records[name].ports["client"]
+        self._relaunch(name)
+        self._wait_ready("answers ruok and serves", [name],
+                         lambda _: server_mode(self.topology.host, port) is not None, timeout)
+
     # ---------------------------------------------------------------- status
 
     def status(self, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
