@@ -11,25 +11,12 @@ import os
 import signal
 
 from broker.client.producer import Producer
-from broker_helpers import connect, read_partition, wait_until
-from broker.client.admin import AdminClient
-from lab_helpers import ROUND, TOPIC, Sender, connected_broker, small_topology
+from broker_helpers import wait_until
+from lab_helpers import ROUND, TOPIC, Sender, connected_broker, small_topology, topic_values
 
 
 def stored_values(lab, cluster: str, brokers: tuple[int, ...]) -> list[bytes]:
-    """The values of TOPIC on these brokers of ``cluster``, read from them."""
-    values: list[bytes] = []
-    for i in brokers:
-        address = lab.broker_address(cluster, i)
-        with AdminClient(address) as admin:
-            partitions = admin.partition_count(TOPIC) or 0
-        conn = connect(address)
-        try:
-            for p in range(partitions):
-                values += [m.value for m in read_partition(conn, TOPIC, p)]
-        finally:
-            conn.close()
-    return values
+    return topic_values(lab, cluster, TOPIC, brokers)
 
 
 def test_a_dc_broker_dies_and_returns_while_mirrored(make_lab):

@@ -6,27 +6,15 @@ from __future__ import annotations
 
 import signal
 
-from broker.client.admin import AdminClient
 from broker.client.producer import Producer
-from broker_helpers import connect, read_partition, wait_until
-from lab_helpers import small_topology
+from broker_helpers import wait_until
+from lab_helpers import small_topology, topic_values
 
 TOPIC = "zk-outage"
 
 
 def values_in(lab, cluster: str, brokers: int) -> set[bytes]:
-    found: set[bytes] = set()
-    for i in range(brokers):
-        address = lab.broker_address(cluster, i)
-        with AdminClient(address) as admin:
-            partitions = admin.partition_count(TOPIC) or 0
-        conn = connect(address)
-        try:
-            for p in range(partitions):
-                found.update(m.value for m in read_partition(conn, TOPIC, p))
-        finally:
-            conn.close()
-    return found
+    return set(topic_values(lab, cluster, TOPIC, range(brokers)))
 
 
 def send(lab, first: int, count: int) -> set[bytes]:
