@@ -61,7 +61,7 @@ def log(msg: str) -> None:
     print(f"[mirror-bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-class Lab:
+class BenchClusters:
     """ZooKeeper and one broker per cluster, in a temporary directory."""
 
     def __init__(self, base: str) -> None:
@@ -93,7 +93,7 @@ def target_messages(admin: AdminClient, topic: str) -> int:
     return sum(admin.latest_offset(topic, p) for p in range(count)) // SIZE
 
 
-def start_mirror(lab: Lab, base: str, group: str, topic: str) -> subprocess.Popen:
+def start_mirror(lab: BenchClusters, base: str, group: str, topic: str) -> subprocess.Popen:
     config = MirrorConfig(sources=tuple(lab.ref(dc) for dc in DCS), target=lab.ref("analysis"),
                           group=group, whitelist=topic, metrics_port=-1,
                           target_partitions=PARTITIONS)
@@ -116,7 +116,8 @@ def stop_process(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def throughput_run(lab: Lab, base: str, run: int, per_dc: int, values: list[bytes]) -> dict:
+def throughput_run(lab: BenchClusters, base: str, run: int, per_dc: int,
+                   values: list[bytes]) -> dict:
     topic = f"mirror-tput-{run}"
     for dc in DCS:
         address = lab.brokers[dc].address
@@ -169,7 +170,7 @@ def throughput_run(lab: Lab, base: str, run: int, per_dc: int, values: list[byte
     return result
 
 
-def latency_run(lab: Lab, base: str, run: int, seconds: float, rate: int,
+def latency_run(lab: BenchClusters, base: str, run: int, seconds: float, rate: int,
                 values: list[bytes]) -> dict:
     topic = f"mirror-lat-{run}"
     for dc in DCS:
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     base = tempfile.mkdtemp(prefix="samsa-mirror-bench-")
     values = random_values(1024, VALUE_SIZE)
-    lab = Lab(base)
+    lab = BenchClusters(base)
     try:
         throughput, latency = [], []
         for run in range(args.runs):

@@ -10,7 +10,6 @@ import signal
 import sys
 import threading
 
-from broker.coordination.zk import ZooKeeperUnavailable
 from broker.logging_setup import setup_logging
 from broker.settings import ConfigError, parse_overrides, to_toml
 
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         mirror = Mirror(config).start()
-    except (ZooKeeperUnavailable, OSError) as exc:
+    except OSError as exc:        # ZooKeeperUnavailable included: a clear message, exit 1
         print(f"error: {exc}", file=sys.stderr)
         return 1
     while not stop.wait(0.5):

@@ -43,9 +43,11 @@ class ClusterRef:
     def identity(self) -> tuple[frozenset[str], str]:
         """(servers, chroot): what makes two references the same cluster."""
         hosts, chroot = split_connect_string(self.zookeeper)
-        servers = frozenset(h.strip().lower().replace("localhost", "127.0.0.1")
-                            for h in hosts.split(","))
-        return servers, chroot or "/"
+        servers = set()
+        for server in hosts.split(","):
+            host, _, port = server.strip().lower().rpartition(":")
+            servers.add(f"{'127.0.0.1' if host == 'localhost' else host}:{port}")
+        return frozenset(servers), chroot or "/"
 
     def same_cluster(self, other: "ClusterRef") -> bool:
         mine, theirs = self.identity(), other.identity()

@@ -94,10 +94,6 @@ class MirrorMetrics:
         with self._lock:
             return sum(v for k, v in self.lag_bytes.items() if source in (None, k[0]))
 
-    def total_messages(self) -> int:
-        with self._lock:
-            return sum(self.messages.values())
-
     def collect(self):
         with self._lock:
             yield from self._families()

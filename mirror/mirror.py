@@ -120,7 +120,7 @@ class Mirror:
 
     def _close_all(self) -> None:
         for pipe in self.pipes:
-            pipe._close_consumer()
+            pipe.close()
         self.target.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()

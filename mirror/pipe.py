@@ -132,7 +132,7 @@ class SourcePipe:
         except _Stopped:
             pass
         finally:
-            self._close_consumer()
+            self.close()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -222,7 +222,8 @@ class SourcePipe:
                         "will be copied again after a restart", self.config.group,
                         self.unacknowledged, self.source.name)
 
-    def _close_consumer(self) -> None:
+    def close(self) -> None:
+        """Leave the group, committing what was acknowledged (idempotent)."""
         try:
             self.consumer.close()          # commits what was acknowledged
         except Exception as exc:   # noqa: BLE001

@@ -14,6 +14,7 @@ import threading
 from broker.client.admin import AdminClient
 from broker.client.cluster_producer import ClusterProducer
 from broker.client.producer import Batch, ProducerConfig
+from broker.coordination import paths
 from broker.protocol.errors import ErrorCode, SamsaError
 
 from .config import ClusterRef, MirrorConfig
@@ -38,6 +39,11 @@ class TargetUnavailable(SamsaError):
 
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.UNKNOWN, message)
+
+
+def _holders(view, topic: str) -> set[int]:
+    """The live brokers that hold partitions of ``topic``."""
+    return {paths.parse_broker_partition(bp)[0] for bp in view.partitions(topic)}
 
 
 class TargetCluster:
@@ -70,9 +76,9 @@ class TargetCluster:
             if not brokers:
                 raise TargetUnavailable(f"no broker of the target cluster {self.ref.name} is "
                                         f"registered at {self.ref.zookeeper}")
-            holders = {bp.split("-")[0] for bp in self.cluster.partitions(topic)}
+            holders = _holders(self.cluster, topic)
             for broker_id, (host, port) in sorted(brokers.items()):
-                if str(broker_id) in holders:
+                if broker_id in holders:
                     continue
                 try:
                     with AdminClient(f"{host}:{port}", "samsa-mirror", request_timeout=10) as a:
@@ -85,10 +91,9 @@ class TargetCluster:
                 except OSError as exc:
                     raise TargetUnavailable(f"cannot create {topic} on target broker "
                                             f"{broker_id}: {exc}") from None
-            wanted = set(map(str, brokers))
             if not self.cluster.wait_for(
-                    lambda view: wanted <= {bp.split("-")[0] for bp in view.partitions(topic)}
-                    or not view.brokers(), timeout=15):
+                    lambda view: set(brokers) <= _holders(view, topic) or not view.brokers(),
+                    timeout=15):
                 raise TargetUnavailable(f"topic {topic} did not appear in the target's "
                                         f"ZooKeeper in time")
             self._ready.add((topic, source))
