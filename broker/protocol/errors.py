@@ -32,6 +32,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_TOPIC = 11              # bad topic name
     INVALID_CONFIG = 12             # bad topic configuration value
     BROKER_SHUTTING_DOWN = 13
+    INVALID_OFFSET = 14             # a fetch offset that is not the start of a message
 
 
 class ProtocolError(Exception):

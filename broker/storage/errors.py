@@ -21,5 +21,18 @@ class OffsetOutOfRangeError(Exception):
         self.latest = latest
 
 
+class CorruptRangeError(Exception):
+    """A read at an offset inside a quarantined byte range [start, end): bytes
+    that recovery found corrupt in flushed data (bit rot) or missing (a segment
+    shorter than recorded). The messages from ``end`` on are intact."""
+
+    def __init__(self, offset: int, start: int, end: int) -> None:
+        super().__init__(f"offset {offset} lies in the corrupt byte range [{start}, {end}); "
+                         f"the next valid offset is {end}")
+        self.offset = offset
+        self.start = start
+        self.end = end
+
+
 class InvalidConfigError(ValueError):
     """A log setting has a value it cannot take."""
