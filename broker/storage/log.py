@@ -4,7 +4,12 @@ On disk, one directory per partition::
 
     00000000000000000000.log     segments, named by base offset (see segment.py)
     00000000000001073741802.log
-    recovery-point.json          {"recovery_point": X, "segments": {base: [first_ts, max_ts]}}
+    recovery-point.json          {"recovery_point": X,
+                                  "segments": {base: [first_ts, max_ts, size]},
+                                  "quarantined": [[start, end], ...]}
+
+The checkpoint records, for every segment wholly below the recovery point,
+its timestamps and its size; and the quarantined byte ranges (below).
 
 In memory, the log keeps a sorted list of segment base offsets (``bases``);
 a read at offset X finds its segment by binary search and reads at position
@@ -18,13 +23,33 @@ Offsets and invariants (0 <= earliest <= flushed_end <= written_end <= end_offse
                      at or beyond ``flushed_end``: a message is exposed to
                      consumers only after it is flushed.
   * Segments tile [earliest, end_offset): segment i+1 starts where segment i
-    ends. Only the last (active) segment takes appends; a message set never
-    straddles two segments.
+    ends, except where recovery found bytes missing (a segment shorter than
+    its successor's base): that gap is a quarantined range. Only the last
+    (active) segment takes appends; a message set never straddles two segments.
+  * ``quarantined``: sorted, disjoint byte ranges [start, end) that recovery
+    found corrupt in data that had already been written (bit rot: a bad CRC
+    with intact messages after it) or missing (a gap). Their bytes stay in
+    the files for inspection but are never served: a read at an offset inside
+    one raises CorruptRangeError (whose ``end`` is the next valid offset), and
+    a read before one stops at its start. Every message outside them is kept.
   * Retention deletes whole segments only, oldest first, never the active one
     and never one holding unflushed bytes.
   * ``recovery_point`` (persisted in recovery-point.json) <= flushed_end: every
     byte below it was fsync'ed and CRC-valid, so start-up scans only what lies
     beyond it. After a clean shutdown it equals end_offset and nothing is scanned.
+
+Recovery (start-up) trusts the checkpoint only where the files agree with it:
+  * a segment whose file size differs from its recorded size, or a last
+    segment ending below the recovery point, is rescanned from its start
+    (and the broker logs what it found);
+  * bytes past the recovery point are scanned; a message that fails its
+    checks is *bit rot* if a valid message follows it in the same segment
+    (found by resynchronising: the next position holding a message with a
+    good CRC): the range in between is quarantined and the scan goes on.
+    Otherwise it is a *torn tail*: in the last segment it is cut (a write the
+    crash interrupted); in an earlier segment it is quarantined, because the
+    later segments hold intact, acknowledged messages. Recovery never deletes
+    a segment.
 
 Thread-safety: a Log is used by one thread (the broker's event loop). The
 flusher thread only calls ``Segment.sync`` on segments handed to it by
@@ -34,15 +59,17 @@ on the loop thread.
 from __future__ import annotations
 
 import bisect
+import errno
 import json
 import logging
 import os
+import re
 import struct
 from typing import Callable
 
 from broker.protocol.message import first_timestamp, scan_valid_prefix
 
-from .errors import OffsetOutOfRangeError, StorageError
+from .errors import CorruptRangeError, OffsetOutOfRangeError, StorageError
 from .log_config import LogConfig
 from .segment import Segment, parse_segment_file_name
 
@@ -51,6 +78,38 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FILE = "recovery-point.json"
 _SCAN_CHUNK = 8 << 20
 _LENGTH = struct.Struct(">i")
+_MIN_MESSAGE = 22          # a message's fixed header: length, crc, magic, attributes, ts, key length
+# Where a message may start after corrupt bytes: a length of 18 .. 64 MiB
+# (first byte 0..3, not 0 0 0 <18), any crc, magic 0, codec bits only, any
+# timestamp, key length -1 or 0 .. 16 MiB. Scanned by the regex engine (C), so
+# resynchronising over a large damaged region does not loop in Python; zero-
+# filled regions never match (their length would be 0).
+_PLAUSIBLE_HEADER = re.compile(
+    rb"(?=[\x00-\x03](?!(?<=\x00)\x00\x00[\x00-\x11])[\x00-\xff]{3}[\x00-\xff]{4}\x00[\x00-\x07]"
+    rb"[\x00-\xff]{8}(?:\xff\xff\xff\xff|\x00[\x00-\xff]{3}))", re.DOTALL)
+_ZERO_RUN = bytes(64)
+
+
+def _header_candidates(chunk: bytes, stop: int):
+    """Positions below ``stop`` where a message header may start. Runs of
+    zeros (a torn tail after a power loss is often zero-filled) are jumped
+    over at memchr speed: a header can begin at most 3 bytes before a run's
+    end, since its length field (>= 18) cannot be 4 zero bytes."""
+    i = 0
+    n = len(chunk)
+    while i < stop:
+        run = chunk.find(_ZERO_RUN, i, stop + len(_ZERO_RUN))
+        end = stop if run < 0 else min(run, stop)
+        for match in _PLAUSIBLE_HEADER.finditer(chunk, i, min(n, end + _MIN_MESSAGE)):
+            if match.start() >= end:
+                break
+            yield match.start()
+        if run < 0 or run >= stop:
+            return
+        rest = chunk[run:].lstrip(b"\0")
+        i = max(run, n - len(rest) - 3)
+        if not rest:
+            return
 
 
 class Log:
@@ -75,6 +134,8 @@ class Log:
         self.oldest_unflushed_ms = 0       # clock time the oldest unflushed append arrived
         self.flush_in_progress = False
         self.recovered_bytes_cut = 0
+        self.quarantined: list[tuple[int, int]] = []
+        self._quarantine_starts: list[int] = []
         self._load()
         self.written_end = self.end_offset = self.segments[-1].end_offset
         self.flushed_end = self.end_offset
@@ -87,76 +148,189 @@ class Log:
                        if b is not None)
         checkpoint = self._read_checkpoint()
         recovery_point = checkpoint.get("recovery_point", 0) if checkpoint else 0
-        known_ts = checkpoint.get("segments", {}) if checkpoint else {}
+        recorded = checkpoint.get("segments", {}) if checkpoint else {}
+        for start, end in (checkpoint.get("quarantined", []) if checkpoint else []):
+            self._quarantine(start, end, None)
         now = self.clock()
-        corrupt_from: int | None = None
         for i, base in enumerate(found):
-            if corrupt_from is not None:
-                seg = Segment(self.directory, base, now)
-                log.warning("recovery: deleting segment %s (%d bytes) after corruption in an "
-                            "earlier segment of %s", seg.path, seg.size, self.name)
-                self.recovered_bytes_cut += seg.size
-                seg.delete()
-                continue
             seg = Segment(self.directory, base, now)
-            if self.segments and self.segments[-1].end_offset != base:
-                # A gap or overlap: the earlier segment was cut short. Everything
-                # from here on is unreachable; drop it as corrupt.
-                corrupt_from = base
-                log.warning("recovery: segment %s does not start where the previous one ends "
-                            "(%d); deleting it and later segments", seg.path,
-                            self.segments[-1].end_offset)
-                self.recovered_bytes_cut += seg.size
-                seg.delete()
-                continue
-            ts = known_ts.get(str(base))
-            if seg.end_offset > recovery_point or ts is None:
-                start = max(0, recovery_point - base) if ts is not None else 0
-                if not self._recover_segment(seg, start, ts):
-                    corrupt_from = base
-            else:
+            is_last = i == len(found) - 1
+            if self.segments:
+                previous = self.segments[-1]
+                if previous.end_offset > base:
+                    # The earlier segment runs past this one's base: bytes were
+                    # added to a closed segment behind the broker's back (appends
+                    # only ever go to the last one). Rescan it up to the base.
+                    log.warning("recovery: segment %s (%d bytes) runs past the next segment's "
+                                "base %d; rescanning it up to there", previous.path,
+                                previous.size, base)
+                    self._scan_segment(previous, 0, limit=base - previous.base_offset,
+                                       is_last=False)
+                if previous.end_offset < base:
+                    # Bytes are missing (a segment cut short): the later
+                    # segments are intact and stay; the hole is quarantined.
+                    self._quarantine(previous.end_offset, base,
+                                     f"segment {previous.path} ends at {previous.end_offset} "
+                                     f"but the next one starts at {base}: "
+                                     f"{base - previous.end_offset} bytes are missing")
+            info = recorded.get(str(base))
+            ts = info[:2] if info else None
+            size = info[2] if info and len(info) > 2 else None
+            if ts is not None:
                 seg.note_timestamps(ts[0], ts[1])
+            trusted = self._trusted_bytes(seg, recovery_point, size, is_last, ts is not None)
+            if trusted < seg.size:
+                self._scan_segment(seg, trusted, limit=seg.size, is_last=is_last)
             self.segments.append(seg)
             self.bases.append(base)
         if not self.segments:
             self.segments.append(Segment(self.directory, 0, now))
             self.bases.append(0)
+        # Ranges no segment holds any more (deleted by hand) mean nothing.
+        earliest = self.segments[0].base_offset
+        self._drop_quarantine_below(earliest)
         # From now on a crash must rescan: the checkpoint stays valid only for
         # bytes below its recovery point, which appends never touch.
 
-    def _recover_segment(self, seg: Segment, start: int, ts: list[int] | None) -> bool:
-        """Scan ``seg`` from byte ``start`` (a known message boundary), cut any
-        torn or corrupt tail. Returns False if something was cut."""
-        if ts is not None:
-            seg.note_timestamps(ts[0], ts[1])
+    def _trusted_bytes(self, seg: Segment, recovery_point: int, recorded_size: int | None,
+                       is_last: bool, timestamps_known: bool) -> int:
+        """How many leading bytes of ``seg`` the checkpoint vouches for (they
+        were fsync'ed and checked before): scanning starts there."""
+        if not timestamps_known:
+            return 0                   # unknown to the checkpoint: scan it all
+        if recorded_size is not None:
+            if seg.size < recorded_size:
+                log.warning("recovery: %s is %d bytes but the checkpoint recorded %d; "
+                            "rescanning it", seg.path, seg.size, recorded_size)
+                return 0
+            return recorded_size       # an active segment grows past its checkpoint
+        if seg.end_offset <= recovery_point:
+            if is_last and seg.end_offset < recovery_point:
+                # the file ends below what was fsync'ed: it was cut behind our back
+                log.warning("recovery: %s ends at %d, below the recovery point %d; "
+                            "rescanning it", seg.path, seg.end_offset, recovery_point)
+                return 0
+            return seg.size
+        return max(0, recovery_point - seg.base_offset)
+
+    def _scan_segment(self, seg: Segment, start: int, limit: int, is_last: bool) -> None:
+        """Check every message of ``seg`` from byte ``start`` (a known message
+        boundary) to ``limit``: quarantine corrupt ranges that valid messages
+        follow, cut a torn tail of the last segment, quarantine one of an
+        earlier segment. Leaves ``seg.size == limit`` unless the tail was cut."""
         pos = start
-        size = seg.size
-        while pos < size:
-            want = min(_SCAN_CHUNK, size - pos)
+        while pos < limit:
+            pos = self._scan_valid(seg, pos, limit)
+            if pos >= limit:
+                break
+            resync = self._resynchronise(seg, pos, limit)
+            if resync is not None:
+                self._quarantine(seg.base_offset + pos, seg.base_offset + resync,
+                                 f"corrupt bytes in {seg.path} at {pos}..{resync}; valid "
+                                 f"messages follow")
+                pos = resync
+                continue
+            if is_last:
+                log.warning("recovery: cut %d bytes of torn or corrupt tail from %s "
+                            "(kept %d bytes)", seg.size - pos, seg.path, pos)
+                self.recovered_bytes_cut += seg.size - pos
+                seg.truncate(pos)
+                seg.sync()
+                return
+            self._quarantine(seg.base_offset + pos, seg.base_offset + limit,
+                             f"corrupt tail of {seg.path} at {pos}..{limit}, kept because "
+                             f"later segments follow it")
+            break
+        if seg.size > limit:
+            # bytes past ``limit`` belong to no offset (see _load); drop them
+            log.warning("recovery: cut %d bytes from %s past the next segment's base",
+                        seg.size - limit, seg.path)
+            self.recovered_bytes_cut += seg.size - limit
+            seg.truncate(limit)
+        if start < seg.size:
+            # The dead process may never have fsync'ed these bytes, and they
+            # become visible (flushed_end = end) as soon as the log is open.
+            seg.sync()
+            log.info("recovery: scanned %d bytes of %s", seg.size - start, seg.path)
+
+    def _scan_valid(self, seg: Segment, pos: int, limit: int) -> int:
+        """The end of the run of valid messages starting at ``pos`` (<= limit),
+        noting their timestamps."""
+        while pos < limit:
+            want = min(_SCAN_CHUNK, limit - pos)
             chunk = seg.read(pos, want)
             valid, _count, first_ts, max_ts = scan_valid_prefix(chunk)
             if valid == 0 and len(chunk) >= 4:
                 # maybe one message larger than a chunk: read it whole
                 need = 4 + _LENGTH.unpack_from(chunk, 0)[0]
-                if want < need <= size - pos:
+                if want < need <= limit - pos:
                     valid, _count, first_ts, max_ts = scan_valid_prefix(seg.read(pos, need))
             if valid == 0:
-                break
+                return pos
             seg.note_timestamps(first_ts, max_ts)
             pos += valid
-        if pos < size:
-            log.warning("recovery: cut %d bytes of torn or corrupt tail from %s "
-                        "(kept %d bytes)", size - pos, seg.path, pos)
-            self.recovered_bytes_cut += size - pos
-            seg.truncate(pos)
-            seg.sync()
-            return False
-        if start < size:
-            # The dead process may never have fsync'ed these bytes, and they
-            # become visible (flushed_end = end) as soon as the log is open.
-            seg.sync()
-            log.info("recovery: scanned %d bytes of %s, all valid", size - start, seg.path)
-        return True
+        return pos
+
+    def _resynchronise(self, seg: Segment, bad: int, limit: int) -> int | None:
+        """The first position after ``bad`` (< limit) where a message with a
+        good CRC starts, or None. Candidates come from a regex over the
+        header's shape; each is confirmed by its CRC."""
+        window = _SCAN_CHUNK
+        pos = bad + 1
+        while pos + _MIN_MESSAGE <= limit:
+            chunk = seg.read(pos, min(window + _MIN_MESSAGE, limit - pos))
+            for at in _header_candidates(chunk, min(window, len(chunk))):
+                length = _LENGTH.unpack_from(chunk, at)[0]
+                size = 4 + length
+                if pos + at + size > limit:
+                    continue
+                body = chunk[at:at + size] if at + size <= len(chunk) else \
+                    seg.read(pos + at, size)
+                if scan_valid_prefix(body)[0] == size:
+                    return pos + at
+            pos += window
+        return None
+
+    # ------------------------------------------------------------ quarantine
+
+    def _quarantine(self, start: int, end: int, reason: str | None) -> None:
+        """Add [start, end) to the quarantined ranges (merging overlaps);
+        ``reason`` is logged (None when it comes from the checkpoint)."""
+        if end <= start:
+            return
+        if reason is not None:
+            log.warning("recovery: quarantined bytes %d..%d (%d bytes) of %s: %s; consumers "
+                        "get CORRUPT_MESSAGE there and go on from %d", start, end, end - start,
+                        self.name, reason, end)
+        ranges = [(s, e) for s, e in self.quarantined if e < start or s > end]
+        merged_start = min([start] + [s for s, e in self.quarantined if not (e < start or s > end)])
+        merged_end = max([end] + [e for s, e in self.quarantined if not (e < start or s > end)])
+        ranges.append((merged_start, merged_end))
+        ranges.sort()
+        self.quarantined = ranges
+        self._quarantine_starts = [s for s, _e in ranges]
+
+    def _drop_quarantine_below(self, offset: int) -> None:
+        kept = [(s, e) for s, e in self.quarantined if e > offset]
+        if len(kept) != len(self.quarantined):
+            self.quarantined = kept
+            self._quarantine_starts = [s for s, _e in kept]
+
+    @property
+    def quarantined_bytes(self) -> int:
+        return sum(e - s for s, e in self.quarantined)
+
+    def _quarantined_range_at(self, offset: int) -> tuple[int, int] | None:
+        i = bisect.bisect_right(self._quarantine_starts, offset) - 1
+        if i >= 0:
+            start, end = self.quarantined[i]
+            if offset < end:
+                return start, end
+        return None
+
+    def _next_quarantine_start(self, offset: int) -> int | None:
+        i = bisect.bisect_right(self._quarantine_starts, offset)
+        return self._quarantine_starts[i] if i < len(self._quarantine_starts) else None
 
     def _read_checkpoint(self) -> dict | None:
         path = os.path.join(self.directory, CHECKPOINT_FILE)
@@ -176,8 +350,9 @@ class Log:
         """Persist the recovery point (= flushed end) and segment timestamps.
         Call on the loop thread; the write itself is small and atomic (rename)."""
         data = {"recovery_point": self.flushed_end,
-                "segments": {str(s.base_offset): [s.first_timestamp, s.max_timestamp]
-                             for s in self.segments if s.end_offset <= self.flushed_end}}
+                "segments": {str(s.base_offset): [s.first_timestamp, s.max_timestamp, s.size]
+                             for s in self.segments if s.end_offset <= self.flushed_end},
+                "quarantined": [list(r) for r in self.quarantined]}
         path = os.path.join(self.directory, CHECKPOINT_FILE)
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
@@ -206,7 +381,13 @@ class Log:
         """Buffer an already validated message set; return its base offset.
         ``now`` (clock ms) may be passed by a caller appending many sets.
 
-        Not in the file until ``write_pending()``, not visible until flushed."""
+        Not in the file until ``write_pending()``, not visible until flushed.
+
+        Raises StorageError when a roll is due and fails (writing the
+        buffered appends, or creating the new segment file): then this set is
+        not appended, and if the buffered ones could not be written they are
+        lost too (``exc.lost_messages``/``lost_bytes``, offsets given back:
+        ``end_offset == written_end``). The log stays usable."""
         size = len(message_set)
         active = self.segments[-1]
         active_size = self.end_offset - active.base_offset
@@ -257,7 +438,12 @@ class Log:
         self.write_pending()
         if self.segments[-1].size == 0:
             return self.segments[-1]
-        seg = Segment(self.directory, self.end_offset, self.clock() if now is None else now)
+        try:
+            seg = Segment(self.directory, self.end_offset, self.clock() if now is None else now)
+        except OSError as exc:
+            reason = "disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
+            raise StorageError(f"cannot create a new segment in {self.directory}: {reason}",
+                               exc.errno) from exc
         self.segments.append(seg)
         self.bases.append(seg.base_offset)
         return seg
@@ -312,8 +498,30 @@ class Log:
         seg = self.segments[i]
         position = offset - seg.base_offset
         visible_end = min(seg.end_offset, self.flushed_end)
+        if self.quarantined:
+            bad = self._quarantined_range_at(offset)
+            if bad is not None:
+                raise CorruptRangeError(offset, bad[0], bad[1])
+            next_bad = self._next_quarantine_start(offset)
+            if next_bad is not None and next_bad < visible_end:
+                visible_end = next_bad
         length = min(max_bytes, visible_end - offset)
         return seg, position, max(length, 0)
+
+    def check_message_at(self, offset: int, max_message_bytes: int) -> bool:
+        """Whether a whole, valid message (length <= ``max_message_bytes``,
+        inside the visible part of its segment, good CRC) starts at
+        ``offset``. The log has no index: this is how a read at an offset
+        that is not a message boundary is told apart. One or two small preads."""
+        seg, position, length = self.locate(offset, max_message_bytes)
+        if length < _MIN_MESSAGE:
+            return False
+        head = seg.read(position, min(length, 4096))
+        size = 4 + _LENGTH.unpack_from(head, 0)[0]
+        if size < _MIN_MESSAGE or size > min(length, max_message_bytes):
+            return False
+        body = head[:size] if size <= len(head) else seg.read(position, size)
+        return scan_valid_prefix(body)[0] == size
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """The visible bytes at ``offset`` (copying; the broker uses sendfile)."""
@@ -325,7 +533,8 @@ class Log:
         first message is at or before ``time_ms``, newest first. A consumer
         seeking to a time starts at the first one and misses nothing after it."""
         out = [s.base_offset for s in reversed(self.segments)
-               if 0 <= s.first_timestamp <= time_ms and s.base_offset < self.flushed_end]
+               if 0 <= s.first_timestamp <= time_ms and s.base_offset < self.flushed_end
+               and self._quarantined_range_at(s.base_offset) is None]
         return out[:max_offsets]
 
     # ------------------------------------------------------------ retention
@@ -347,6 +556,7 @@ class Log:
                 break
             self.segments.pop(0)
             self.bases.pop(0)
+            self._drop_quarantine_below(self.segments[0].base_offset)
             size -= oldest.size
             oldest.delete()
             deleted.append(oldest)

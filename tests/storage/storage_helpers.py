@@ -8,6 +8,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 from broker.protocol.message import (decode_message_set, encode_message_set, message_size,
                                      validate_message_set)
+from broker.storage.errors import CorruptRangeError
 from broker.storage.log import Log
 
 Triple = tuple[bytes | None, bytes, int]      # (key, value, timestamp) as a producer gives it
@@ -78,6 +79,28 @@ def read_from(log: Log, offset: int) -> list[Stored]:
         out.extend(messages)
         offset += used
     return out
+
+
+def read_skipping_quarantine(log: Log, offset: int) -> tuple[list[Stored], list[tuple[int, int]]]:
+    """Like ``read_from``, but a read at a quarantined range skips to its end,
+    as a consumer does with the broker's CORRUPT_MESSAGE. Returns the messages
+    and the ranges skipped."""
+    out: list[Stored] = []
+    skipped: list[tuple[int, int]] = []
+    while offset < log.flushed_end:
+        try:
+            data = log.read(offset, READ_ALL)
+        except CorruptRangeError as exc:
+            assert exc.start <= offset < exc.end
+            skipped.append((exc.start, exc.end))
+            offset = exc.end
+            continue
+        assert data, f"empty read at {offset} below flushed_end {log.flushed_end}"
+        messages, used = decode(data, offset)
+        assert used == len(data), "a read must end on a message boundary here"
+        out.extend(messages)
+        offset += used
+    return out, skipped
 
 
 def segment_files(directory: str) -> list[str]:

@@ -1,6 +1,8 @@
-"""Crash recovery: after an unclean stop, a torn or corrupt tail is cut at
-the last whole valid message, later segments are dropped, and a clean stop
-lets the next start-up skip the scan."""
+"""Crash recovery: after an unclean stop, a torn tail of the last segment is
+cut at the last whole valid message; corrupt or missing bytes that intact
+messages follow (in the same segment or in later ones) are quarantined, and
+every intact message is kept; a clean stop lets the next start-up skip the
+scan."""
 from __future__ import annotations
 
 import logging
@@ -18,7 +20,8 @@ from broker.storage.log import CHECKPOINT_FILE, Log
 from broker.storage.log_config import LogConfig
 from broker.storage.segment import Segment
 
-from storage_helpers import FakeClock, append, read_from, segment_files
+from storage_helpers import (FakeClock, append, read_from, read_skipping_quarantine,
+                             segment_files)
 
 CONFIG = LogConfig(segment_bytes=300)
 
@@ -43,26 +46,45 @@ def write_log(directory: str, batches, config: LogConfig = CONFIG, clock=None):
     return messages, layout
 
 
-def check_recovered(directory: str, messages, layout, seg_index: int, valid_bytes: int,
-                    config: LogConfig = CONFIG) -> Log:
-    """Reopen and check that exactly the messages below ``valid_end`` survive,
-    where ``valid_end`` is the last message boundary at or below byte
-    ``valid_bytes`` of segment ``seg_index``, and that recovery reports
-    cutting the rest of that segment's file and every later segment."""
-    if valid_bytes == layout[seg_index][1]:        # not damaged after all
-        seg_index, valid_bytes = len(layout) - 1, layout[-1][1]
-    on_disk = os.path.getsize(seg_path(directory, layout[seg_index][0]))
-    base = layout[seg_index][0]
-    boundaries = [m.next_offset for m in messages if base < m.next_offset <= base + valid_bytes]
-    valid_end = max(boundaries, default=base)
-    later = sum(s for _b, s in layout[seg_index + 1:])
+def check_recovered(directory: str, messages, layout, seg_index: int, damage_start: int,
+                    damage_end: int, config: LogConfig = CONFIG) -> Log:
+    """Reopen and check recovery after bytes [damage_start, damage_end) of
+    segment ``seg_index`` were damaged (flipped, or cut off the file's end).
+
+    The messages overlapping the damage are lost; every other message stays
+    readable. If an intact message follows the damage in its segment, the
+    damaged messages are quarantined; if not, the damaged tail is cut when it
+    is the last segment, and quarantined (up to the next segment) otherwise.
+    No segment is ever deleted."""
+    base, size = layout[seg_index]
+    is_last = seg_index == len(layout) - 1
+    on_disk = os.path.getsize(seg_path(directory, base))
+    lo, hi = base + damage_start, base + damage_end
+    damaged = [m for m in messages if m.offset < hi and m.next_offset > lo]
+    kept = [m for m in messages if m not in damaged]
     lg = Log(directory, config, FakeClock())
-    assert lg.end_offset == lg.flushed_end == lg.written_end == valid_end
-    assert lg.recovered_bytes_cut == (base + on_disk - valid_end) + later
-    assert read_from(lg, 0) == [m for m in messages if m.next_offset <= valid_end]
+    if not damaged:                                    # nothing hit after all
+        assert read_from(lg, 0) == messages
+        assert lg.quarantined == [] and lg.recovered_bytes_cut == 0
+        return lg
+    first_bad = damaged[0].offset
+    resume = damaged[-1].next_offset
+    intact_after = resume < base + on_disk and any(m.offset == resume for m in kept)
+    if intact_after:
+        expected_ranges, cut = [(first_bad, resume)], 0
+    elif is_last:
+        expected_ranges, cut = [], base + on_disk - first_bad
+    else:
+        expected_ranges, cut = [(first_bad, base + size)], 0
+    got, skipped = read_skipping_quarantine(lg, 0)
+    assert got == kept
+    assert lg.quarantined == expected_ranges
+    assert skipped == expected_ranges
+    assert lg.recovered_bytes_cut == cut
+    assert [s.base_offset for s in lg.segments] == [b for b, _s in layout]
     assert segment_files(directory) == [os.path.basename(s.path) for s in lg.segments]
-    assert [s.base_offset for s in lg.segments] == [b for b, _s in layout[:seg_index + 1]]
-    assert os.path.getsize(lg.active.path) == valid_end - base
+    expected_end = first_bad if (is_last and not intact_after) else layout[-1][0] + layout[-1][1]
+    assert lg.end_offset == lg.flushed_end == lg.written_end == expected_end
     return lg
 
 
@@ -81,20 +103,22 @@ def test_truncation_at_any_byte_keeps_the_valid_prefix(batches, data):
         base, size = layout[i]
         cut = data.draw(st.integers(0, size), label="cut")
         os.truncate(seg_path(d, base), cut)
-        lg = check_recovered(d, messages, layout, i, cut)
-        # the recovered log takes appends where the valid prefix ended
+        lg = check_recovered(d, messages, layout, i, cut, size)
+        # the recovered log takes appends where it ended, readable after it
         more = append(lg, [(b"k", b"after recovery", 7)])[1]
         lg.flush()
-        assert read_from(lg, 0)[-1:] == more
+        assert read_skipping_quarantine(lg, 0)[0][-1:] == more
+        ranges = lg.quarantined
         lg.close(clean=False)
         lg = Log(d, CONFIG, FakeClock())
         assert lg.recovered_bytes_cut == 0
+        assert lg.quarantined == ranges
         lg.close(clean=False)
 
 
 @FAST
 @given(batches=batch_lists, data=st.data())
-def test_a_flipped_byte_cuts_from_its_message_on(batches, data):
+def test_a_flipped_byte_quarantines_only_its_message(batches, data):
     with tempfile.TemporaryDirectory() as d:
         messages, layout = write_log(d, batches)
         i = data.draw(st.sampled_from([len(layout) - 1, *range(len(layout))]), label="segment")
@@ -108,9 +132,7 @@ def test_a_flipped_byte_cuts_from_its_message_on(batches, data):
             byte = f.read(1)[0]
             f.seek(pos)
             f.write(bytes([byte ^ mask]))
-        # the damaged message starts at the last boundary at or before pos
-        starts = [m.offset - base for m in messages if base <= m.offset <= base + pos]
-        check_recovered(d, messages, layout, i, max(starts)).close(clean=False)
+        check_recovered(d, messages, layout, i, pos, pos + 1).close(clean=False)
 
 
 def test_every_truncation_point_of_the_last_segment(tmp_path):
@@ -124,7 +146,8 @@ def test_every_truncation_point_of_the_last_segment(tmp_path):
         d = str(tmp_path / f"cut{cut}")
         shutil.copytree(src, d)
         os.truncate(seg_path(d, 0), cut)
-        lg = check_recovered(d, messages, layout, 0, cut, LogConfig(segment_bytes=10_000))
+        lg = check_recovered(d, messages, layout, 0, cut, layout[0][1],
+                             LogConfig(segment_bytes=10_000))
         lg.close(clean=False)
         shutil.rmtree(d)
 
@@ -139,7 +162,7 @@ def test_recovery_reads_in_chunks_and_messages_larger_than_a_chunk(sizes, data):
         messages, layout = write_log(d, [[(None, bytes(n), n)] for n in sizes], config)
         cut = data.draw(st.integers(0, layout[0][1]), label="cut")
         os.truncate(seg_path(d, 0), cut)
-        check_recovered(d, messages, layout, 0, cut, config).close(clean=False)
+        check_recovered(d, messages, layout, 0, cut, layout[0][1], config).close(clean=False)
 
 
 def test_garbage_segment_names_and_files_are_left_alone(tmp_path):
@@ -154,9 +177,10 @@ def test_garbage_segment_names_and_files_are_left_alone(tmp_path):
     lg.close()
 
 
-def test_a_gap_between_segments_drops_the_later_ones(tmp_path):
+def test_a_gap_between_segments_is_quarantined_and_the_later_ones_kept(tmp_path):
     """A segment whose base is not where the previous one ends (its
-    predecessor lost bytes) is unreachable: it and all after it go."""
+    predecessor lost bytes): the hole is quarantined, every later segment and
+    message stays readable (issue 9: recovery used to delete them)."""
     d = str(tmp_path)
     messages, layout = write_log(d, [[(None, bytes(100), 1)]] * 6)
     assert len(layout) >= 3
@@ -164,7 +188,8 @@ def test_a_gap_between_segments_drops_the_later_ones(tmp_path):
     # valid segment on its own, but the next one no longer follows it
     first_msg_size = messages[0].next_offset
     os.truncate(seg_path(d, 0), layout[0][1] - first_msg_size)
-    check_recovered(d, messages, layout, 0, layout[0][1] - first_msg_size).close(clean=False)
+    check_recovered(d, messages, layout, 0, layout[0][1] - first_msg_size,
+                    layout[0][1]).close(clean=False)
 
 
 def scan_starts(directory: str, config: LogConfig, clock) -> tuple[Log, dict[int, int]]:
