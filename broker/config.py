@@ -45,7 +45,16 @@ class BrokerConfig:
     """Largest request frame accepted; a larger one closes the connection before
     its payload is read."""
     max_message_bytes: int = 1 << 20
-    """Largest single message (or compressed wrapper) accepted in a produce."""
+    """Largest single message (or compressed wrapper) accepted in a produce.
+    Published in Metadata: a length above it at a fetch offset means the
+    offset is not a message boundary."""
+    max_decompressed_bytes: int = 64 << 20
+    """Most bytes one compressed wrapper may inflate to; a produce holding a
+    larger one fails with CORRUPT_MESSAGE."""
+    inline_decompress_bytes: int = 1 << 20
+    """Compressed wrappers are checked on the event loop while they inflate to
+    at most this; a produce with a larger one is checked on a worker thread
+    (its connection's later requests wait for it, other connections do not)."""
     max_fetch_wait_ms: int = 30_000
     """Upper bound on a fetch's long-poll wait."""
     retention_check_ms: int = 60_000
@@ -75,6 +84,8 @@ class BrokerConfig:
             raise ConfigError("default_partitions must be 1..10000")
         if self.max_message_bytes < 64:
             raise ConfigError("max_message_bytes must be >= 64")
+        if not 1024 <= self.inline_decompress_bytes <= self.max_decompressed_bytes:
+            raise ConfigError("inline_decompress_bytes must be 1024..max_decompressed_bytes")
         if self.max_request_bytes < self.max_message_bytes + 1024:
             raise ConfigError("max_request_bytes must exceed max_message_bytes by 1 KiB at least")
         if self.log_format not in ("text", "json"):

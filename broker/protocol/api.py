@@ -145,6 +145,30 @@ def enc_string(s: str | None) -> bytes:
     return _I16.pack(len(raw)) + raw
 
 
+# Error messages often quote what the client sent (a topic name may be 32,767
+# bytes long): bounded here, once, so no response can fail to encode.
+MAX_MESSAGE_BYTES = 1000
+
+
+def enc_message(s: str | None) -> bytes:
+    """An error ``message`` string, cut to MAX_MESSAGE_BYTES bytes of UTF-8
+    (on a character boundary) with a visible marker when it was longer."""
+    if s is None:
+        return _I16.pack(-1)
+    raw = s.encode("utf-8")
+    if len(raw) > MAX_MESSAGE_BYTES:
+        marker = f"... ({len(raw)} bytes, cut)".encode()
+        raw = raw[:MAX_MESSAGE_BYTES - len(marker)].decode("utf-8", "ignore").encode() + marker
+    return _I16.pack(len(raw)) + raw
+
+
+def quote_name(name: str, limit: int = 200) -> str:
+    """A name quoted for an error message, shortened past ``limit`` characters."""
+    if len(name) <= limit:
+        return repr(name)
+    return repr(name[:limit]) + f"... ({len(name)} characters)"
+
+
 def enc_bytes(b: bytes | None) -> bytes:
     if b is None:
         return _I32.pack(-1)
@@ -309,7 +333,7 @@ class ProduceResponse:
         parts = [_I32.pack(len(self.results))]
         for x in self.results:
             parts += (enc_string(x.topic), _I32.pack(x.partition), _I16.pack(x.error),
-                      enc_string(x.message), _I64.pack(x.base_offset), _I64.pack(x.end_offset))
+                      enc_message(x.message), _I64.pack(x.base_offset), _I64.pack(x.end_offset))
         return b"".join(parts)
 
 
@@ -373,8 +397,28 @@ def encode_fetch_result_header(topic: str, partition: int, error: int, message: 
                                earliest: int, high_watermark: int, size: int) -> bytes:
     """Everything of one fetch result up to its message-set bytes, which the
     broker then sends straight from the segment file (sendfile)."""
-    return (enc_string(topic) + _I32.pack(partition) + _I16.pack(error) + enc_string(message)
+    return (enc_string(topic) + _I32.pack(partition) + _I16.pack(error) + enc_message(message)
             + _FETCH_RESULT_TAIL.pack(earliest, high_watermark, size))
+
+
+_CORRUPT_RANGE = struct.Struct(">qq")
+
+
+def encode_corrupt_range(start: int, next_valid: int) -> bytes:
+    """The message_set of a CORRUPT_MESSAGE fetch result for a quarantined
+    range: corrupt_start:int64 next_valid:int64 (docs/protocol.md 6.2)."""
+    return _CORRUPT_RANGE.pack(start, next_valid)
+
+
+def decode_corrupt_range(message_set: bytes | memoryview) -> tuple[int, int]:
+    """(corrupt_start, next_valid) of a CORRUPT_MESSAGE fetch result."""
+    if len(message_set) != _CORRUPT_RANGE.size:
+        raise ProtocolError(f"a CORRUPT_MESSAGE fetch result carries 16 bytes, not "
+                            f"{len(message_set)}")
+    start, next_valid = _CORRUPT_RANGE.unpack(bytes(message_set))
+    if not 0 <= start < next_valid:
+        raise ProtocolError(f"bad corrupt range {start}..{next_valid}")
+    return start, next_valid
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,7 +505,7 @@ class OffsetsResponse:
     offsets: tuple[int, ...]
 
     def encode_body(self) -> bytes:
-        return (_I16.pack(self.error) + enc_string(self.message) + _I32.pack(len(self.offsets))
+        return (_I16.pack(self.error) + enc_message(self.message) + _I32.pack(len(self.offsets))
                 + b"".join(_I64.pack(o) for o in self.offsets))
 
 
@@ -516,18 +560,22 @@ class MetadataResponse:
     topics:array[name:string error:int16 message:string
                  config:array[key:string value:string]
                  partitions:array[partition:int32 earliest:int64 latest:int64
-                                  size_bytes:int64 segments:int32]]"""
+                                  size_bytes:int64 segments:int32]]
+    max_message_bytes:int32"""
 
     broker_id: int
     host: str
     port: int
     topics: tuple[TopicInfo, ...] = field(default_factory=tuple)
+    # the largest message the broker accepts: a length above it read at a
+    # fetch offset means "not a message boundary" (docs/protocol.md 6.2)
+    max_message_bytes: int = 1 << 20
 
     def encode_body(self) -> bytes:
         parts = [_I32.pack(self.broker_id), enc_string(self.host), _I32.pack(self.port),
                  _I32.pack(len(self.topics))]
         for t in self.topics:
-            parts += (enc_string(t.name), _I16.pack(t.error), enc_string(t.message),
+            parts += (enc_string(t.name), _I16.pack(t.error), enc_message(t.message),
                       _I32.pack(len(t.config)))
             for k, v in t.config:
                 parts += (enc_string(k), enc_string(v))
@@ -535,6 +583,7 @@ class MetadataResponse:
             for p in t.partitions:
                 parts += (_I32.pack(p.partition), _I64.pack(p.earliest), _I64.pack(p.latest),
                           _I64.pack(p.size_bytes), _I32.pack(p.segments))
+        parts.append(_I32.pack(self.max_message_bytes))
         return b"".join(parts)
 
 
@@ -552,8 +601,9 @@ def decode_metadata_response(r: Reader) -> MetadataResponse:
         parts = tuple(PartitionInfo(r.int32(), r.int64(), r.int64(), r.int64(), r.int32())
                       for _ in range(r.count(32)))
         topics.append(TopicInfo(name, error, message, config, parts))
+    max_message_bytes = r.int32()
     r.done()
-    return MetadataResponse(broker_id, host, port, tuple(topics))
+    return MetadataResponse(broker_id, host, port, tuple(topics), max_message_bytes)
 
 
 # ----------------------------------------------------------------- topic admin
@@ -667,7 +717,7 @@ def encode_response_header(correlation_id: int, body_size: int) -> bytes:
 
 def encode_error_response(correlation_id: int, error: int, message: str) -> bytes:
     """The whole frame of a response saying the request failed as a whole."""
-    payload = _I32.pack(correlation_id) + _I16.pack(error) + enc_string(message[:2000])
+    payload = _I32.pack(correlation_id) + _I16.pack(error) + enc_message(message)
     return _I32.pack(len(payload)) + payload
 
 

@@ -35,7 +35,8 @@ import struct
 import zlib
 from typing import Iterable, NamedTuple, Sequence
 
-from .compression import Codec, compress, decompress
+from .compression import (MAX_DECOMPRESSED, Codec, DecompressionLimitError, compress,
+                          decompress)
 from .errors import CorruptMessageError, MessageTooLargeError
 
 MAGIC = 0
@@ -136,6 +137,7 @@ def compress_message_set(message_set: bytes, codec: int, timestamp: int) -> byte
 
 def validate_message_set(buf: bytes | bytearray | memoryview,
                          max_message_bytes: int = 1 << 30, *,
+                         max_decompressed_bytes: int = MAX_DECOMPRESSED,
                          _inner: bool = False) -> MessageSetInfo:
     """Check that ``buf`` is exactly a sequence of whole, valid messages.
 
@@ -178,7 +180,8 @@ def validate_message_set(buf: bytes | bytearray | memoryview,
                     raise CorruptMessageError("nested compression is not allowed")
                 if key_length != -1:
                     raise CorruptMessageError("a compressed wrapper message must have no key")
-                inner = _decompress_wrapper(attributes, mv[pos + 22:stop], pos)
+                inner = _decompress_wrapper(attributes, mv[pos + 22:stop], pos,
+                                            max_decompressed_bytes)
                 info = validate_message_set(inner, max_message_bytes, _inner=True)
                 if info.count == 0:
                     # a consumer could never get past it: it yields no message
@@ -296,11 +299,12 @@ def decode_message_set(buf: bytes | bytearray | memoryview, base_offset: int,
     return out, pos
 
 
-def _decompress_wrapper(attributes: int, payload: memoryview, where: int) -> bytes:
+def _decompress_wrapper(attributes: int, payload: memoryview, where: int,
+                        max_bytes: int = MAX_DECOMPRESSED) -> bytes:
     try:
-        return decompress(attributes & _CODEC_MASK, payload)
+        return decompress(attributes & _CODEC_MASK, payload, max_bytes)
     except CorruptMessageError as exc:
-        raise CorruptMessageError(f"the wrapper at {where}: {exc}") from None
+        raise type(exc)(f"the wrapper at {where}: {exc}") from None
 
 
 # ----------------------------------------------------------------- C accelerator
@@ -335,10 +339,14 @@ if _speedups is not None:
     _WRAPPER = 7
 
     def validate_message_set(buf: bytes | bytearray | memoryview,  # noqa: F811
-                             max_message_bytes: int = 1 << 30, **inner) -> MessageSetInfo:
+                             max_message_bytes: int = 1 << 30, *,
+                             max_decompressed_bytes: int = MAX_DECOMPRESSED,
+                             **inner) -> MessageSetInfo:
         status, pos, count, first_ts, max_ts, wrappers = _walk(buf, max_message_bytes, True)
         if status or wrappers or inner:
-            return py_validate_message_set(buf, max_message_bytes, **inner)
+            return py_validate_message_set(buf, max_message_bytes,
+                                           max_decompressed_bytes=max_decompressed_bytes,
+                                           **inner)
         return MessageSetInfo(count, pos, first_ts, max_ts)
 
     def scan_valid_prefix(buf: bytes | bytearray | memoryview  # noqa: F811

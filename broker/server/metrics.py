@@ -13,6 +13,8 @@ Metrics (all prefixed ``samsa_``):
   flushes_total, flush_seconds (histogram)            fsyncs and their latency
   log_size_bytes{topic,partition}, log_segments{topic,partition},
   log_end_offset{topic,partition}, log_flushed_offset{topic,partition}
+  log_quarantined_bytes{topic,partition}              corrupt or missing, never served
+  validations_off_loop_total                          produces checked on the worker thread
   connections
 """
 from __future__ import annotations
@@ -42,6 +44,7 @@ class BrokerMetrics:
         self.flush_buckets = [0] * (len(FLUSH_BUCKETS) + 1)
         self.connections = 0
         self.sendfile_bytes = 0
+        self.validations_off_loop = 0
 
     def observe_flush(self, seconds: float) -> None:
         self.flushes += 1
@@ -95,6 +98,12 @@ class _Collector:
                                   "Message bytes sent zero-copy with sendfile(2)")
         fam.add_metric([], m.sendfile_bytes)
         yield fam
+        fam = CounterMetricFamily("samsa_validations_off_loop",
+                                  "Produce requests whose compressed wrappers were checked on "
+                                  "the validation thread (they inflate beyond "
+                                  "inline_decompress_bytes)")
+        fam.add_metric([], m.validations_off_loop)
+        yield fam
         gauge = GaugeMetricFamily("samsa_connections", "Open client connections")
         gauge.add_metric([], m.connections)
         yield gauge
@@ -107,13 +116,18 @@ class _Collector:
         flushed = GaugeMetricFamily("samsa_log_flushed_offset",
                                     "Flushed end: consumers see messages below it",
                                     labels=["topic", "partition"])
+        quarantined = GaugeMetricFamily("samsa_log_quarantined_bytes",
+                                        "Bytes recovery found corrupt or missing and never "
+                                        "serves (fetches there get CORRUPT_MESSAGE)",
+                                        labels=["topic", "partition"])
         for topic, partition, lg in self.partitions():
             labels = [topic, str(partition)]
             size.add_metric(labels, lg.size_bytes)
             segs.add_metric(labels, len(lg.segments))
             end.add_metric(labels, lg.end_offset)
             flushed.add_metric(labels, lg.flushed_end)
-        yield from (size, segs, end, flushed)
+            quarantined.add_metric(labels, lg.quarantined_bytes)
+        yield from (size, segs, end, flushed, quarantined)
 
 
 def serve_metrics(metrics: BrokerMetrics,

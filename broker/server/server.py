@@ -16,6 +16,7 @@ The broker keeps no per-consumer state: a fetch names its offset.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import signal
@@ -25,11 +26,13 @@ from typing import Callable
 
 from broker.config import BrokerConfig
 from broker.protocol import api
-from broker.protocol.api import Acks, ApiKey
+from broker.protocol.api import Acks, ApiKey, quote_name
 from broker.protocol.errors import CorruptMessageError, ErrorCode, ProtocolError
-from broker.protocol.message import validate_message_set
-from broker.storage.errors import InvalidConfigError, OffsetOutOfRangeError, StorageError
+from broker.protocol.message import DecompressionLimitError, validate_message_set
+from broker.storage.errors import (CorruptRangeError, InvalidConfigError, OffsetOutOfRangeError,
+                                   StorageError)
 from broker.storage.log import Log
+from broker.storage.log_config import parse_overrides
 from broker.storage.log_manager import LogManager, TopicExistsError, UnknownTopicError
 
 from .connection import Connection, FileRegion, Reply
@@ -89,6 +92,14 @@ class BrokerServer:
         self.connections: set[Connection] = set()
         self._dirty: dict[Log, bool] = {}    # logs with buffered appends -> any acks=none?
         self._produce_waits: list[_ProduceWait] = []
+        # logs whose write failed during the read being handled -> (offset
+        # from which this read's appends were lost, the error)
+        self._failed_logs: dict[Log, tuple[int, str]] = {}
+        self._close_after_flush_pending = False
+        # connections whose requests wait for a produce validated off the loop
+        self._held_frames: dict[Connection, list] = {}
+        self._validator = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="samsa-validate")
         self._flush_waiters: dict[Log, list] = {}
         self._fetch_waiters: dict[Log, set[_FetchWait]] = {}
         self._flush_timers: set[Log] = set()
@@ -119,6 +130,14 @@ class BrokerServer:
         cut = sum(lg.recovered_bytes_cut for lg in self.logs.all_logs())
         if cut:
             log.warning("recovery cut %d bytes of torn or corrupt data in total", cut)
+        quarantined = [(lg.name, lg.quarantined_bytes) for lg in self.logs.all_logs()
+                       if lg.quarantined]
+        if quarantined:
+            log.warning("%d partitions hold quarantined (corrupt or missing) byte ranges, %d "
+                        "bytes in total: %s; consumers get CORRUPT_MESSAGE there with the "
+                        "offset to go on from (samsa_log_quarantined_bytes)", len(quarantined),
+                        sum(n for _name, n in quarantined),
+                        ", ".join(f"{name} ({n} bytes)" for name, n in quarantined[:10]))
         self._flusher = Flusher(lambda results: self._loop.call_soon_threadsafe(
             self._flushes_done, results))
         self._server = await self._loop.create_server(
@@ -183,6 +202,7 @@ class BrokerServer:
                 or any(c.outbox for c in self.connections)):
             await asyncio.sleep(0.01)
         self._flusher.stop()
+        self._validator.shutdown(wait=True, cancel_futures=True)
         self.logs.close(clean=True)
         for conn in list(self.connections):
             conn.close()
@@ -237,15 +257,27 @@ class BrokerServer:
 
     def handle_frames(self, conn: Connection, frames: list) -> None:
         """Handle every whole request of one read, then write the produced
-        data (one vectored write per partition) and send what is ready."""
+        data (one vectored write per partition) and send what is ready.
+
+        A produce whose compressed wrappers inflate beyond what may be checked
+        on the event loop is validated on a worker thread; the connection's
+        later requests wait for it (held, reading paused), so its requests
+        are still handled in order while other connections are served."""
+        held = self._held_frames.get(conn)
+        if held is not None:
+            held.extend(frames)
+            return
         metrics = self.metrics
         now = self.clock()
         fast_produce = api.decode_produce_frame
         max_message_bytes = self.config.max_message_bytes
-        for payload in frames:
+        for i, payload in enumerate(frames):
             produce = fast_produce(payload, max_message_bytes)
             if produce is not None:
                 metrics.requests["produce"] += 1
+                if not self._validated_on_loop(produce[3]):
+                    self._validate_off_loop(conn, produce, frames[i + 1:])
+                    break
                 self._produce(conn, produce[0], produce[1], produce[2], produce[3], now)
                 continue
             try:
@@ -266,9 +298,12 @@ class BrokerServer:
             metrics.requests[API_NAMES[header.api_key]] += 1
             try:
                 if header.api_key == ApiKey.PRODUCE:
-                    self._produce(conn, header.correlation_id, request.acks,
-                                  request.timeout_ms, [(t, p, ms, None)
-                                                       for t, p, ms in request.entries], now)
+                    produce = (header.correlation_id, request.acks, request.timeout_ms,
+                               [(t, p, ms, None) for t, p, ms in request.entries])
+                    if not self._validated_on_loop(produce[3]):
+                        self._validate_off_loop(conn, produce, frames[i + 1:])
+                        break
+                    self._produce(conn, *produce, now)
                 else:
                     self._handlers[header.api_key](conn, header, request)
             except Exception as exc:   # a bug: answer, log, keep serving others
@@ -278,6 +313,76 @@ class BrokerServer:
                     header.correlation_id, ErrorCode.UNKNOWN, f"internal error: {exc}")))
         self._write_dirty_logs(conn)
         conn.pump()
+
+    # ------------------------------------------------------------ validation off the loop
+
+    def _validated_on_loop(self, entries: list) -> bool:
+        """Validate the entries not validated yet (``info`` None), filling in
+        their info (or the CorruptMessageError that refuses them). False if
+        one holds compressed wrappers that inflate beyond
+        ``inline_decompress_bytes``: then the caller validates them off the loop."""
+        cap = self.config.inline_decompress_bytes
+        max_message_bytes = self.config.max_message_bytes
+        for i, (topic, partition, message_set, info) in enumerate(entries):
+            if info is not None:
+                continue
+            try:
+                info = validate_message_set(message_set, max_message_bytes,
+                                            max_decompressed_bytes=cap)
+            except DecompressionLimitError:
+                if cap >= self.config.max_decompressed_bytes:
+                    info = CorruptMessageError(
+                        f"a compressed wrapper inflates beyond max_decompressed_bytes "
+                        f"({self.config.max_decompressed_bytes})")
+                else:
+                    return False
+            except CorruptMessageError as exc:
+                info = exc
+            entries[i] = (topic, partition, message_set, info)
+        return True
+
+    def _validate_off_loop(self, conn: Connection, produce: tuple, rest: list) -> None:
+        """Validate ``produce``'s entries on the validation thread; hold the
+        connection's later requests (``rest`` and whatever it sends meanwhile)
+        until it is done."""
+        self._held_frames[conn] = list(rest)
+        conn._pause_reading()
+        self.metrics.validations_off_loop += 1
+        max_message_bytes = self.config.max_message_bytes
+        cap = self.config.max_decompressed_bytes
+        entries = produce[3]
+
+        def validate() -> list:
+            out = []
+            for topic, partition, message_set, info in entries:
+                if info is None:
+                    try:
+                        info = validate_message_set(message_set, max_message_bytes,
+                                                    max_decompressed_bytes=cap)
+                    except CorruptMessageError as exc:
+                        info = exc
+                out.append((topic, partition, message_set, info))
+            return out
+
+        future = self._validator.submit(validate)
+        future.add_done_callback(lambda f: self._loop.call_soon_threadsafe(
+            self._validated_off_loop, conn, produce, f))
+
+    def _validated_off_loop(self, conn: Connection, produce: tuple, future) -> None:
+        rest = self._held_frames.pop(conn, [])
+        if conn.closed:
+            return
+        try:
+            entries = future.result()
+        except Exception as exc:      # a bug: fail these entries, keep serving
+            log.exception("validating a produce from %s failed", conn.peer)
+            error = CorruptMessageError(f"internal error: {exc}")
+            error.code = ErrorCode.UNKNOWN
+            entries = [(t, p, ms, error) for t, p, ms, _info in produce[3]]
+        self._produce(conn, produce[0], produce[1], produce[2], entries, self.clock())
+        self.handle_frames(conn, rest)
+        if conn not in self._held_frames:
+            conn._maybe_resume_reading()
 
     # ------------------------------------------------------------ produce
 
@@ -314,13 +419,23 @@ class BrokerServer:
     def _append(self, topic_name: str, partition: int, message_set, info, now: int,
                 no_ack: bool) -> list:
         """Validate (unless ``info`` says it was) and buffer one message set.
-        Returns the result row [topic, partition, error, message, base, end, log]."""
+        Returns the result row [topic, partition, error, message, base, end, log].
+        Never raises: whatever goes wrong becomes this entry's error."""
+        try:
+            return self._append_entry(topic_name, partition, message_set, info, now, no_ack)
+        except Exception as exc:     # a bug: this entry fails, the others go on
+            log.exception("error appending to %s/%s", quote_name(topic_name), partition)
+            return self._error_result(topic_name, partition, ErrorCode.UNKNOWN,
+                                      f"internal error: {exc}")
+
+    def _append_entry(self, topic_name: str, partition: int, message_set, info, now: int,
+                      no_ack: bool) -> list:
         topic = self.logs.topics.get(topic_name)
         if topic is None:
             if not self.config.auto_create_topics:
                 return self._error_result(topic_name, partition,
                                           ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                          f"unknown topic {topic_name!r}")
+                                          f"unknown topic {quote_name(topic_name)}")
             try:
                 topic = self.logs.create_topic(topic_name, self.config.default_partitions)
                 self._topics_changed()
@@ -337,17 +452,31 @@ class BrokerServer:
         elif not 0 <= partition < len(logs):
             return self._error_result(topic_name, partition,
                                       ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                      f"topic {topic_name!r} has no partition {partition}")
+                                      f"topic {quote_name(topic_name)} has no partition "
+                                      f"{partition}")
         if info is None:
             try:
                 info = validate_message_set(message_set, self.config.max_message_bytes)
             except CorruptMessageError as exc:
                 return self._error_result(topic_name, partition, exc.code, str(exc))
+        elif isinstance(info, CorruptMessageError):     # validated off the loop: refused
+            return self._error_result(topic_name, partition, info.code, str(info))
         count, size, first_ts, max_ts = info
         lg = logs[partition]
         if count == 0:
             return [topic_name, partition, 0, "", lg.end_offset, lg.end_offset, None]
-        base = lg.append(message_set, count, first_ts, max_ts, now)
+        lost = self._failed_logs.get(lg)
+        if lost is not None:
+            # an earlier append of this read failed: refuse the rest of it, so
+            # no later set takes the offsets the failed ones gave back
+            return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR, lost[1])
+        try:
+            base = lg.append(message_set, count, first_ts, max_ts, now)
+        except StorageError as exc:
+            # A roll wrote what this read had buffered, and failed: those sets
+            # are lost (their offsets given back) and so is this one.
+            self._storage_failed(lg, exc, no_ack)
+            return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR, str(exc))
         if no_ack:
             self._dirty[lg] = True
         elif lg not in self._dirty:
@@ -361,26 +490,34 @@ class BrokerServer:
         self.metrics.errors[("produce", ErrorCode(code).name)] += 1
         return [topic, partition, code, message, -1, -1, None]
 
+    def _storage_failed(self, lg: Log, exc: StorageError, has_no_ack: bool) -> None:
+        """A write of ``lg``'s buffered appends failed: every set of this read
+        buffered at or after ``lg.written_end`` is lost (the log gave their
+        offsets back). Remember it so their results become STORAGE_ERROR."""
+        self._failed_logs[lg] = (lg.written_end, str(exc))
+        log.error("append to %s failed: %s", lg.name, exc)
+        metrics = self.metrics
+        metrics.errors[("produce", "STORAGE_ERROR")] += 1
+        topic = lg.name.rpartition("/")[0]    # counted when buffered: take back
+        metrics.messages_in[topic] -= getattr(exc, "lost_messages", 0)
+        metrics.bytes_in[topic] -= getattr(exc, "lost_bytes", 0)
+        if has_no_ack or self._dirty.get(lg):
+            # acks=none data was lost: the only way to tell is to close
+            self._close_after_flush_pending = True
+
     def _write_dirty_logs(self, conn: Connection | None = None) -> None:
         """Write every log's buffered appends; answer "written" acks, queue
         "flushed" ones, and fail the requests whose write failed."""
-        if not self._dirty and not self._produce_waits:
+        if not self._dirty and not self._produce_waits and not self._failed_logs:
             return
-        failed: dict[Log, str] = {}
         now = self.clock()
         for lg, has_no_ack in self._dirty.items():
+            if lg in self._failed_logs:
+                continue
             try:
                 lg.write_pending()
             except StorageError as exc:
-                failed[lg] = str(exc)
-                log.error("append to %s failed: %s", lg.name, exc)
-                metrics = self.metrics
-                metrics.errors[("produce", "STORAGE_ERROR")] += 1
-                topic = lg.name.rpartition("/")[0]    # counted when buffered: take back
-                metrics.messages_in[topic] -= getattr(exc, "lost_messages", 0)
-                metrics.bytes_in[topic] -= getattr(exc, "lost_bytes", 0)
-                if has_no_ack and conn is not None:
-                    conn.close_after_flush = True    # acks=none data was lost: tell by closing
+                self._storage_failed(lg, exc, has_no_ack)
                 continue
             if lg.needs_flush(now):
                 self._request_flush(lg)
@@ -388,12 +525,18 @@ class BrokerServer:
                 self._flush_timers.add(lg)
                 self._loop.call_later(lg.config.flush_ms / 1000, self._flush_timer_fired, lg)
         self._dirty.clear()
+        failed, self._failed_logs = self._failed_logs, {}
+        if self._close_after_flush_pending:
+            self._close_after_flush_pending = False
+            if conn is not None:
+                conn.close_after_flush = True
         waits, self._produce_waits = self._produce_waits, []
         for pw in waits:
             if failed:
                 for r in pw.results:
-                    if r[6] is not None and r[6] in failed:
-                        r[2], r[3], r[4], r[5], r[6] = (ErrorCode.STORAGE_ERROR, failed[r[6]],
+                    lost = failed.get(r[6]) if r[6] is not None else None
+                    if lost is not None and r[4] >= lost[0]:
+                        r[2], r[3], r[4], r[5], r[6] = (ErrorCode.STORAGE_ERROR, lost[1],
                                                         -1, -1, None)
             if pw.acks == Acks.FLUSHED:
                 self._await_flush(pw)
@@ -520,24 +663,17 @@ class BrokerServer:
         total = 0
         has_error = False
         for entry in fw.request.entries:
-            topic = self.logs.get(entry.topic)
-            if topic is None or not 0 <= entry.partition < len(topic.logs):
-                plan.append((entry, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                             f"unknown topic or partition {entry.topic}/{entry.partition}",
-                             -1, -1, None, 0, 0))
-                has_error = True
-                continue
-            lg = topic.logs[entry.partition]
             try:
-                seg, position, length = lg.locate(entry.offset, entry.max_bytes)
-            except OffsetOutOfRangeError as exc:
-                plan.append((entry, ErrorCode.OFFSET_OUT_OF_RANGE, str(exc), exc.earliest,
-                             exc.latest, None, 0, 0))
+                row = self._plan_fetch_entry(entry)
+            except Exception as exc:     # a bug: this entry fails, the others go on
+                log.exception("error planning a fetch of %s/%s", quote_name(entry.topic),
+                              entry.partition)
+                row = (entry, ErrorCode.UNKNOWN, f"internal error: {exc}", -1, -1, None, 0, 0)
+            plan.append(row)
+            if row[1]:
                 has_error = True
-                continue
-            plan.append((entry, ErrorCode.NONE, "", lg.earliest_offset, lg.flushed_end, seg,
-                         position, length))
-            total += length
+            else:
+                total += row[7]
         if not (final or has_error or total >= max(fw.request.min_bytes, 1)
                 or fw.request.min_bytes == 0):
             return False
@@ -557,7 +693,9 @@ class BrokerServer:
                                                   earliest, hw, length)
             parts.append(head)
             size += len(head) + length
-            if length:
+            if type(seg) is bytes:         # an error's payload (a quarantined range)
+                parts.append(seg)
+            elif length:
                 seg.pin()
                 parts.append(FileRegion(seg, position, length))
                 has_regions = True
@@ -572,14 +710,42 @@ class BrokerServer:
         fw.conn.pump()
         return True
 
+    def _plan_fetch_entry(self, entry) -> tuple:
+        """What to send for one fetch entry: (entry, error, message, earliest,
+        high watermark, segment or error payload, position, length)."""
+        topic = self.logs.get(entry.topic)
+        if topic is None or not 0 <= entry.partition < len(topic.logs):
+            return (entry, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"unknown topic or partition {quote_name(entry.topic)}/{entry.partition}",
+                    -1, -1, None, 0, 0)
+        lg = topic.logs[entry.partition]
+        try:
+            seg, position, length = lg.locate(entry.offset, entry.max_bytes)
+        except OffsetOutOfRangeError as exc:
+            return (entry, ErrorCode.OFFSET_OUT_OF_RANGE, str(exc), exc.earliest, exc.latest,
+                    None, 0, 0)
+        except CorruptRangeError as exc:
+            # bit rot or lost bytes found by recovery: tell where to go on
+            payload = api.encode_corrupt_range(exc.start, exc.end)
+            return (entry, ErrorCode.CORRUPT_MESSAGE, str(exc), lg.earliest_offset,
+                    lg.flushed_end, payload, 0, len(payload))
+        if length and not lg.check_message_at(entry.offset, self.config.max_message_bytes):
+            # The broker has no index, but it can tell that no valid message
+            # starts here: the client would otherwise parse garbage lengths.
+            return (entry, ErrorCode.INVALID_OFFSET,
+                    f"offset {entry.offset} is not the start of a valid message",
+                    lg.earliest_offset, lg.flushed_end, None, 0, 0)
+        return (entry, ErrorCode.NONE, "", lg.earliest_offset, lg.flushed_end, seg, position,
+                length)
+
     # ------------------------------------------------------------ offsets, metadata, admin
 
     def _handle_offsets(self, conn: Connection, header, req: api.OffsetsRequest) -> None:
         topic = self.logs.get(req.topic)
         if topic is None or not 0 <= req.partition < len(topic.logs):
             resp = api.OffsetsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                       f"unknown topic or partition {req.topic}/{req.partition}",
-                                       ())
+                                       f"unknown topic or partition {quote_name(req.topic)}/"
+                                       f"{req.partition}", ())
         else:
             lg = topic.logs[req.partition]
             if req.time == api.LATEST:
@@ -598,7 +764,7 @@ class BrokerServer:
             topic = self.logs.get(name)
             if topic is None:
                 topics.append(api.TopicInfo(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                            f"unknown topic {name!r}"))
+                                            f"unknown topic {quote_name(name)}"))
                 continue
             parts = tuple(api.PartitionInfo(p, lg.earliest_offset, lg.flushed_end,
                                             lg.size_bytes, len(lg.segments))
@@ -606,12 +772,12 @@ class BrokerServer:
             topics.append(api.TopicInfo(name, 0, "", tuple(sorted(topic.overrides.items())),
                                         parts))
         resp = api.MetadataResponse(self.config.broker_id, self.config.public_host, self.port,
-                                    tuple(topics))
+                                    tuple(topics), self.config.max_message_bytes)
         conn.add_reply(Reply(api.encode_response(header.correlation_id, resp)))
 
     def _handle_create_topic(self, conn: Connection, header, req: api.CreateTopicRequest) -> None:
         try:
-            self.logs.create_topic(req.name, req.partitions, dict(req.config))
+            self.logs.create_topic(req.name, req.partitions, parse_overrides(req.config))
             self._topics_changed()
             data = api.encode_response(header.correlation_id, api.EmptyResponse())
         except TopicExistsError as exc:
@@ -634,9 +800,9 @@ class BrokerServer:
                                              f"unknown topic {req.name!r}")
         else:
             self._write_dirty_logs()
+            waiting_fetches = []
             for lg in topic.logs:
-                for fw in list(self._fetch_waiters.pop(lg, ())):
-                    self._complete_fetch(fw, final=True)
+                waiting_fetches.extend(self._fetch_waiters.pop(lg, ()))
                 for _end, pw, r in self._flush_waiters.pop(lg, ()):
                     r[2], r[3] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic deleted"
                     pw.outstanding -= 1
@@ -649,4 +815,8 @@ class BrokerServer:
             except (UnknownTopicError, OSError) as exc:
                 data = api.encode_error_response(header.correlation_id, ErrorCode.STORAGE_ERROR,
                                                  f"cannot delete topic: {exc}")
+            # Answered after the delete: they see UNKNOWN_TOPIC_OR_PARTITION,
+            # not an empty result with the deleted log's watermarks.
+            for fw in waiting_fetches:
+                self._complete_fetch(fw, final=True)
         conn.add_reply(Reply(data))

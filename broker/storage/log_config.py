@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
+from typing import Iterable
 
 from .errors import InvalidConfigError
 
 DAY_MS = 24 * 3600 * 1000
+INT64_MAX = (1 << 63) - 1
+_STRICT_INT = re.compile(r"-?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -54,10 +58,44 @@ class LogConfig:
                 raise InvalidConfigError(f"unknown topic setting {key!r}; known: "
                                          f"{', '.join(sorted(TOPIC_KEYS))}")
             try:
+                # lenient on purpose: topic.json files written before values
+                # were parsed strictly must still load (requests go through
+                # parse_overrides first)
                 changes[field_name] = int(value)
             except (TypeError, ValueError):
                 raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None
         return dataclasses.replace(self, **changes)
+
+
+def parse_int(key: str, value: str | int) -> int:
+    """A setting's integer, parsed strictly: an optional '-' and ASCII digits,
+    nothing else (no spaces, '+', '_' or other bases), within int64."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InvalidConfigError(f"{key} must be an integer, got {value!r}")
+    if isinstance(value, str):
+        if not _STRICT_INT.fullmatch(value):
+            shown = value if len(value) <= 40 else value[:40] + "..."
+            raise InvalidConfigError(f"{key} must be an integer (digits, optionally a leading "
+                                     f"'-'), got {shown!r}")
+        value = int(value)
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise InvalidConfigError(f"{key} is out of the int64 range")
+    return value
+
+
+def parse_overrides(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Topic overrides as sent in a CreateTopic request: every key known and
+    given once, every value a strict integer. Returns them with canonical
+    values (what Metadata echoes). Raises InvalidConfigError."""
+    out: dict[str, str] = {}
+    for key, value in pairs:
+        if key not in TOPIC_KEYS:
+            raise InvalidConfigError(f"unknown topic setting {key[:100]!r}; known: "
+                                     f"{', '.join(sorted(TOPIC_KEYS))}")
+        if key in out:
+            raise InvalidConfigError(f"topic setting {key} given more than once")
+        out[key] = str(parse_int(key, value))
+    return out
 
 
 TOPIC_KEYS = {f.name.replace("_", "."): f.name for f in dataclasses.fields(LogConfig)}

@@ -299,6 +299,7 @@ def test_metadata_response():
             b"\x00\x00\x00\x00\x00\x00\x00\x18",  # latest: 24
             b"\x00\x00\x00\x00\x00\x00\x00\x18",  # size_bytes: 24
             b"\x00\x00\x00\x01",           #     segments: 1
+            b"\x00\x10\x00\x00",           # max_message_bytes: 1 MiB
         ]))
 
 

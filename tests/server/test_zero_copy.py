@@ -1,5 +1,7 @@
 """Zero-copy fetches: message bytes go from the segment file to the socket
-with sendfile(2) and never enter Python (no Segment.read on the fetch path).
+with sendfile(2) and never enter Python. The one read on the fetch path is
+the check that a whole valid message starts at the fetch offset (issue 9,
+defect 4): the first message only, at most 4 KiB of it here.
 
 The first test runs a BrokerServer in this process, on an event loop in a
 background thread, so os.sendfile (which asyncio's loop.sendfile calls) and
@@ -18,7 +20,8 @@ from broker.protocol.message import decode_message_set
 from broker.server.server import BrokerServer
 from broker.storage.segment import Segment
 
-from broker_helpers import connect, fetch, message_set, metric, produce, scrape_metrics
+from broker_helpers import (connect, fetch, message_set, metric, produce, scrape_metrics,
+                            wait_until)
 
 FETCH_BYTES = 300 * 1024     # not a multiple of the message size: fetches end mid-message
 
@@ -87,20 +90,26 @@ def test_fetched_message_bytes_go_through_sendfile_and_nothing_else(inprocess_se
             sent.append(n)
             return n
 
-        copies: list[tuple[str, int, int]] = []
+        copies: list[tuple[int, int]] = []
+        real_read = Segment.read
 
-        def forbidden_read(self, position, length):
-            copies.append((self.path, position, length))
-            raise AssertionError("a fetch copied segment bytes through Python")
+        def watched_read(self, position, length):
+            copies.append((self.base_offset + position, length))
+            return real_read(self, position, length)
 
         monkeypatch.setattr(os, "sendfile", counting_sendfile)
-        monkeypatch.setattr(Segment, "read", forbidden_read)
+        monkeypatch.setattr(Segment, "read", watched_read)
         got, fetched = fetch_all(conn, "big", end)
     assert got == values
-    assert copies == []
+    # only the boundary check read anything: one small read at each fetch offset
+    assert all(length <= 4096 for _offset, length in copies)
+    assert len(copies) <= fetched // FETCH_BYTES + 2
+    assert sum(length for _offset, length in copies) < fetched // 50
     assert fetched > end                      # fetches ending mid-message were repeated
-    assert sum(sent) == fetched
-    assert server.metrics.sendfile_bytes == fetched
+    # the loop thread counts a sendfile just after it returns, which can be
+    # after the client has read the bytes
+    wait_until(lambda: sum(sent) == fetched and server.metrics.sendfile_bytes == fetched,
+               what="the last sendfile to be counted")
 
 
 def test_sendfile_bytes_metric_counts_what_consumers_fetched(broker):
