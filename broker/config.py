@@ -57,6 +57,18 @@ class BrokerConfig:
     (its connection's later requests wait for it, other connections do not)."""
     max_fetch_wait_ms: int = 30_000
     """Upper bound on a fetch's long-poll wait."""
+    max_queued_requests_per_connection: int = 1000
+    """Stop reading a connection while more than this many of its requests
+    wait for their reply (parked long-poll fetches included); resume once half
+    of them are answered. Bounds what one pipelining client makes the broker
+    hold."""
+    queued_max_request_bytes: int = 100 << 20
+    """Broker-wide budget (Kafka's queued.max.request.bytes) for request frames
+    being read: a frame is reserved whole once its size is known; a connection
+    whose frame does not fit waits, unread, until memory is released."""
+    connections_max_idle_ms: int = 600_000
+    """Close a connection that sent nothing and waits for nothing this long
+    (Kafka's connections.max.idle.ms, 10 min)."""
     retention_check_ms: int = 60_000
     """How often retention runs over every partition."""
     checkpoint_interval_ms: int = 10_000
@@ -99,7 +111,8 @@ class BrokerConfig:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         for name in ("max_fetch_wait_ms", "retention_check_ms", "checkpoint_interval_ms",
-                     "zookeeper_session_timeout_ms"):
+                     "zookeeper_session_timeout_ms", "max_queued_requests_per_connection",
+                     "queued_max_request_bytes", "connections_max_idle_ms"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
 

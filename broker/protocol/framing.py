@@ -43,6 +43,16 @@ class FrameDecoder:
         """Bytes held that do not yet form a whole frame."""
         return len(self._buffer)
 
+    @property
+    def partial_frame_bytes(self) -> int:
+        """The whole size (size field included) of the frame being received,
+        once its size field is in; 0 when no frame is partly received. What a
+        receiver must be ready to hold to complete it."""
+        buf = self._buffer
+        if len(buf) < SIZE_BYTES:
+            return 0
+        return SIZE_BYTES + _SIZE.unpack_from(buf, 0)[0]
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
         """Add received bytes; return every frame now complete, in order.
 

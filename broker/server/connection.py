@@ -10,6 +10,19 @@ A fetch reply's message bytes are *file regions* (segment, position,
 length) sent with ``loop.sendfile`` (os.sendfile: zero-copy, the bytes never
 enter Python). The segments are pinned until sent, so retention cannot close
 their descriptors underneath.
+
+Limits (what a misbehaving client can hold; docs/protocol.md section 5):
+  * requests queued per connection: once more than
+    ``max_queued_requests_per_connection`` replies wait (parked long-polls
+    included), the connection stops reading until half of them are sent;
+  * request bytes being read, broker-wide: a frame's bytes are reserved in
+    the ``RequestMemoryPool`` once its size is known; while the pool cannot
+    grant them the connection stops reading;
+  * idle connections (no bytes in, nothing pending) are closed by the
+    server's sweep after ``connections_max_idle_ms``.
+Reading is paused for several reasons at once (a set); it resumes when none
+is left. When a connection closes, its pending replies are released at once
+and the server drops its parked fetches.
 """
 from __future__ import annotations
 
@@ -17,16 +30,17 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections import deque
 from typing import Protocol
 
+from broker.logging_setup import RateLimitedLog
 from broker.protocol.errors import ProtocolError
 from broker.protocol.framing import FrameDecoder
 
 log = logging.getLogger(__name__)
-
-# While this many replies wait to be sent, stop reading new requests.
-MAX_OUTSTANDING_REPLIES = 10_000
+# a client can send bad frames at will: a few lines a minute, then a count
+limited_log = RateLimitedLog(log)
 
 
 class FileRegion:
@@ -68,8 +82,9 @@ class Reply:
 class Server(Protocol):
     """What a connection needs of the broker (BrokerServer provides it)."""
 
-    config: object          # .max_request_bytes
+    config: object          # .max_request_bytes, .max_queued_requests_per_connection
     metrics: object         # .errors, .sendfile_bytes
+    memory_pool: object     # RequestMemoryPool
 
     def handle_frames(self, conn: "Connection", frames: list) -> None: ...
     def connection_opened(self, conn: "Connection") -> None: ...
@@ -86,9 +101,14 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self._sending = False
         self._reading_paused = False
-        self._write_paused = False
+        self._pause_reasons: set[str] = set()
         self.close_after_flush = False
         self._sock_fd = -1
+        self.max_queued = server.config.max_queued_requests_per_connection
+        self.reserved = 0              # bytes of the memory pool held for the partial frame
+        self._waiting_for_memory = False
+        self.last_active = time.monotonic()
+        self.parked_fetches: set = set()   # the server's waits for this connection
 
     # ------------------------------------------------------------ asyncio callbacks
 
@@ -108,40 +128,83 @@ class Connection(asyncio.Protocol):
         self.server.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
         try:
             frames = self.decoder.feed(data)
         except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", self.peer, exc)
+            limited_log.log(logging.WARNING, "bad frame", "closing connection from %s: %s",
+                            self.peer, exc)
             self.server.metrics.errors[("framing", "INVALID_REQUEST")] += 1
             self.close()
             return
+        self._account_partial_frame()
         if frames:
             self.server.handle_frames(self, frames)
-        if self.decoder.failure is not None and not self.closed:
-            log.warning("closing connection from %s after its last good request: %s",
-                        self.peer, self.decoder.failure)
+        if self.closed:
+            return
+        if self.decoder.failure is not None:
+            limited_log.log(logging.WARNING, "bad frame",
+                            "closing connection from %s after its last good request: %s",
+                            self.peer, self.decoder.failure)
             self.server.metrics.errors[("framing", "INVALID_REQUEST")] += 1
             self.close_after_flush = True
-            self._pause_reading()
+            self._pause_reading("closing")
             self.pump()
             return
-            if not self.closed and len(self.outbox) > MAX_OUTSTANDING_REPLIES:
-                self._pause_reading()
+        if len(self.outbox) > self.max_queued:
+            self.server.metrics.connections_throttled += 1
+            self._pause_reading("outbox")
+
+    def _account_partial_frame(self) -> None:
+        """Hold pool memory for the frame being received (all of it, once its
+        size is known); stop reading while the pool cannot grant it."""
+        want = self.decoder.partial_frame_bytes
+        if want == self.reserved:
+            return
+        pool = self.server.memory_pool
+        if self.reserved:
+            pool.release(self.reserved)
+            self.reserved = 0
+        if want and not pool.try_reserve(want):
+            self._pause_reading("memory")
+            if not self._waiting_for_memory:
+                self._waiting_for_memory = True
+                pool.wait(self._retry_reserve)
+            return
+        self.reserved = want
+
+    def _retry_reserve(self) -> bool:
+        """Called by the pool when memory was released: True when done waiting."""
+        if self.closed:
+            self._waiting_for_memory = False
+            return True
+        want = self.decoder.partial_frame_bytes
+        if want and not self.server.memory_pool.try_reserve(want):
+            return False
+        self.reserved = want
+        self._waiting_for_memory = False
+        self._resume_reading("memory")
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        pending = len(self.outbox)
         for reply in self.outbox:
             reply.release()
         self.outbox.clear()
+        if self.reserved:
+            self.server.memory_pool.release(self.reserved)
+            self.reserved = 0
+        if pending > 1 or self.parked_fetches:
+            log.info("connection from %s closed with %d requests unanswered (%d parked "
+                     "fetches); dropped", self.peer, pending, len(self.parked_fetches))
         self.server.connection_closed(self)
 
     def pause_writing(self) -> None:
-        self._write_paused = True
-        self._pause_reading()
+        self._pause_reading("write")
 
     def resume_writing(self) -> None:
-        self._write_paused = False
-        self._maybe_resume_reading()
+        self._resume_reading("write")
 
     # ------------------------------------------------------------ replies
 
@@ -152,6 +215,10 @@ class Connection(asyncio.Protocol):
         """Send every ready reply at the head of the outbox, in order."""
         if self._sending or self.closed:
             return
+        if self.transport.is_closing():
+            # the peer is gone and connection_lost has not run yet: writing
+            # now would only make asyncio warn once per write
+            return
         outbox = self.outbox
         while outbox and outbox[0].ready:
             chunks = []
@@ -159,6 +226,7 @@ class Connection(asyncio.Protocol):
                 chunks.extend(outbox.popleft().parts)
             if chunks:
                 self.transport.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+                self.last_active = time.monotonic()
             if not (outbox and outbox[0].ready):
                 break
             reply = outbox[0]
@@ -237,13 +305,19 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ flow control
 
-    def _pause_reading(self) -> None:
+    def _pause_reading(self, reason: str = "stopping") -> None:
+        """Stop reading for ``reason`` (several may hold at once)."""
+        self._pause_reasons.add(reason)
         if not self._reading_paused and self.transport is not None and not self.closed:
             self._reading_paused = True
             self.transport.pause_reading()
 
-    def _maybe_resume_reading(self) -> None:
-        if (self._reading_paused and not self._write_paused
-                and len(self.outbox) < MAX_OUTSTANDING_REPLIES // 2 and not self.closed):
+    def _resume_reading(self, reason: str) -> None:
+        self._pause_reasons.discard(reason)
+        if self._reading_paused and not self._pause_reasons and not self.closed:
             self._reading_paused = False
             self.transport.resume_reading()
+
+    def _maybe_resume_reading(self) -> None:
+        if "outbox" in self._pause_reasons and len(self.outbox) <= self.max_queued // 2:
+            self._resume_reading("outbox")

@@ -15,7 +15,8 @@ Metrics (all prefixed ``samsa_``):
   log_end_offset{topic,partition}, log_flushed_offset{topic,partition}
   log_quarantined_bytes{topic,partition}              corrupt or missing, never served
   validations_off_loop_total                          produces checked on the worker thread
-  connections
+  connections, connections_throttled_total, connections_closed_idle_total
+  request_memory_bytes, request_memory_waits_total    the request memory pool
 """
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ class BrokerMetrics:
         self.connections = 0
         self.sendfile_bytes = 0
         self.validations_off_loop = 0
+        self.connections_throttled = 0     # reading paused: too many queued requests
+        self.connections_closed_idle = 0
+        self.memory_pool = None            # RequestMemoryPool, set by the server
 
     def observe_flush(self, seconds: float) -> None:
         self.flushes += 1
@@ -107,6 +111,25 @@ class _Collector:
         gauge = GaugeMetricFamily("samsa_connections", "Open client connections")
         gauge.add_metric([], m.connections)
         yield gauge
+        fam = CounterMetricFamily("samsa_connections_throttled",
+                                  "Times a connection stopped being read: more than "
+                                  "max_queued_requests_per_connection replies waited")
+        fam.add_metric([], m.connections_throttled)
+        yield fam
+        fam = CounterMetricFamily("samsa_connections_closed_idle",
+                                  "Connections closed after connections_max_idle_ms idle")
+        fam.add_metric([], m.connections_closed_idle)
+        yield fam
+        if m.memory_pool is not None:
+            gauge = GaugeMetricFamily("samsa_request_memory_bytes",
+                                      "Bytes of the request memory pool reserved for frames "
+                                      "being read (capacity: queued_max_request_bytes)")
+            gauge.add_metric([], m.memory_pool.used)
+            yield gauge
+            fam = CounterMetricFamily("samsa_request_memory_waits",
+                                      "Frames whose reading waited for the request memory pool")
+            fam.add_metric([], m.memory_pool.denied)
+            yield fam
         size = GaugeMetricFamily("samsa_log_size_bytes", "Bytes retained per partition",
                                  labels=["topic", "partition"])
         segs = GaugeMetricFamily("samsa_log_segments", "Segment files per partition",

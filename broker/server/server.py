@@ -25,6 +25,7 @@ import time
 from typing import Callable
 
 from broker.config import BrokerConfig
+from broker.logging_setup import RateLimitedLog
 from broker.protocol import api
 from broker.protocol.api import Acks, ApiKey, quote_name
 from broker.protocol.errors import CorruptMessageError, ErrorCode, ProtocolError
@@ -37,9 +38,11 @@ from broker.storage.log_manager import LogManager, TopicExistsError, UnknownTopi
 
 from .connection import Connection, FileRegion, Reply
 from .flusher import Flusher
+from .memory_pool import RequestMemoryPool
 from .metrics import BrokerMetrics, serve_metrics
 
 log = logging.getLogger(__name__)
+limited_log = RateLimitedLog(log)      # for what a client can trigger at will
 
 API_NAMES = {k: k.name.lower() for k in ApiKey}
 
@@ -86,6 +89,8 @@ class BrokerServer:
         self.config = config
         self.clock = clock
         self.metrics = BrokerMetrics()
+        self.memory_pool = RequestMemoryPool(config.queued_max_request_bytes)
+        self.metrics.memory_pool = self.memory_pool
         self.logs: LogManager | None = None
         self.port = config.port
         self.metrics_port: int | None = None
@@ -159,6 +164,9 @@ class BrokerServer:
             self.config.retention_check_ms, self._run_retention)))
         self._tasks.append(self._loop.create_task(self._periodic(
             self.config.checkpoint_interval_ms, self._write_checkpoints)))
+        self._tasks.append(self._loop.create_task(self._periodic(
+            min(10_000, max(100, self.config.connections_max_idle_ms // 4)),
+            self._close_idle_connections)))
         log.info("broker %d listening on %s:%d (metrics port %s), data in %s, %d topics, "
                  "started in %.2fs", self.config.broker_id, self.config.host, self.port,
                  self.metrics_port, self.config.data_dir, len(self.logs.topics),
@@ -233,6 +241,17 @@ class BrokerServer:
                 except OSError as exc:
                     log.error("cannot write the recovery checkpoint of %s: %s", lg.name, exc)
 
+    def _close_idle_connections(self) -> None:
+        """Kafka's connections.max.idle.ms: close connections that sent
+        nothing and wait for nothing for that long."""
+        deadline = time.monotonic() - self.config.connections_max_idle_ms / 1000
+        for conn in list(self.connections):
+            if conn.last_active < deadline and not conn.outbox and not conn.closed:
+                log.info("closing connection from %s: idle for more than %d ms", conn.peer,
+                         self.config.connections_max_idle_ms)
+                self.metrics.connections_closed_idle += 1
+                conn.close()
+
     def _topics_changed(self) -> None:
         """Tell ZooKeeper (if any) which topics this broker now holds."""
         if self.registry is not None:
@@ -250,8 +269,20 @@ class BrokerServer:
             conn.close()
 
     def connection_closed(self, conn: Connection) -> None:
+        """Drop the closed connection's pending work at once: its parked
+        fetches (their timers and wake-ups) and requests held for validation."""
         self.connections.discard(conn)
         self.metrics.connections = len(self.connections)
+        self._held_frames.pop(conn, None)
+        for fw in conn.parked_fetches:
+            fw.done = True
+            if fw.timer is not None:
+                fw.timer.cancel()
+            for lg in fw.logs:
+                waiting = self._fetch_waiters.get(lg)
+                if waiting is not None:
+                    waiting.discard(fw)
+        conn.parked_fetches.clear()
 
     # ------------------------------------------------------------ dispatch
 
@@ -287,11 +318,13 @@ class BrokerServer:
                 api_name = API_NAMES.get(getattr(exc, "api_key", None), "unknown")
                 metrics.errors[(api_name, ErrorCode(exc.code).name)] += 1
                 if correlation_id is None:
-                    log.warning("closing connection from %s: unreadable request header: %s",
-                                conn.peer, exc)
+                    limited_log.log(logging.WARNING, "unreadable request header",
+                                    "closing connection from %s: unreadable request header: %s",
+                                    conn.peer, exc)
                     conn.close()
                     break
-                log.info("invalid request from %s: %s", conn.peer, exc)
+                limited_log.log(logging.INFO, "invalid request", "invalid request from %s: %s",
+                                conn.peer, exc)
                 conn.add_reply(Reply(api.encode_error_response(correlation_id, exc.code,
                                                                str(exc))))
                 continue
@@ -346,7 +379,7 @@ class BrokerServer:
         connection's later requests (``rest`` and whatever it sends meanwhile)
         until it is done."""
         self._held_frames[conn] = list(rest)
-        conn._pause_reading()
+        conn._pause_reading("validating")
         self.metrics.validations_off_loop += 1
         max_message_bytes = self.config.max_message_bytes
         cap = self.config.max_decompressed_bytes
@@ -382,7 +415,7 @@ class BrokerServer:
         self._produce(conn, produce[0], produce[1], produce[2], entries, self.clock())
         self.handle_frames(conn, rest)
         if conn not in self._held_frames:
-            conn._maybe_resume_reading()
+            conn._resume_reading("validating")
 
     # ------------------------------------------------------------ produce
 
@@ -653,6 +686,7 @@ class BrokerServer:
             lg = topic.logs[entry.partition]
             fw.logs.append(lg)
             self._fetch_waiters.setdefault(lg, set()).add(fw)
+        conn.parked_fetches.add(fw)
         fw.timer = self._loop.call_later(max_wait / 1000, self._complete_fetch, fw, True)
 
     def _complete_fetch(self, fw: _FetchWait, final: bool) -> bool:
@@ -678,6 +712,7 @@ class BrokerServer:
                 or fw.request.min_bytes == 0):
             return False
         fw.done = True
+        fw.conn.parked_fetches.discard(fw)
         if fw.timer is not None:
             fw.timer.cancel()
         for lg in fw.logs:
