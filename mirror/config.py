@@ -91,6 +91,11 @@ class MirrorConfig:
     """...doubling up to this while the target stays unreachable (never gives up)."""
     session_timeout_ms: int = 6000
     """ZooKeeper session timeout of the group membership."""
+    on_corrupt: str = "raise"
+    """Corrupt data in a source partition: "raise" stops the mirror (CRITICAL,
+    exit 1) with nothing past the damage committed, so an operator decides;
+    "skip" copies around it, logs a WARNING and counts the skipped bytes
+    (samsa_mirror_corrupt_skipped_bytes_total)."""
     metrics_host: str = "127.0.0.1"
     """Address the metrics endpoint listens on ("0.0.0.0": every interface)."""
     metrics_port: int = 9095
@@ -127,6 +132,8 @@ class MirrorConfig:
                      "retry_backoff_max_ms", "session_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.on_corrupt not in ("raise", "skip"):
+            raise ValueError(f"on_corrupt must be raise or skip, not {self.on_corrupt!r}")
         if self.compression not in ("none", "gzip", "lz4", "zstd"):
             raise ValueError(f"compression must be none, gzip, lz4 or zstd, not "
                              f"{self.compression!r}")

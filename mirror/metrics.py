@@ -14,6 +14,7 @@ Per source partition ("source", "topic", "partition" = broker-partition):
 Per source: samsa_mirror_unacknowledged_messages (sent, not yet flushed by the
 target), samsa_mirror_resent_messages_total (sent again after a retriable
 failure: an upper bound on the duplicates it caused), samsa_mirror_send_errors_total,
+samsa_mirror_corrupt_skipped_bytes_total (corrupt source data skipped, on_corrupt=skip),
 samsa_mirror_write_age_seconds (histogram of the age of each chunk's newest
 message when written).
 """
@@ -42,6 +43,7 @@ class MirrorMetrics:
         self.record_age: dict[PartitionKey, float] = {}
         self.unacknowledged: dict[str, int] = defaultdict(int)
         self.resent: dict[str, int] = defaultdict(int)
+        self.corrupt_skipped_bytes: dict[str, int] = defaultdict(int)
         self.send_errors: dict[tuple[str, str], int] = defaultdict(int)
         self.age_buckets: dict[str, list[int]] = {}
         self.age_sum: dict[str, float] = defaultdict(float)
@@ -72,6 +74,10 @@ class MirrorMetrics:
     def send_error(self, source: str, error: str) -> None:
         with self._lock:
             self.send_errors[(source, error)] += 1
+
+    def corrupt_skipped(self, source: str, nbytes: int) -> None:
+        with self._lock:
+            self.corrupt_skipped_bytes[source] += nbytes
 
     def resend(self, source: str, count: int) -> None:
         with self._lock:
@@ -138,6 +144,12 @@ class MirrorMetrics:
         for source, value in self.resent.items():
             resent.add_metric([source], value)
         yield resent
+        skipped = CounterMetricFamily("samsa_mirror_corrupt_skipped_bytes",
+                                      "Corrupt source bytes skipped (on_corrupt=skip)",
+                                      labels=["source"])
+        for source, value in self.corrupt_skipped_bytes.items():
+            skipped.add_metric([source], value)
+        yield skipped
         errors = CounterMetricFamily("samsa_mirror_send_errors", "Failed sends to the target",
                                      labels=["source", "error"])
         for (source, error), value in self.send_errors.items():

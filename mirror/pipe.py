@@ -23,6 +23,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from broker.client.backoff import Backoff
+from broker.client.errors import CorruptDataError, InvalidOffsetError
 from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
 from broker.client.producer import Batch
 from broker.protocol.message import Message
@@ -103,13 +105,15 @@ class SourcePipe:
             blacklist=blacklist, consumer_id=consumer_id, auto_offset_reset="earliest",
             auto_commit=True, auto_commit_interval_ms=config.commit_interval_ms,
             explicit_acknowledgement=True, fetch_max_bytes=config.fetch_max_bytes,
-            queue_chunks=8, session_timeout_ms=config.session_timeout_ms))
+            queue_chunks=8, session_timeout_ms=config.session_timeout_ms,
+            on_corrupt=config.on_corrupt))
         self.pending: deque[Chunk] = deque()
         self.unacknowledged = 0
         self.acknowledged: dict[tuple[str, str], int] = {}   # (topic, bp) -> next offset
         self.copied = 0
         self._stopping = threading.Event()
-        self._failures_in_a_row = 0
+        self._backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
+        self._skipped_reported = 0
 
     # ------------------------------------------------------------ the thread
 
@@ -121,7 +125,19 @@ class SourcePipe:
                 self._settle(block=self.unacknowledged >= cap)
                 if self.unacknowledged >= cap:
                     continue
-                messages = self.consumer.poll(timeout_ms=100)
+                try:
+                    messages = self.consumer.poll(timeout_ms=100)
+                except (CorruptDataError, InvalidOffsetError) as exc:
+                    log.critical("mirror %s: %s; stopping without committing anything past it "
+                                 "(on_corrupt=raise; set on_corrupt=skip to copy around it)",
+                                 self.config.group, exc)
+                    raise MirrorFailure(f"corrupt data in source {self.source.name}: "
+                                        f"{exc}") from None
+                skipped = self.consumer.corrupt_skipped_bytes
+                if skipped != self._skipped_reported:
+                    self.metrics.corrupt_skipped(self.source.name,
+                                                 skipped - self._skipped_reported)
+                    self._skipped_reported = skipped
                 if messages:
                     chunk = split_chunk(messages)
                     self._send(chunk)
@@ -177,7 +193,7 @@ class SourcePipe:
                 self._retry(chunk)
                 continue
             self.pending.popleft()
-            self._failures_in_a_row = 0
+            self._backoff.reset()
             self.unacknowledged -= chunk.count
             self.metrics.set_unacknowledged(self.source.name, self.unacknowledged)
             self.consumer.acknowledge(chunk.offsets)
@@ -195,9 +211,7 @@ class SourcePipe:
                          "committing them", self.config.group, chunk.count, self.source.name,
                          error)
             raise MirrorFailure(f"sending to {self.target.ref.name} failed for good: {error}")
-        self._failures_in_a_row += 1
-        backoff = min(self.config.retry_backoff_ms * 2 ** (self._failures_in_a_row - 1),
-                      self.config.retry_backoff_max_ms) / 1000
+        backoff = self._backoff.next_delay_ms() / 1000
         log.warning("mirror %s: sending %d messages from %s to %s failed (%s); sending them "
                     "again in %.1f s (attempt %d)", self.config.group, chunk.count,
                     self.source.name, self.target.ref.name, error, backoff, chunk.attempts + 1)

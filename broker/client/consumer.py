@@ -7,21 +7,36 @@ does not spin), decodes the whole messages of each result and advances the
 position past them. A fetch may end in a partial message: it is dropped and
 fetched again next time. A message larger than ``fetch_max_bytes`` makes the
 consumer retry that partition with a doubled size (up to
-``max_fetch_bytes_limit``) instead of stalling.
+``max_fetch_bytes_limit``) instead of stalling — unless the length read is
+one no message can have (above the broker's ``max_message_bytes``, from
+Metadata, or running past the high watermark): then the position is not a
+message boundary, and the consumer raises ``InvalidOffsetError``.
+
+Corrupt data (a CRC mismatch in fetched bytes, or a range the broker
+quarantined and answers with CORRUPT_MESSAGE) never hides the intact messages
+before it: they are delivered first, and the next poll raises
+``CorruptDataError`` with the bad offset and where intact data resumes (the
+position stays at the bad offset until the application seeks past it). With
+``on_corrupt="skip"`` the consumer skips the damage itself, logs a WARNING
+and counts it (``corrupt_skipped_bytes``/``corrupt_skips``).
 """
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
 from broker.protocol import api
-from broker.protocol.errors import ErrorCode, SamsaError
-from broker.protocol.message import Message, decode_message_set, whole_messages_length
+from broker.protocol.errors import CorruptMessageError, ErrorCode, ProtocolError, SamsaError
+from broker.protocol.message import (Message, decode_message_set, scan_valid_prefix,
+                                     whole_messages_length)
 
+from .backoff import Backoff
 from .connection import BrokerConnection, BrokerConnectionError, parse_address
+from .errors import CorruptDataError, InvalidOffsetError
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +59,16 @@ class ConsumerConfig:
     check_crcs: bool = True
     """Verify every message's CRC (catches corruption on disk or wire)."""
     auto_offset_reset: str = "earliest"
-    """On OFFSET_OUT_OF_RANGE: "earliest", "latest" or "error" (raise)."""
+    """On OFFSET_OUT_OF_RANGE: "earliest", "latest" or "error" (raise). Every
+    reset is logged as a WARNING with the bytes it skips or replays and
+    counted (``offset_resets``). The default differs from Kafka's "latest" on
+    purpose: this is a log pipeline that promises at-least-once delivery, and
+    "earliest" turns an out-of-range position into duplicates (data replayed)
+    where "latest" would turn it into silent loss (data skipped)."""
+    on_corrupt: str = "raise"
+    """Corrupt data: "raise" (default) delivers the intact messages before it,
+    then raises CorruptDataError; "skip" jumps to where intact data resumes,
+    logs a WARNING and counts what it skipped."""
     request_timeout_ms: int = 40_000
     reconnect_backoff_ms: int = 200
     """Wait before reconnecting after a connection loss; doubles with each
@@ -58,6 +82,8 @@ class ConsumerConfig:
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in ("earliest", "latest", "error"):
             raise ValueError("auto_offset_reset must be earliest, latest or error")
+        if self.on_corrupt not in ("raise", "skip"):
+            raise ValueError("on_corrupt must be raise or skip")
         if self.fetch_max_bytes < 64:
             raise ValueError("fetch_max_bytes must be >= 64")
         if self.request_timeout_ms <= self.max_wait_ms:
@@ -88,8 +114,17 @@ class Consumer:
         self.high_watermarks: dict[TopicPartition, int] = {}
         self._buffer: deque[Message] = deque()
         self._inflight: dict[TopicPartition, int] | None = None   # positions a fetch asked for
-        self._failures_in_a_row = 0
+        self._backoff = Backoff(config.reconnect_backoff_ms, config.reconnect_backoff_max_ms)
         self._labels: dict[TopicPartition, object] = {}    # what Message.partition shows
+        self._pending_error: SamsaError | None = None   # raised once what came before is out
+        self._max_message_bytes: int | None = None      # the broker's, from Metadata
+        # what the application (and a group's metrics) can read
+        self.corrupt_skips = 0
+        self.corrupt_skipped_bytes = 0
+        self.offset_resets = 0
+        self.reset_skipped_bytes = 0
+        self.reset_replayed_bytes = 0
+        self.skip_listener = None       # called with (tp, offset, next_offset) on each skip
 
     # ------------------------------------------------------------ positions
 
@@ -155,6 +190,9 @@ class Consumer:
             out = list(self._buffer)
             self._buffer.clear()
             return out
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            raise error
         if not self._positions:
             raise RuntimeError("no partitions assigned")
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
@@ -171,6 +209,9 @@ class Consumer:
             messages = self._complete_fetch()
             if messages:
                 return messages
+            if self._pending_error is not None:
+                error, self._pending_error = self._pending_error, None
+                raise error
             if deadline is not None and time.monotonic() >= deadline:
                 return []
 
@@ -200,15 +241,13 @@ class Consumer:
         except BrokerConnectionError as exc:
             self._connection_failed(exc)
             return False
-        self._failures_in_a_row = 0
+        self._backoff.reset()
         self._inflight = dict(self._positions)
         return True
 
     def _connection_failed(self, exc: Exception) -> None:
         self.conn.close()
-        self._failures_in_a_row += 1
-        backoff = min(self.config.reconnect_backoff_ms * 2 ** (self._failures_in_a_row - 1),
-                      self.config.reconnect_backoff_max_ms)
+        backoff = self._backoff.next_delay_ms()
         log.warning("consumer: %s; retrying in %d ms", exc, backoff)
         time.sleep(backoff / 1000)
 
@@ -233,6 +272,17 @@ class Consumer:
             if r.error == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self._reset_out_of_range(tp, r)
                 continue
+            if r.error == ErrorCode.CORRUPT_MESSAGE:
+                try:
+                    _bad_start, next_valid = api.decode_corrupt_range(r.message_set)
+                except ProtocolError:
+                    raise SamsaError(r.error, r.message) from None
+                self._corrupt(tp, start, next_valid, "the broker quarantined these bytes")
+                continue
+            if r.error == ErrorCode.INVALID_OFFSET:
+                self._defer(InvalidOffsetError(tp[0], tp[1], start,
+                                               "the broker found no valid message there"))
+                continue
             if r.error:
                 raise SamsaError(r.error, r.message)
             self.high_watermarks[tp] = r.high_watermark
@@ -241,6 +291,13 @@ class Consumer:
                 continue
             used, clean = whole_messages_length(data)
             if used == 0 and clean:
+                length = struct.unpack_from(">i", data, 0)[0] if len(data) >= 4 else 0
+                if (4 + length > self._broker_max_message_bytes(tp)
+                        or start + 4 + length > r.high_watermark):
+                    self._defer(InvalidOffsetError(
+                        tp[0], tp[1], start, f"the length there reads {length}, more than any "
+                        f"message can have"))
+                    continue
                 self._grow_fetch_size(tp, len(data))
                 continue
             positions[tp] = start + used if clean else start
@@ -250,16 +307,84 @@ class Consumer:
             self._send_fetch()
         out: list[Message] = []
         for tp, data, start in todo:
+            label = self._labels.get(tp, tp[1])
             try:
                 messages, _used = decode_message_set(data, start, self.config.check_crcs,
-                                                     tp[0], self._labels.get(tp, tp[1]))
-            except Exception:
-                # do not skip what could not be read: resume at this fetch
-                positions[tp] = start
+                                                     tp[0], label)
+            except CorruptMessageError as exc:
+                # deliver the intact messages before the bad one, then report it
+                messages, bad, next_offset = self._salvage(data, start, tp, label)
+                positions[tp] = bad
                 self._abandon_inflight()
-                raise
+                out.extend(messages)
+                self._corrupt(tp, bad, next_offset, str(exc))
+                continue
             out.extend(messages)
         return out
+
+    def _salvage(self, data, start: int, tp: TopicPartition, label
+                 ) -> tuple[list[Message], int, int | None]:
+        """The intact messages at the head of ``data`` (which failed to decode
+        as a whole), the offset of the first bad one and where the next one
+        would start (None if its length cannot be trusted)."""
+        good = scan_valid_prefix(data)[0]       # whole messages with good CRCs
+        messages: list[Message] = []
+        pos = 0
+        while pos < good:                       # one by one: a wrapper may hide bad inner data
+            size = 4 + struct.unpack_from(">i", data, pos)[0]
+            try:
+                one, _n = decode_message_set(data[pos:pos + size], start + pos,
+                                             self.config.check_crcs, tp[0], label)
+            except CorruptMessageError:
+                break
+            messages.extend(one)
+            pos += size
+        bad = start + pos
+        next_offset = None
+        if len(data) - pos >= 4:
+            length = struct.unpack_from(">i", data, pos)[0]
+            limit = self._broker_max_message_bytes(tp)
+            high = self.high_watermarks.get(tp, bad + 4 + length)
+            if 18 <= length and 4 + length <= limit and bad + 4 + length <= high:
+                next_offset = bad + 4 + length
+        return messages, bad, next_offset
+
+    def _corrupt(self, tp: TopicPartition, offset: int, next_offset: int | None,
+                 reason: str) -> None:
+        """Skip the damage (on_corrupt="skip", when where to go on is known) or
+        defer the error until the messages before it are delivered."""
+        if self.config.on_corrupt == "skip" and next_offset is not None:
+            log.warning("consumer: corrupt data in %s/%d at offset %d (%s); skipping %d bytes "
+                        "to offset %d (on_corrupt=skip)", tp[0], tp[1], offset, reason,
+                        next_offset - offset, next_offset)
+            self.corrupt_skips += 1
+            self.corrupt_skipped_bytes += next_offset - offset
+            self._positions[tp] = next_offset
+            if self.skip_listener is not None:
+                self.skip_listener(tp, offset, next_offset)
+            return
+        self._positions[tp] = offset
+        self._defer(CorruptDataError(tp[0], tp[1], offset, next_offset, reason))
+
+    def _defer(self, error: SamsaError) -> None:
+        """Raise ``error`` at the next poll, after what this one returns; the
+        fetch in flight (sent from positions past the error) is dropped."""
+        self._abandon_inflight()
+        if self._pending_error is None:
+            self._pending_error = error
+
+    def _broker_max_message_bytes(self, tp: TopicPartition) -> int:
+        """The broker's max_message_bytes (Metadata), asked once."""
+        if self._max_message_bytes is None:
+            try:
+                resp = self.conn.request(api.MetadataRequest((tp[0],))) \
+                    if self._inflight is None else None
+            except (BrokerConnectionError, SamsaError):
+                resp = None
+            if resp is None:
+                return 1 << 20
+            self._max_message_bytes = resp.max_message_bytes
+        return self._max_message_bytes
 
     def _abandon_inflight(self) -> None:
         """Drop a fetch in flight whose answer would be stale."""
@@ -280,11 +405,26 @@ class Consumer:
 
     def _reset_out_of_range(self, tp: TopicPartition, r: api.FetchResult) -> None:
         policy = self.config.auto_offset_reset
+        old = self._positions[tp]
+        if old > r.high_watermark:
+            # offsets are never reused: a log that ends below what we read
+            # was deleted and re-created, or lost data on the broker
+            log.warning("consumer: %s/%d ends at offset %d, below this consumer's offset %d: "
+                        "the topic was deleted and re-created, or the broker lost data",
+                        tp[0], tp[1], r.high_watermark, old)
         if policy == "error":
             raise SamsaError(r.error, r.message, earliest=r.earliest, latest=r.high_watermark)
         new = r.earliest if policy == "earliest" else r.high_watermark
-        log.warning("offset %d of %s/%d is out of range (valid %d..%d); resetting to %s (%d)",
-                    self._positions[tp], tp[0], tp[1], r.earliest, r.high_watermark, policy, new)
+        self.offset_resets += 1
+        if new > old:
+            self.reset_skipped_bytes += new - old
+            effect = f"SKIPPING {new - old} bytes (deleted by retention, never read)"
+        else:
+            self.reset_replayed_bytes += old - new
+            effect = f"REPLAYING up to {old - new} bytes (already read: duplicates)"
+        log.warning("consumer: offset %d of %s/%d is out of range (valid %d..%d); "
+                    "auto_offset_reset=%s moves it to %d, %s", old, tp[0], tp[1], r.earliest,
+                    r.high_watermark, policy, new, effect)
         self._positions[tp] = new
 
     def _request(self, request):

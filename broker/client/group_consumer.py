@@ -35,6 +35,7 @@ from broker.coordination.zk import make_client, start_client
 from broker.protocol.message import Message
 
 from .consumer import Consumer, ConsumerConfig
+from .errors import CorruptDataError, InvalidOffsetError
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,11 @@ class GroupConsumerConfig:
     rebalance_backoff_ms: int = 100
     rebalance_max_attempts: int = 50
     check_crcs: bool = True
+    on_corrupt: str = "raise"
+    """Corrupt data in a partition: "raise" stops that partition's fetching
+    and raises CorruptDataError from messages()/poll() once the intact
+    messages before it were handed out (nothing past it is committed);
+    "skip" skips it, logs a WARNING and counts it (``corrupt_skips``)."""
 
     def __post_init__(self) -> None:
         Subscription(tuple(self.topics), self.whitelist, self.blacklist)   # validates
@@ -98,7 +104,8 @@ class _Fetcher(threading.Thread):
             bootstrap=self.address, client_id=f"{cfg.group}-{self.owner.consumer_id}",
             fetch_max_bytes=cfg.fetch_max_bytes, max_wait_ms=cfg.max_wait_ms,
             check_crcs=cfg.check_crcs, auto_offset_reset=cfg.auto_offset_reset,
-            request_timeout_ms=max(10_000, cfg.max_wait_ms * 4)))
+            request_timeout_ms=max(10_000, cfg.max_wait_ms * 4), on_corrupt=cfg.on_corrupt))
+        consumer.skip_listener = self.owner._corrupt_skipped
         try:
             consumer.assign(list(self.starts), start=0)
             for tp, (bp, start) in self.starts.items():
@@ -111,7 +118,19 @@ class _Fetcher(threading.Thread):
                 if self.owner._paused.is_set():
                     self.owner._resumed.wait(0.1)
                     continue
-                messages = consumer.poll(cfg.max_wait_ms)
+                try:
+                    messages = consumer.poll(cfg.max_wait_ms)
+                except (CorruptDataError, InvalidOffsetError) as exc:
+                    # the application decides: hand it the error, in order
+                    # after the messages before it, and stop fetching here
+                    log.error("fetcher for broker %d: %s", self.broker_id, exc)
+                    while not self.stopping.is_set():
+                        try:
+                            out.put((self.generation, exc), timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    return
                 if not messages:
                     continue
                 while not self.stopping.is_set():
@@ -143,6 +162,9 @@ class GroupConsumer:
         self.cluster = ClusterView(self.client)
         self._chunks: queue.Queue = queue.Queue(maxsize=config.queue_chunks)
         self._generation = 0
+        self.corrupt_skips = 0
+        self.corrupt_skipped_bytes = 0
+        self._skip_lock = threading.Lock()
         self._fetchers: list[_Fetcher] = []
         self._delivered: dict[tuple[str, str], int] = {}   # (topic, bp) -> next offset
         # handed to the application and not yet taken (it has not asked for
@@ -179,6 +201,10 @@ class GroupConsumer:
                 if timeout_ms is not None and time.monotonic() - last >= timeout_ms / 1000:
                     return
                 continue
+            if isinstance(chunk, Exception):
+                if generation == self._generation:
+                    raise chunk
+                continue
             for m in chunk:
                 if generation != self._generation or self._paused.is_set():
                     break           # rebalanced or suspended meanwhile: drop the rest
@@ -204,6 +230,8 @@ class GroupConsumer:
                 continue
             if generation != self._generation or self._paused.is_set():
                 continue
+            if isinstance(chunk, Exception):
+                raise chunk
             # taken at the next poll (or commit()), not now: a rebalance
             # commit meanwhile must not count a chunk still being processed
             if not self.config.explicit_acknowledgement:
@@ -350,6 +378,12 @@ class GroupConsumer:
             self._owned = frozenset()
             self._delivered = {}
             self._committed = {}
+
+    def _corrupt_skipped(self, tp, offset: int, next_offset: int) -> None:
+        """A fetcher skipped corrupt data (on_corrupt="skip"); any thread."""
+        with self._skip_lock:
+            self.corrupt_skips += 1
+            self.corrupt_skipped_bytes += next_offset - offset
 
     def _fetcher_failed(self, fetcher: _Fetcher, exc: Exception) -> None:
         self.member.request_rebalance()

@@ -767,6 +767,14 @@ class BrokerServer:
         if length and not lg.check_message_at(entry.offset, self.config.max_message_bytes):
             # The broker has no index, but it can tell that no valid message
             # starts here: the client would otherwise parse garbage lengths.
+            end = lg.corrupt_message_end(entry.offset, self.config.max_message_bytes)
+            if end is not None:
+                # a damaged message at a real boundary (bit rot since start-up)
+                payload = api.encode_corrupt_range(entry.offset, end)
+                return (entry, ErrorCode.CORRUPT_MESSAGE,
+                        f"the message at offset {entry.offset} is corrupt; the next one "
+                        f"starts at {end}", lg.earliest_offset, lg.flushed_end, payload, 0,
+                        len(payload))
             return (entry, ErrorCode.INVALID_OFFSET,
                     f"offset {entry.offset} is not the start of a valid message",
                     lg.earliest_offset, lg.flushed_end, None, 0, 0)

@@ -523,6 +523,26 @@ class Log:
         body = head[:size] if size <= len(head) else seg.read(position, size)
         return scan_valid_prefix(body)[0] == size
 
+    def corrupt_message_end(self, offset: int, max_message_bytes: int) -> int | None:
+        """For an offset where ``check_message_at`` failed: if a damaged
+        message sits there — its length is plausible and a valid message (or
+        the visible end) follows it — the offset just past it; else None (the
+        offset is not a message boundary). A random offset inside a message
+        practically never lands on a length that leads to a valid message."""
+        seg, position, length = self.locate(offset, max_message_bytes + _MIN_MESSAGE)
+        if length < _MIN_MESSAGE:
+            return None
+        size = 4 + _LENGTH.unpack_from(seg.read(position, 4), 0)[0]
+        if size < _MIN_MESSAGE or size > max_message_bytes or size > length:
+            return None
+        after = offset + size
+        if after == offset + length and length <= max_message_bytes:
+            return after                      # the damaged message ends the visible data
+        try:
+            return after if self.check_message_at(after, max_message_bytes) else None
+        except (CorruptRangeError, OffsetOutOfRangeError):
+            return None
+
     def read(self, offset: int, max_bytes: int) -> bytes:
         """The visible bytes at ``offset`` (copying; the broker uses sendfile)."""
         seg, position, length = self.locate(offset, max_bytes)

@@ -105,7 +105,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
         admin.close()
     consumer = Consumer(ConsumerConfig(bootstrap=args.bootstrap,
                                        client_id="samsa-console-consumer",
-                                       fetch_max_bytes=args.fetch_bytes))
+                                       fetch_max_bytes=args.fetch_bytes,
+                                       on_corrupt=args.on_corrupt))
     start: str | int = "earliest" if args.from_beginning else "latest"
     if args.offset is not None:
         if len(partitions) != 1:
@@ -139,13 +140,19 @@ def cmd_consume(args: argparse.Namespace) -> int:
         out.flush()
         consumer.close()
     if not args.quiet:
-        print(f"consumed {count} messages", file=sys.stderr)
+        skipped = (f"; skipped {consumer.corrupt_skips} corrupt ranges "
+                   f"({consumer.corrupt_skipped_bytes} bytes)" if consumer.corrupt_skips else "")
+        resets = (f"; {consumer.offset_resets} offset resets" if consumer.offset_resets else "")
+        print(f"consumed {count} messages{skipped}{resets}", file=sys.stderr)
     return 0
 
 
 # ------------------------------------------------------------------ topics
 
 def cmd_topics(args: argparse.Namespace) -> int:
+    if args.create is not None and not args.create:
+        print("error: --create needs a topic name", file=sys.stderr)
+        return 2
     with AdminClient(args.bootstrap) as admin:
         if args.create:
             config = {}
@@ -323,6 +330,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-timestamps", action="store_true", help="print the timestamp (ms)")
     p.add_argument("--fetch-bytes", type=int, default=300 * 1024,
                    help="bytes per partition per fetch (307200)")
+    p.add_argument("--on-corrupt", choices=["raise", "skip"], default="raise",
+                   help="corrupt data: stop with an error naming the offsets (raise, the "
+                        "default; exit 1) or skip to where intact data resumes and say so "
+                        "on stderr (skip)")
     p.add_argument("--quiet", "-q", action="store_true", help="no summary on stderr")
     p.set_defaults(func=cmd_consume)
 

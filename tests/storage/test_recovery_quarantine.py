@@ -193,10 +193,21 @@ def test_check_message_at_tells_boundaries_apart(tmp_path):
     for offset in (1, 3, 4, 17, messages[1].offset - 1, messages[1].offset + 5):
         assert not lg.check_message_at(offset, 1 << 20), offset
     assert not lg.check_message_at(messages[0].offset, 50)       # longer than the limit
+    # a damaged message at a boundary is told apart from a non-boundary
+    assert lg.corrupt_message_end(17, 1 << 20) is None
+    with open(lg.segments[0].path, "r+b") as f:
+        f.seek(messages[3].offset + 30)
+        f.write(b"\xee")
+    assert not lg.check_message_at(messages[3].offset, 1 << 20)
+    assert lg.corrupt_message_end(messages[3].offset, 1 << 20) == messages[3].next_offset
+    with open(lg.segments[0].path, "r+b") as f:
+        f.seek(messages[-1].offset + 30)
+        f.write(b"\xee")
+    assert lg.corrupt_message_end(messages[-1].offset, 1 << 20) == messages[-1].next_offset
     # cheap: about a pread and a small CRC
     started = time.perf_counter()
     for _ in range(2000):
-        lg.check_message_at(messages[7].offset, 1 << 20)
+        lg.check_message_at(messages[1].offset, 1 << 20)
     per_call = (time.perf_counter() - started) / 2000
     assert per_call < 1e-3, per_call
     lg.close()
