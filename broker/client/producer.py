@@ -12,9 +12,14 @@ Three layers (as kafka-python / aiokafka do):
 One sender thread takes ready batches, encodes one produce request per batch,
 writes them pipelined (many requests per socket write), and, unless acks is
 "none", reads the responses in order, keeping at most ``max_in_flight``
-requests unanswered. A lost connection or a retriable error puts the batch
-back at the head of the queue (up to ``retries`` times): delivery is
-at-least-once, in order within a partition.
+requests unanswered, and at most ``max_in_flight_per_partition`` of them for
+one partition. A lost connection or a retriable error puts the batch back at
+the head of the queue after a back-off (up to ``retries`` times): delivery
+is at-least-once. Order within a partition holds under retries too as long
+as ``max_in_flight_per_partition`` is 1 (the default while retries are on):
+no later batch of a partition is sent while an earlier one may still be
+retried. With more in flight per partition, a retried batch can land after
+a later one (Kafka without idempotence behaves the same).
 
 Partitioning: a message with a key goes to ``crc32(key) % partitions`` (the
 same partition from every producer); without a key, to "any partition"
@@ -38,6 +43,7 @@ from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.message import compress_message_set, encode_message_set, encode_values
 
 from .admin import AdminClient
+from .backoff import Backoff
 from .connection import BrokerConnection, BrokerConnectionError, parse_address
 
 log = logging.getLogger(__name__)
@@ -45,7 +51,8 @@ log = logging.getLogger(__name__)
 RETRIABLE = {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.BROKER_SHUTTING_DOWN,
              ErrorCode.STORAGE_ERROR}
 _MAX_WRITE = 4 << 20
-_SINGLES_PER_WRITE = 8192      # ~2 MB of 200-byte messages per write on the batch-1 path
+_SINGLES_PER_WRITE = 8192
+_PICK_SCAN = 1024              # ready batches looked at per pick (see _pick_ready)      # ~2 MB of 200-byte messages per write on the batch-1 path
 
 
 @dataclass(frozen=True)
@@ -71,12 +78,22 @@ class ProducerConfig:
     retries: int = 10
     """Resends of a batch after a lost connection or a retriable error."""
     retry_backoff_ms: int = 100
-    """Wait before resending after a lost connection; doubles with each
-    failure in a row up to ``retry_backoff_max_ms`` (10 retries ride out ~13 s
-    without a broker, e.g. a restart)."""
+    """Wait before resending after a lost connection or a retriable error
+    response (timeout, shutting down, storage error); doubles with each
+    failure in a row up to ``retry_backoff_max_ms``, with ±20 % jitter (10
+    retries ride out ~13 s without a broker, e.g. a restart)."""
     retry_backoff_max_ms: int = 2_000
     max_in_flight: int = 5
     """Unanswered requests allowed on the connection (acks written/flushed)."""
+    max_in_flight_per_partition: int | None = None
+    """Unanswered requests allowed for one partition. None (default): 1 while
+    ``retries`` > 0, so a retried batch can never land after a later one
+    (order within a partition holds under failures); ``max_in_flight``
+    otherwise. Raising it pipelines more per partition (more throughput to a
+    single partition with acks written/flushed) at the price of that order
+    when a batch is retried. Measured (bench/RESULTS.md, issue 9): 200-byte
+    messages, acks=flushed, one partition, batches of 200: about half the
+    throughput of 5 in flight; acks=none is not affected (nothing waits)."""
     buffer_messages: int = 200_000
     """send() blocks while this many messages wait to be sent (back-pressure)."""
     reconnect_interval_ms: int = 600_000
@@ -99,6 +116,14 @@ class ProducerConfig:
             raise ValueError("buffer_messages must be >= batch_size")
         if self.linger_ms < 0 or self.retries < 0 or self.reconnect_interval_ms < 0:
             raise ValueError("linger_ms, retries and reconnect_interval_ms must be >= 0")
+        if self.max_in_flight_per_partition is not None and self.max_in_flight_per_partition < 1:
+            raise ValueError("max_in_flight_per_partition must be >= 1")
+
+    @property
+    def in_flight_per_partition(self) -> int:
+        if self.max_in_flight_per_partition is not None:
+            return self.max_in_flight_per_partition
+        return 1 if self.retries > 0 else self.max_in_flight
 
     @property
     def acks_mode(self) -> Acks:
@@ -115,7 +140,7 @@ class Batch:
     ``result()`` returns (partition, base offset) or raises."""
 
     __slots__ = ("topic", "partition", "values", "timestamps", "keys", "nbytes", "created",
-                 "attempts", "_done", "_value", "_error", "_event")
+                 "attempts", "retry_at", "_done", "_value", "_error", "_event")
 
     def __init__(self, topic: str, partition: int, created: float) -> None:
         # one batch per message when batch_size is 1: keep this short
@@ -125,6 +150,7 @@ class Batch:
         self.timestamps: list[int] = []
         self.keys: list[bytes | None] | None = None     # made when a keyed message joins
         self.nbytes = self.attempts = 0
+        self.retry_at = 0.0             # monotonic time before which a retry waits
         self.created = created
         self._done = False
         self._error: BaseException | None = None
@@ -189,7 +215,10 @@ class Producer:
         self._closing = False
         self._closed = False
         self.failed_batches = 0
-        self._failures_in_a_row = 0
+        self.dropped_messages = 0       # given up on: their futures failed, logged as ERROR
+        self._backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
+        self._per_partition = config.in_flight_per_partition
+        self._inflight_tps: dict[tuple[str, int], int] = {}   # acks != none: unanswered
         self.sent_messages = 0
         self._sender = threading.Thread(target=self._run, name="samsa-producer-sender",
                                         daemon=True)
@@ -466,22 +495,65 @@ class Producer:
                         if self._flushing or self._closing or now - b.created >= linger:
                             del self._open[tp]
                             self._ready.append(b)
+                wake_at = None
                 if self._ready and room > 0:
-                    out = []
-                    while self._ready and len(out) < room:
-                        out.append(self._ready.popleft())
-                    return out
+                    out, wake_at = self._pick_ready(room, now)
+                    if out:
+                        return out
                 if self._inflight:
                     return []
                 if self._closing and not self._open and not self._ready:
                     return None
-                timeout = None
+                timeout = None if wake_at is None else max(0.0, wake_at - now)
                 if self._open:
                     oldest = min(b.created for b in self._open.values())
-                    timeout = max(0.0, oldest + linger - now)
+                    due = max(0.0, oldest + linger - now)
+                    timeout = due if timeout is None else min(timeout, due)
                 self._sender_idle = True
                 self._cond.wait(timeout)
                 self._sender_idle = False
+
+    def _pick_ready(self, room: int, now: float) -> tuple[list[Batch], float | None]:
+        """Up to ``room`` ready batches that may go now, in queue order: not
+        waiting out a retry back-off, and not for a partition that already
+        has ``max_in_flight_per_partition`` unanswered (nor behind a batch of
+        its partition that is held back: order within a partition). Also the
+        earliest time a held-back retry becomes due. Called with the lock."""
+        acks = self._acks != Acks.NONE
+        if not acks and not self._ready[0].retry_at:
+            out = []                  # the common case: nothing to hold back
+            while self._ready and len(out) < room:
+                out.append(self._ready.popleft())
+            return out, None
+        out: list[Batch] = []
+        keep: list[Batch] = []
+        held: set[tuple[str, int]] = set()
+        wake_at = None
+        counts = self._inflight_tps
+        limit = self._per_partition
+        taken: dict[tuple[str, int], int] = {}
+        ready = self._ready
+        # look at the head of the queue only: a bounded cost per call even
+        # when thousands of batches of one held-back partition wait
+        for _ in range(min(len(ready), _PICK_SCAN)):
+            b = ready.popleft()
+            tp = (b.topic, b.partition)
+            if len(out) >= room or tp in held:
+                keep.append(b)
+                continue
+            if b.retry_at > now:
+                held.add(tp)
+                keep.append(b)
+                wake_at = b.retry_at if wake_at is None else min(wake_at, b.retry_at)
+                continue
+            if acks and counts.get(tp, 0) + taken.get(tp, 0) >= limit:
+                held.add(tp)
+                keep.append(b)
+                continue
+            taken[tp] = taken.get(tp, 0) + 1
+            out.append(b)
+        ready.extendleft(reversed(keep))
+        return out, wake_at
 
     def _send(self, batches: list[Batch]) -> None:
         if self._acks == Acks.NONE and not self._codec and self._send_singles(batches):
@@ -508,6 +580,8 @@ class Producer:
             if self._acks != Acks.NONE:
                 expected.append((cid, api.ApiKey.PRODUCE))
                 self._inflight.append((cid, b))
+                tp = (b.topic, b.partition)
+                self._inflight_tps[tp] = self._inflight_tps.get(tp, 0) + 1
             if size >= _MAX_WRITE:
                 if not self._write(frames, expected, batches):
                     return
@@ -559,7 +633,6 @@ class Producer:
     def _write(self, frames, expected, batches) -> bool:
         try:
             self.conn.send_frames(frames, expected)
-            self._failures_in_a_row = 0
             return True
         except BrokerConnectionError as exc:
             self._connection_lost(exc, batches if self._acks == Acks.NONE else [])
@@ -572,6 +645,7 @@ class Producer:
             self._connection_lost(exc, [])
             return
         expected_cid, batch = self._inflight.popleft()
+        self._answered(batch)
         with self._cond:
             if isinstance(response, api.ErrorResponse):
                 self._retry_or_fail(batch, SamsaError(response.error, response.message))
@@ -582,11 +656,20 @@ class Producer:
             else:
                 self._done(batch, (result.partition, result.base_offset))
 
+    def _answered(self, batch: Batch) -> None:
+        tp = (batch.topic, batch.partition)
+        left = self._inflight_tps.get(tp, 0) - 1
+        if left > 0:
+            self._inflight_tps[tp] = left
+        else:
+            self._inflight_tps.pop(tp, None)
+
     def _connection_lost(self, exc: Exception, unsent: list[Batch]) -> None:
         """Requeue every batch whose fate is unknown, oldest first."""
         self.conn.close()
         again = [b for _cid, b in self._inflight] + [b for b in unsent if not b.done()]
         self._inflight.clear()
+        self._inflight_tps.clear()
         with self._cond:
             retry = []
             for b in again:
@@ -596,23 +679,28 @@ class Producer:
                 else:
                     retry.append(b)
             self._ready.extendleft(reversed(retry))
-        self._failures_in_a_row += 1
-        backoff = min(self.config.retry_backoff_ms * 2 ** (self._failures_in_a_row - 1),
-                      self.config.retry_backoff_max_ms)
+        backoff = self._backoff.next_delay_ms()
         log.warning("producer lost its connection (%s); retrying %d batches in %d ms", exc,
                     len(retry), backoff)
         if not self._closing:
             time.sleep(backoff / 1000)
 
     def _retry_or_fail(self, batch: Batch, error: SamsaError) -> None:
+        """Called with the lock. A retriable error waits a back-off (the broker
+        said why it failed: resending at once would fail the same way)."""
         if error.code in RETRIABLE and batch.attempts <= self.config.retries:
-            log.warning("retrying a batch for %s/%d: %s", batch.topic, batch.partition, error)
+            delay = self._backoff.next_delay_ms()
+            log.warning("retrying a batch of %d messages for %s/%d in %d ms (attempt %d of "
+                        "%d): %s", len(batch.values), batch.topic, batch.partition, delay,
+                        batch.attempts + 1, self.config.retries + 1, error)
+            batch.retry_at = time.monotonic() + delay / 1000
             self._ready.appendleft(batch)
         else:
             self._fail(batch, error)
 
     # called with self._cond held
     def _done(self, batch: Batch, value) -> None:
+        self._backoff.reset()
         n = len(batch.values)
         self._queued -= n
         self.sent_messages += n
@@ -623,8 +711,11 @@ class Producer:
     def _fail(self, batch: Batch, error: BaseException) -> None:
         self._queued -= len(batch.values)
         self.failed_batches += 1
-        log.error("dropping a batch of %d messages for %s/%d: %s", len(batch.values),
-                  batch.topic, batch.partition, error)
+        self.dropped_messages += len(batch.values)
+        log.error("DROPPED a batch of %d messages for %s/%d after %d attempts: %s (their "
+                  "send() futures fail with this error; %d messages dropped so far)",
+                  len(batch.values), batch.topic, batch.partition, batch.attempts, error,
+                  self.dropped_messages)
         batch._finish(None, error)
         if self._waiters:
             self._cond.notify_all()
