@@ -65,8 +65,19 @@ def test_no_message_is_lost_while_consumers_join_leave_and_expire(
     sent = [0] * PRODUCER_THREADS
     per_thread = TOTAL // PRODUCER_THREADS
 
+    # each change at a point of the production: the producers wait at that
+    # point until the change is made (not until the group settles), so on a
+    # slow machine the churn still happens while messages are being sent
+    steps = [(0.10, lambda: join("c3")), (0.22, lambda: leave("c0")),
+             (0.34, lambda: expire("c1")), (0.46, lambda: join("c4")),
+             (0.58, lambda: leave("c2")), (0.70, lambda: expire("c3"))]
+    gates = {int(fraction * per_thread): threading.Event() for fraction, _change in steps}
+
     def produce(n: int) -> None:
         for i in range(per_thread):
+            gate = gates.get(i)
+            if gate is not None:
+                gate.wait(120)
             producer.send(topic, b"p%d-%06d" % (n, i))
             sent[n] += 1
             if i % 250 == 249:
@@ -77,17 +88,15 @@ def test_no_message_is_lost_while_consumers_join_leave_and_expire(
     for thread in producers:
         thread.start()
 
-    # each change at a point of the production, then wait for the group to settle
-    steps = [(0.10, lambda: join("c3")), (0.22, lambda: leave("c0")),
-             (0.34, lambda: expire("c1")), (0.46, lambda: join("c4")),
-             (0.58, lambda: leave("c2")), (0.70, lambda: expire("c3"))]
     changed_at = []
     try:
         for fraction, change in steps:
-            wait_until(lambda: sum(sent) >= fraction * TOTAL, 60, interval=0.005,
+            at = int(fraction * per_thread)
+            wait_until(lambda: sum(sent) >= PRODUCER_THREADS * at, 60, interval=0.005,
                        what=f"{fraction:.0%} of the messages to be sent")
             changed_at.append(sum(sent))
             change()
+            gates[at].set()                 # producers go on during the rebalance
             wait_settled(consumers, zk, group, topic, partitions, timeout=30)
         for thread in producers:
             thread.join(120)
@@ -108,6 +117,8 @@ def test_no_message_is_lost_while_consumers_join_leave_and_expire(
         wait_until(lambda: missing() == 0, 90, interval=0.2,
                    what="the group to deliver every message")
     finally:
+        for gate in gates.values():
+            gate.set()
         monitor.stop()
         for cid in [c.consumer_id for c in consumers]:
             leave(cid)
