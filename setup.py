@@ -7,4 +7,5 @@ pure-Python codec, only slower.
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("broker.protocol._speedups", ["broker/protocol/_speedups.c"],
-                             libraries=["z"], extra_compile_args=["-O2"], optional=True)])
+                             libraries=["z"], extra_compile_args=["-O2", "-Wall", "-Wextra"],
+                             optional=True)])

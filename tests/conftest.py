@@ -32,6 +32,17 @@ from broker.client.admin import AdminClient
 from broker.harness import BrokerProcess, ZooKeeperEnsemble
 
 
+def pytest_sessionstart(session):
+    # `make test` sets SAMSA_REQUIRE_SPEEDUPS=1 where a C compiler and zlib's
+    # headers exist: then a missing accelerator is a failure, not a skip (the
+    # README's speed figures need it)
+    from broker.protocol.message import ACCELERATED
+    if os.environ.get("SAMSA_REQUIRE_SPEEDUPS") == "1" and not ACCELERATED:
+        pytest.exit("the C accelerator of the codec was expected (SAMSA_REQUIRE_SPEEDUPS=1) "
+                    "but broker.protocol._speedups does not import: run `make setup` and "
+                    "read its codec line", returncode=3)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     # Keep each phase's report on the item, so fixtures can tell at teardown

@@ -27,6 +27,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>
@@ -50,16 +51,31 @@ enum {
  * be written for this project, so it is not here yet: cpu_has_clmul stays 0. */
 static int cpu_has_clmul = 0;
 
-/* crc32(crc, p, len) as zlib computes it. Thread-safe (no state but the
-   flag set at import). */
+/* crc32(crc, p, len) as zlib computes it. crc32_z takes a size_t length
+   (crc32 takes a uInt: a cast would give a wrong CRC past 4 GiB).
+   Thread-safe (no state but the flag set at import). */
 static inline uint32_t fast_crc32(uint32_t crc, const unsigned char *p, size_t len) {
-    return len ? (uint32_t)crc32(crc, p, (uInt)len) : crc;
+    return len ? (uint32_t)crc32_z(crc, p, len) : crc;
 }
 
 static void detect_cpu(void) {}
 
+/* Every timestamp must be an int (or an int subclass) before any is read:
+   PyLong_AsLongLong on anything else calls its __index__, Python code that
+   could change the list whose item pointers the caller holds (borrowed, from
+   PySequence_Fast_ITEMS). With ints it runs no Python code. */
+static int check_int_items(PyObject **items, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyLong_Check(items[i])) {
+            PyErr_SetString(PyExc_TypeError, "timestamps must be ints");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* crc32(data, crc=0): the module's CRC-32 (for tests: must equal zlib.crc32). */
-static PyObject *py_crc32(PyObject *self, PyObject *args) {
+static PyObject *py_crc32(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     unsigned int crc = 0;
     if (!PyArg_ParseTuple(args, "y*|I", &view, &crc)) return NULL;
@@ -104,7 +120,7 @@ static inline int check_one(const unsigned char *p, Py_ssize_t avail, Py_ssize_t
     return WALK_OK;
 }
 
-static PyObject *walk(PyObject *self, PyObject *args) {
+static PyObject *walk(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     Py_ssize_t max_bytes;
     int verify;
@@ -129,7 +145,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return Py_BuildValue("inLLLn", status, pos, (long long)count, first_ts, max_ts, wrappers);
 }
 
-static PyObject *decode(PyObject *self, PyObject *args) {
+static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     long long base;
     int verify;
@@ -150,6 +166,13 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     int untrack = PyType_IS_GC(tp) && PyUnicode_CheckExact(topic) && PyLong_CheckExact(partition);
     const unsigned char *buf = view.buf;
     Py_ssize_t end = view.len, pos = 0, size = 0;
+    /* offsets are base + position: refuse a base that would overflow int64
+       (signed overflow is undefined behaviour) */
+    if (base > LLONG_MAX - (long long)end) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "base_offset out of range");
+        return NULL;
+    }
     int status = WALK_OK;
     /* fewer allocations per message: a message's offset is the previous
        one's next_offset (the same int object), and runs of equal timestamps
@@ -190,6 +213,11 @@ static PyObject *decode(PyObject *self, PyObject *args) {
                 last_ts_value = ts_value;
             }
         }
+        /* tp_alloc of a tuple subclass (PyType_GenericAlloc) zero-fills the
+           items, so the new object is valid (and traversable by the GC)
+           before they are set; PyTuple_SET_ITEM on it is how CPython 3.11 -
+           3.13 build tuples of subclasses too (structseq, namedtuple's C
+           fast path). */
         PyObject *m = tp->tp_alloc(tp, 7);
         if (!key || !value || !off || !next || !ts || !m) {
             Py_XDECREF(key); Py_XDECREF(value); Py_XDECREF(off); Py_XDECREF(next);
@@ -226,7 +254,7 @@ fail:
     return NULL;
 }
 
-static PyObject *encode_values(PyObject *self, PyObject *args) {
+static PyObject *encode_values(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *values, *timestamps;
     if (!PyArg_ParseTuple(args, "OO", &values, &timestamps)) return NULL;
     long long ts = 0;
@@ -234,6 +262,9 @@ static PyObject *encode_values(PyObject *self, PyObject *args) {
     if (PyLong_Check(timestamps)) {
         ts = PyLong_AsLongLong(timestamps);
         if (ts == -1 && PyErr_Occurred()) return NULL;
+    } else if (PyIndex_Check(timestamps) && !PySequence_Check(timestamps)) {
+        PyErr_SetString(PyExc_TypeError, "timestamps must be an int or a sequence of ints");
+        return NULL;
     } else {
         ts_seq = PySequence_Fast(timestamps, "timestamps must be an int or a sequence of ints");
         if (!ts_seq) return NULL;
@@ -248,13 +279,14 @@ static PyObject *encode_values(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "values and timestamps differ in length");
         goto done;
     }
+    if (ts_seq && check_int_items(ts_items, n) < 0) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!PyBytes_Check(items[i])) {
             PyErr_SetString(PyExc_TypeError, "values must be bytes");
             goto done;
         }
         Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
-        if (len > INT32_MAX - HEADER) {
+        if (len > INT32_MAX - HEADER || total > PY_SSIZE_T_MAX - HEADER - len) {
             PyErr_SetString(PyExc_ValueError, "value too large");
             goto done;
         }
@@ -301,7 +333,7 @@ done:
  *   timestamps[i], no key, the value). `middle` is the encoded client id,
  *   acks, timeout, entry count 1, topic and partition; the same bytes as
  *   ProduceFrameEncoder.frame() would give, one Python call for all. */
-static PyObject *single_frames(PyObject *self, PyObject *args) {
+static PyObject *single_frames(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer mid;
     long long first_cid;
     PyObject *values, *timestamps;
@@ -317,13 +349,15 @@ static PyObject *single_frames(PyObject *self, PyObject *args) {
         goto done;
     }
     PyObject **items = PySequence_Fast_ITEMS(seq), **ts_items = PySequence_Fast_ITEMS(ts_seq);
+    if (check_int_items(ts_items, n) < 0) goto done;
     Py_ssize_t fixed = 4 + 8 + mid.len + 4 + HEADER;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!PyBytes_Check(items[i])) {
             PyErr_SetString(PyExc_TypeError, "values must be bytes");
             goto done;
         }
-        if (PyBytes_GET_SIZE(items[i]) > INT32_MAX - fixed) {
+        if (PyBytes_GET_SIZE(items[i]) > INT32_MAX - fixed
+                || total > PY_SSIZE_T_MAX - fixed - PyBytes_GET_SIZE(items[i])) {
             PyErr_SetString(PyExc_ValueError, "value too large");
             goto done;
         }
@@ -339,7 +373,9 @@ static PyObject *single_frames(PyObject *self, PyObject *args) {
         const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(items[i]);
         wr32(w, (uint32_t)(fixed - 4 + len));
         wr32(w + 4, 0);                                   /* api key 0, version 0 */
-        wr32(w + 8, (uint32_t)((first_cid + i) & 0x7FFFFFFF));
+        /* unsigned: first_cid comes from Python and may be near LLONG_MAX */
+        wr32(w + 8, (uint32_t)(((unsigned long long)first_cid + (unsigned long long)i)
+                               & 0x7FFFFFFFu));
         memcpy(w + 12, mid.buf, mid.len);
         unsigned char *m = w + 12 + mid.len;
         wr32(m, (uint32_t)(HEADER + len));                /* the message set's size */
@@ -370,7 +406,7 @@ static inline int all_ascii(const unsigned char *p, Py_ssize_t n) {
  *   or None when the frame is anything but a plain, valid version-0 produce
  *   request (not produce, malformed, non-ASCII names, a bad or compressed
  *   message set): the Python decoder then handles it, errors included. */
-static PyObject *produce_frame(PyObject *self, PyObject *args) {
+static PyObject *produce_frame(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     Py_ssize_t max_bytes;
     if (!PyArg_ParseTuple(args, "y*n", &view, &max_bytes)) return NULL;
@@ -440,7 +476,7 @@ fail:
     return NULL;
 }
 
-static PyObject *has_clmul(PyObject *self, PyObject *unused) {
+static PyObject *has_clmul(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(unused)) {
     return PyBool_FromLong(cpu_has_clmul);
 }
 
@@ -459,6 +495,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_speedups", "C accelerator for the Samsa message codec", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {

@@ -1,6 +1,6 @@
-"""Fast paths of the C accelerator: its CRC-32 (carry-less multiplication
-folding on x86-64, zlib elsewhere) must be zlib's CRC-32 for every length,
-alignment and starting value; the decoder's shared int objects and untracked
+"""Fast paths of the C accelerator: its CRC-32 (zlib's crc32_z today) must be
+zlib's CRC-32 for every length, alignment and starting value (and an
+independent CRC-32: tests/protocol/test_speedups_safety.py); the decoder's shared int objects and untracked
 messages must not show; the producer's batch-1 frames must be the bytes the
 Python encoder gives."""
 import os
