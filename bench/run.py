@@ -863,6 +863,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "on a machine shared with other jobs (needs root for < 0)")
     p.add_argument("--keep-logs", metavar="DIR", help="copy each broker log here")
     p.add_argument("--no-write", action="store_true", help="print only; write no files")
+    p.add_argument("--json", metavar="PATH", help="also write the raw result (runs, summary, "
+                                                  "machine) to PATH; see bench/ab.py")
     p.add_argument("--worker", nargs=2, metavar=("KIND", "PARAMS"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
@@ -909,6 +911,9 @@ def main(argv: list[str] | None = None) -> int:
         lat = s["latency"]
         log(f"  latency p50 {lat['p50_ms']['median']:.1f} ms, p99 {lat['p99_ms']['median']:.1f} "
             f"ms, max {lat['max_ms']['median']:.1f} ms")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=2)
     if a.no_write:
         return 0
     date = result["started"][:10]

@@ -136,8 +136,11 @@ def test_steps_stop_on_time():
     for _k, final in steps(prog, n_max=10**9, seconds=0.2):
         count += 1
         time.sleep(0.01)
-    assert final and 0.2 <= time.perf_counter() - t0 < 1.0
-    assert 5 <= count < 50
+    # the loop stops once 0.2 s passed: at least that long, and never more
+    # steps than 10 ms sleeps fit in it (no upper bound on time: a loaded
+    # machine may be slow)
+    assert final and time.perf_counter() - t0 >= 0.2
+    assert 1 <= count <= 21
 
 
 def test_progress_points():

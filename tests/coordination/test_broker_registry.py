@@ -62,7 +62,7 @@ def test_broker_registers_address_and_partition_counts(cluster, topic):
 def test_clean_stop_deregisters_at_once_and_a_crash_after_the_session_timeout(cluster, topic):
     # a long session: the clean stop must not wait for it
     cluster.add_broker(1, settings={"zookeeper_session_timeout_ms": 20_000})
-    crashing = cluster.add_broker(2, settings={"zookeeper_session_timeout_ms": 1500})
+    crashing = cluster.add_broker(2, settings={"zookeeper_session_timeout_ms": 4000})
     cluster.create_topic(topic, 2)
     zk = cluster.zk
     view = ClusterView(zk)
@@ -80,7 +80,7 @@ def test_clean_stop_deregisters_at_once_and_a_crash_after_the_session_timeout(cl
 
 
 def test_restart_after_a_crash_registers_once_the_old_session_is_gone(cluster, topic):
-    broker = cluster.add_broker(3, settings={"zookeeper_session_timeout_ms": 2000})
+    broker = cluster.add_broker(3, settings={"zookeeper_session_timeout_ms": 4000})
     cluster.create_topic(topic, 2)
     zk = cluster.zk
     _, old_session = _ephemeral(zk, paths.broker_id_path(3))

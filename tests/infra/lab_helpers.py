@@ -13,9 +13,10 @@ from infra.local.lab import proc_stat
 from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology
 
 # Brokers that flush often (acks=flushed answers quickly) and whose ZooKeeper
-# registration outlives a crash by 2 s only (a restarted broker registers anew
-# without waiting out the default 6 s).
-FAST_BROKERS = ("log.flush_ms=10", "zookeeper_session_timeout_ms=2000")
+# registration outlives a crash by 4 s (a restarted broker registers anew
+# sooner than with the default 6 s), long enough not to expire by accident on
+# a loaded 2-core machine.
+FAST_BROKERS = ("log.flush_ms=10", "zookeeper_session_timeout_ms=4000")
 
 
 def small_topology(dc_brokers: int = 2, analysis_brokers: int = 1,
