@@ -21,7 +21,7 @@ are equal. The mirror refuses a target that is one of its sources.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from broker import settings
 from broker.coordination.zk import split_connect_string

@@ -14,9 +14,8 @@ import threading
 import time
 import uuid
 
-from broker.client.admin import AdminClient
+from broker.client.group_lag import AdminPool, partition_lags
 from broker.coordination import offsets as zk_offsets
-from broker.coordination import paths
 from broker.coordination.zk import make_client, start_client
 
 from .config import MirrorConfig
@@ -141,43 +140,26 @@ class Mirror:
     def _probe_lag(self) -> None:
         """Every LAG_INTERVAL_S: each owned source partition's log end minus
         where the copy stands (acknowledged, else committed, else earliest)."""
-        admins: dict[str, AdminClient] = {}
-        try:
+        with AdminPool("samsa-mirror-lag") as admins:
             while not self._stopping.wait(LAG_INTERVAL_S):
                 for pipe in self.pipes:
                     try:
                         self.metrics.set_lag(pipe.source.name, self._lags(pipe, admins))
                     except Exception as exc:   # noqa: BLE001 - a probe must not stop the copy
                         log.debug("lag probe of %s failed: %s", pipe.source.name, exc)
-        finally:
-            for admin in admins.values():
-                admin.close()
 
-    def _lags(self, pipe: SourcePipe, admins: dict[str, AdminClient]) -> dict:
-        lags = {}
+    def _lags(self, pipe: SourcePipe, admins: AdminPool) -> dict:
+        """Bytes behind per owned source partition: from what the target
+        acknowledged (ahead of the last commit), else the committed offset,
+        else the partition's earliest offset."""
         consumer = pipe.consumer
-        for topic, bp in sorted(consumer.owned()):
-            broker_id, partition = paths.parse_broker_partition(bp)
-            address = consumer.cluster.address(broker_id)
-            if address is None:
-                continue
-            admin = admins.get(address)
-            if admin is None:
-                admin = admins[address] = AdminClient(address, "samsa-mirror-lag",
-                                                      request_timeout=5)
-            try:
-                latest = admin.latest_offset(topic, partition)
-                position = pipe.acknowledged.get((topic, bp))
-                if position is None:
-                    position = zk_offsets.read_offset(consumer.client, self.config.group,
-                                                      topic, bp)
-                if position is None:
-                    position = admin.earliest_offset(topic, partition)
-            except OSError:
-                admins.pop(address).close()
-                continue
-            lags[(topic, bp)] = max(0, latest - position)
-        return lags
+        owned = sorted(consumer.owned())
+        positions = {key: offset for key, offset in
+                     zk_offsets.read_offsets(consumer.client, self.config.group).items()
+                     if key in set(owned)}
+        positions.update(pipe.acknowledged)
+        rows = partition_lags(consumer.cluster, owned, positions, admins)
+        return {(r.topic, r.partition): r.lag for r in rows if r.lag is not None}
 
     def _report(self) -> None:
         last_count, last_time = 0, time.monotonic()

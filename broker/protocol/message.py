@@ -35,8 +35,7 @@ import struct
 import zlib
 from typing import Iterable, NamedTuple, Sequence
 
-from .compression import (MAX_DECOMPRESSED, Codec, DecompressionLimitError, compress,
-                          decompress)
+from .compression import MAX_DECOMPRESSED, Codec, compress, decompress
 from .errors import CorruptMessageError, MessageTooLargeError
 
 MAGIC = 0

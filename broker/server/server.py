@@ -29,7 +29,8 @@ from broker.logging_setup import RateLimitedLog
 from broker.protocol import api
 from broker.protocol.api import Acks, ApiKey, quote_name
 from broker.protocol.errors import CorruptMessageError, ErrorCode, ProtocolError
-from broker.protocol.message import DecompressionLimitError, validate_message_set
+from broker.protocol.compression import DecompressionLimitError
+from broker.protocol.message import validate_message_set
 from broker.storage.errors import (CorruptRangeError, InvalidConfigError, OffsetOutOfRangeError,
                                    StorageError)
 from broker.storage.log import Log

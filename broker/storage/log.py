@@ -67,7 +67,7 @@ import re
 import struct
 from typing import Callable
 
-from broker.protocol.message import first_timestamp, scan_valid_prefix
+from broker.protocol.message import scan_valid_prefix
 
 from .errors import CorruptRangeError, OffsetOutOfRangeError, StorageError
 from .log_config import LogConfig

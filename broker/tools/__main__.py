@@ -18,6 +18,7 @@ import sys
 from broker.client.admin import AdminClient
 from broker.client.connection import BrokerConnectionError
 from broker.client.consumer import Consumer, ConsumerConfig
+from broker.client.group_lag import AdminPool, partition_lags
 from broker.client.producer import Producer, ProducerConfig
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
@@ -256,17 +257,20 @@ def cmd_groups(args: argparse.Namespace) -> int:
             print(f"reset {len(wanted)} offsets of group {group}", file=sys.stderr)
             return 0
         print("TOPIC\tPARTITION\tOWNER\tCOMMITTED\tLOG-END\tLAG-BYTES")
-        for topic in sorted(topics):
-            for bp in cluster.partitions(topic):
-                try:
-                    owner = client.get(paths.owners_path(group, topic, bp))[0].decode()
-                except NoNodeError:
-                    owner = "-"
-                end = _offset_of(cluster, topic, bp, api.LATEST)
-                offset = committed.get((topic, bp))
-                lag = end - offset if offset is not None else "-"
-                print(f"{topic}\t{bp}\t{owner}\t{offset if offset is not None else '-'}"
-                      f"\t{end}\t{lag}")
+        wanted = [(topic, bp) for topic in sorted(topics) for bp in cluster.partitions(topic)]
+        with AdminPool("samsa-groups-tool") as pool:
+            lags = partition_lags(cluster, wanted, committed, pool, from_earliest=False)
+        for row in lags:
+            try:
+                owner = client.get(paths.owners_path(group, row.topic, row.partition))[0]
+                owner = owner.decode()
+            except NoNodeError:
+                owner = "-"
+            if row.error is not None:
+                raise SamsaError(ErrorCode.UNKNOWN, row.error)
+            print(f"{row.topic}\t{row.partition}\t{owner}\t"
+                  f"{row.position if row.position is not None else '-'}\t{row.log_end}\t"
+                  f"{row.lag if row.lag is not None else '-'}")
         return 0
     finally:
         client.stop()

@@ -68,8 +68,7 @@ from typing import Any, Callable, Iterator
 from kazoo.exceptions import NoNodeError
 
 from broker import settings
-from broker.client.admin import AdminClient
-from broker.client.connection import BrokerConnectionError
+from broker.client.group_lag import AdminPool, partition_lags
 from broker.coordination import offsets as zk_offsets
 from broker.coordination import paths
 from broker.coordination.cluster import ClusterView
@@ -77,7 +76,6 @@ from broker.coordination.ownership import Subscription
 from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_client
 from broker.harness.zookeeper import (ZooKeeperEnsemble, ZooKeeperError, _ephemeral_port_range,
                                       server_mode)
-from broker.protocol.errors import SamsaError
 from infra.local import haproxy
 from infra.topology import Topology, load_topology, mirror_config, to_toml
 
@@ -826,41 +824,16 @@ def group_lag(client, view: ClusterView, group: str, subscription: Subscription)
     """How far ``group`` is behind in the cluster of ``view``: over every
     partition of the topics it subscribes to, the bytes between its committed
     offset (the partition's earliest offset when it has committed none) and
-    the partition's latest offset. Partitions whose broker does not answer are
-    counted in ``errors``."""
+    the partition's latest offset (broker/client/group_lag.py). Partitions
+    whose broker does not answer are counted in ``errors``."""
     committed = zk_offsets.read_offsets(client, group)
-    lag = partitions = uncommitted = errors = 0
-    admins: dict[int, AdminClient] = {}
-    try:
-        for topic in view.topics():
-            if not subscription.matches(topic):
-                continue
-            for bp in view.partitions(topic):
-                broker_id, partition = paths.parse_broker_partition(bp)
-                address = view.address(broker_id)
-                if address is None:        # left the cluster meanwhile
-                    errors += 1
-                    continue
-                try:
-                    if broker_id not in admins:
-                        admins[broker_id] = AdminClient(address, client_id="samsa-lab",
-                                                        request_timeout=5.0)
-                    admin = admins[broker_id]
-                    end = admin.latest_offset(topic, partition)
-                    start = committed.get((topic, bp))
-                    if start is None:
-                        uncommitted += 1
-                        start = admin.earliest_offset(topic, partition)
-                except (BrokerConnectionError, SamsaError, ValueError):
-                    errors += 1
-                    continue
-                partitions += 1
-                lag += max(0, end - start)
-    finally:
-        for admin in admins.values():
-            admin.close()
-    return {"lag_bytes": lag, "partitions": partitions, "uncommitted": uncommitted,
-            "errors": errors}
+    wanted = [(topic, bp) for topic in view.topics() if subscription.matches(topic)
+              for bp in view.partitions(topic)]
+    with AdminPool("samsa-lab") as pool:
+        rows = partition_lags(view, wanted, committed, pool)
+    good = [r for r in rows if r.error is None]
+    return {"lag_bytes": sum(r.lag for r in good), "partitions": len(good),
+            "uncommitted": sum(r.uncommitted for r in good), "errors": len(rows) - len(good)}
 
 
 def _scrape(host: str, port: int, timeout: float = 2.0) -> dict[tuple[str, frozenset], float] | None:
