@@ -137,7 +137,8 @@ class Connection(asyncio.Protocol):
             self.server.metrics.errors[("framing", "INVALID_REQUEST")] += 1
             self.close()
             return
-        self._account_partial_frame()
+        if self.decoder.partial_frame_bytes != self.reserved:
+            self._account_partial_frame()
         if frames:
             self.server.handle_frames(self, frames)
         if self.closed:
@@ -159,8 +160,6 @@ class Connection(asyncio.Protocol):
         """Hold pool memory for the frame being received (all of it, once its
         size is known); stop reading while the pool cannot grant it."""
         want = self.decoder.partial_frame_bytes
-        if want == self.reserved:
-            return
         pool = self.server.memory_pool
         if self.reserved:
             pool.release(self.reserved)

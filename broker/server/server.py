@@ -295,10 +295,11 @@ class BrokerServer:
         on the event loop is validated on a worker thread; the connection's
         later requests wait for it (held, reading paused), so its requests
         are still handled in order while other connections are served."""
-        held = self._held_frames.get(conn)
-        if held is not None:
-            held.extend(frames)
-            return
+        if self._held_frames:
+            held = self._held_frames.get(conn)
+            if held is not None:
+                held.extend(frames)
+                return
         metrics = self.metrics
         now = self.clock()
         fast_produce = api.decode_produce_frame
@@ -307,10 +308,13 @@ class BrokerServer:
             produce = fast_produce(payload, max_message_bytes)
             if produce is not None:
                 metrics.requests["produce"] += 1
-                if not self._validated_on_loop(produce[3]):
+                entries = produce[3]
+                # the C fast path validated every entry (info set); the
+                # Python fallback validates none (info None): check the first
+                if entries and entries[0][3] is None and not self._validated_on_loop(entries):
                     self._validate_off_loop(conn, produce, frames[i + 1:])
                     break
-                self._produce(conn, produce[0], produce[1], produce[2], produce[3], now)
+                self._produce(conn, produce[0], produce[1], produce[2], entries, now)
                 continue
             try:
                 header, request = api.decode_request(payload)
