@@ -48,7 +48,7 @@ class BrokerConfig:
     """Largest single message (or compressed wrapper) accepted in a produce.
     Published in Metadata: a length above it at a fetch offset means the
     offset is not a message boundary."""
-    max_decompressed_bytes: int = 64 << 20
+    max_decompressed_bytes: int = 16 << 20
     """Most bytes one compressed wrapper may inflate to; a produce holding a
     larger one fails with CORRUPT_MESSAGE."""
     inline_decompress_bytes: int = 1 << 20

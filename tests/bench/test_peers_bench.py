@@ -227,6 +227,7 @@ def test_stop_process_group_stops_children_too():
     assert servers.stop_process_group(proc) == []      # twice is fine
 
 
+@pytest.mark.slow
 def test_stop_process_group_kills_what_ignores_sigterm():
     proc = _group_of("trap '' TERM; sleep 60 & wait")
     t0 = time.monotonic()

@@ -6,6 +6,7 @@ consumers; a new group starts at the earliest or latest offset as set;
 offsets are committed only for messages the application has taken."""
 from __future__ import annotations
 
+import pytest
 import collections
 import threading
 import time
@@ -26,6 +27,7 @@ AUTO_COMMIT_MS = 200
 COMMIT_SLACK_S = 0.5
 
 
+@pytest.mark.slow
 def test_no_message_is_lost_while_consumers_join_leave_and_expire(
         shared_cluster, group_consumers, cluster_producers, consume, topic):
     partitions = shared_cluster.create_topic(topic, 4)            # 3 brokers x 4

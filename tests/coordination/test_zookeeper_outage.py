@@ -8,6 +8,7 @@ Each test runs a ZooKeeper of its own (``own_zookeeper``): the session's
 server must never stop."""
 from __future__ import annotations
 
+import pytest
 import json
 import os
 
@@ -22,6 +23,7 @@ def _log_records(path: str, start: int = 0) -> list[dict]:
             if line.startswith("{")]
 
 
+@pytest.mark.slow
 def test_broker_without_zookeeper_serves_logs_retries_and_registers_later(
         own_zookeeper, broker_factory, topic):
     zk_connect = own_zookeeper.connect_string("/late")   # nothing listens there yet

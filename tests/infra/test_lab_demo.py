@@ -1,9 +1,12 @@
 """The multi-DC part of `make demo` runs end to end on the default topology."""
 from __future__ import annotations
 
+import pytest
+
 from broker_helpers import run_module
 
 
+@pytest.mark.slow
 def test_the_lab_demo_copies_every_page_view():
     out = run_module("infra.local.demo", "--messages", "2000", timeout=240)
     text = out.stdout.decode()

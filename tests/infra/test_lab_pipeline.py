@@ -7,6 +7,7 @@ the returned broker's partitions; every acknowledged message ends up in the
 analysis cluster."""
 from __future__ import annotations
 
+import pytest
 import os
 import signal
 
@@ -19,6 +20,7 @@ def stored_values(lab, cluster: str, brokers: tuple[int, ...]) -> list[bytes]:
     return topic_values(lab, cluster, TOPIC, brokers)
 
 
+@pytest.mark.slow
 def test_a_dc_broker_dies_and_returns_while_mirrored(make_lab):
     lab = make_lab(small_topology(dc_brokers=2, analysis_brokers=1, mirror=True)).up()
     mirror_pid = lab.pids()["to-analysis.mirror-0"]

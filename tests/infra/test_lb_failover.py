@@ -6,6 +6,7 @@ every acknowledged message is on a broker's disk (acks=flushed). Restarted,
 the broker is UP in HAProxy again."""
 from __future__ import annotations
 
+import pytest
 import signal
 
 from broker.client.admin import AdminClient
@@ -13,6 +14,7 @@ from broker.client.producer import Producer
 from broker_helpers import wait_until
 from lab_helpers import ROUND, TOPIC, Sender, connected_broker, small_topology, topic_values
 
+@pytest.mark.slow
 def test_producer_carries_on_through_the_load_balancer_when_a_broker_dies(make_lab):
     lab = make_lab(small_topology(dc_brokers=2, analysis_brokers=0)).up()
     producer = Producer(bootstrap=lab.lb_address("dc-a"), acks="flushed", batch_size=ROUND,
@@ -64,6 +66,7 @@ def test_producer_carries_on_through_the_load_balancer_when_a_broker_dies(make_l
     assert not missing, f"{len(missing)} acknowledged messages are on no broker: {sorted(missing)[:10]}"
 
 
+@pytest.mark.slow
 def test_producers_spread_again_once_the_broker_is_back(make_lab):
     """A producer reopens its connection every reconnect_interval_ms (Kafka
     0.7's reconnect.time.interval.ms): after a failover it does not stay on

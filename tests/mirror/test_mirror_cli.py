@@ -58,6 +58,7 @@ def test_help_and_bad_input():
     assert printed.returncode == 0 and b"linger_ms = 7" in printed.stdout
 
 
+@pytest.mark.slow
 def test_zookeeper_unreachable_is_a_clear_error(tmp_path):
     from broker_helpers import unused_port
     port = unused_port()

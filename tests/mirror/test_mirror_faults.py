@@ -4,6 +4,7 @@ back. In every case each message the source acknowledged ends up in the
 target; duplicates are counted and bounded."""
 from __future__ import annotations
 
+import pytest
 import os
 import signal
 import threading
@@ -66,6 +67,7 @@ def quiesced(cluster) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_kill_9_the_mirror_and_restart_loses_nothing(clusters, mirror_processes):
     dc_a, analysis = clusters("dc-a"), clusters("analysis")
     dc_a.create_topic("events", 2)
@@ -114,6 +116,7 @@ def test_kill_9_the_mirror_and_restart_loses_nothing(clusters, mirror_processes)
     assert duplicates <= bound
 
 
+@pytest.mark.slow
 def test_target_down_for_a_while(clusters, mirrors):
     dc_a, analysis = clusters("dc-a"), clusters("analysis")
     dc_a.create_topic("events", 2)

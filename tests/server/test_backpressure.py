@@ -13,6 +13,7 @@ client can make the broker hold, against a real broker process.
 """
 from __future__ import annotations
 
+import pytest
 import socket
 import struct
 import threading
@@ -67,6 +68,16 @@ def send_in_background(sock: socket.socket, data: bytes) -> threading.Thread:
     return thread
 
 
+def hang_up(sock: socket.socket) -> None:
+    """Close a socket another thread may be blocked sending on: shutdown()
+    wakes that send (close() alone would leave the connection open)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def settled(read, interval: float = 0.5):
     """Wait until ``read()`` returns the same value twice ``interval`` apart."""
     last = read()
@@ -97,7 +108,7 @@ def test_pipelined_fetches_without_reading_are_throttled(broker_factory, topic):
                       "samsa_connections_throttled_total") >= 1
         assert metadata_latency(broker.address) < 1.0
     finally:
-        sock.close()
+        hang_up(sock)
         sender.join(timeout=10)
 
 
@@ -123,7 +134,7 @@ def test_partial_frames_are_bounded_by_the_request_memory_pool(broker_factory):
         assert metadata_latency(broker.address) < 1.0
     finally:
         for sock in socks:
-            sock.close()
+            hang_up(sock)
         for sender in senders:
             sender.join(timeout=10)
     wait_until(lambda: metric(scrape_metrics(broker.metrics_port),

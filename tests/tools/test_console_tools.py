@@ -131,6 +131,7 @@ def test_an_unknown_topic_is_a_clear_error(module_broker, command):
 @pytest.mark.parametrize("command", [["topics", "--list"], ["consume", "--topic", "t"],
                                      ["offsets", "--topic", "t"], ["produce", "--topic", "t"]],
                          ids=lambda c: c[0])
+@pytest.mark.slow
 def test_an_unreachable_broker_is_a_clear_error(command):
     address = f"127.0.0.1:{unused_port()}"
     done = tool(*command, "--bootstrap", address, stdin=b"a line\n")
