@@ -66,10 +66,10 @@ test-asan: setup
 	    ../../$(PY) -m pytest -q -p no:cacheprovider tests/protocol
 
 bench: setup
-	$(PY) bench/run.py
+	$(PY) -m bench.run
 
 bench-mirror: setup
-	$(PY) bench/mirror_bench.py
+	$(PY) -m bench.mirror_bench
 
 # the peers extra (pika, stomp.py, matplotlib) stays out of the test install
 PEERS_STAMP := $(VENV)/.peers-installed
@@ -79,7 +79,7 @@ $(PEERS_STAMP): $(STAMP) pyproject.toml
 
 bench-peers: setup $(PEERS_STAMP)
 	@scripts/ensure-peer-packages.sh
-	$(PY) bench/peers.py
+	$(PY) -m bench.peers
 
 # The multi-datacenter lab (docs/multi-dc.md); its processes outlive make.
 LAB_DIR  ?= .lab

@@ -1,7 +1,7 @@
 """A/B benchmark: the broker benchmark (bench/run.py) of two checkouts,
 alternating one run of each, so both see the same machine at the same time.
 
-    python bench/ab.py --baseline /tmp/baseline --runs 3 [-- run.py options]
+    python -m bench.ab --baseline /tmp/baseline --runs 3 [-- run.py options]
 
 The baseline is another checkout of this repository (``git worktree add
 /tmp/baseline <commit>``; build its C accelerator there with ``python
@@ -39,13 +39,15 @@ def one_run(checkout: str, extra: list[str]) -> dict:
     """One bench/run.py run of ``checkout``; its result (raw runs)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
-        script = os.path.join(checkout, "bench", "run.py")
         env = dict(os.environ, PYTHONPATH=checkout)
-        if checkout == ROOT:
-            cmd = [sys.executable, script, "--runs", "1", "--no-write", "--json", out, *extra]
+        if os.path.exists(os.path.join(checkout, "bench", "__init__.py")):
+            cmd = [sys.executable, "-m", "bench.run", "--runs", "1", "--no-write", "--json", out,
+                   *extra]
         else:
-            # an older checkout may not know --json: its own results file then
-            cmd = [sys.executable, script, "--runs", "1", *extra]
+            # an older checkout: bench/run.py is a script there, without --json
+            # (its own results file is read instead)
+            cmd = [sys.executable, os.path.join(checkout, "bench", "run.py"), "--runs", "1",
+                   *extra]
         subprocess.run(cmd, cwd=checkout, env=env, check=True)
         if os.path.exists(out):
             with open(out) as f:

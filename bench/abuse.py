@@ -5,7 +5,7 @@ another client's worst request latency while one client
   * holds 30 partial 4 MiB request frames open,
   * sends 30 gzip wrappers that inflate to 63 MiB each.
 
-    python bench/abuse.py [--checkout DIR]
+    python -m bench.abuse [--checkout DIR]
 
 Runs a broker of this checkout (or of DIR, e.g. an older commit's worktree,
 for a before/after in one run) with default settings, on this machine.
@@ -18,7 +18,6 @@ import argparse
 import os
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading

@@ -35,7 +35,6 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 
 from broker.client.admin import AdminClient  # noqa: E402
 from broker.client.consumer import Consumer  # noqa: E402
@@ -44,8 +43,8 @@ from broker.harness import BrokerProcess, ZooKeeperEnsemble  # noqa: E402
 from broker.protocol.message import message_size  # noqa: E402
 from broker.settings import to_toml  # noqa: E402
 from mirror.config import ClusterRef, MirrorConfig  # noqa: E402
-from run import (machine_info, percentile, proc_cpu_seconds,  # noqa: E402  (bench/run.py)
-                 random_values, write_section)
+from bench.common import (machine_info, percentile, proc_cpu_seconds,  # noqa: E402
+                          random_values, write_section)
 
 MARK_START, MARK_END = "<!-- mirror-bench:start -->", "<!-- mirror-bench:end -->"
 VALUE_SIZE = 200

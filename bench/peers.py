@@ -2,10 +2,10 @@
 producer test and consumer test) side by side, in one run, with plots.
 
     make bench-peers                        # installs what it needs, then this (~10-15 min)
-    .venv/bin/python bench/peers.py         # the same, once RabbitMQ/ActiveMQ/pika/stomp.py are there
-    .venv/bin/python bench/peers.py --quick # smoke run: 1 run of ~2 s tests, no RESULTS.md update
-    .venv/bin/python bench/peers.py --render bench/results/peers-<date>.json  # redraw only
-    .venv/bin/python bench/peers.py --help
+    .venv/bin/python -m bench.peers         # the same, once RabbitMQ/ActiveMQ/pika/stomp.py are there
+    .venv/bin/python -m bench.peers --quick # smoke run: 1 run of ~2 s tests, no RESULTS.md update
+    .venv/bin/python -m bench.peers --render bench/results/peers-<date>.json  # redraw only
+    .venv/bin/python -m bench.peers --help
 
 Starts, as plain background processes on loopback with temporary data
 directories, one Samsa broker, RabbitMQ (Debian's rabbitmq-server, without
@@ -35,14 +35,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-for _p in (HERE, ROOT):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
-import peers_report as report  # noqa: E402
-import peers_servers as servers  # noqa: E402
-import peers_workers as workers  # noqa: E402
-from run import (  # noqa: E402  (bench/run.py, the single-broker benchmark)
+from bench import peers_report as report  # noqa: E402
+from bench import peers_servers as servers  # noqa: E402
+from bench import peers_workers as workers  # noqa: E402
+from bench.common import (  # noqa: E402
     FETCH_BYTES, MESSAGE_BYTES, loadavg, log, machine_info, parse_result, summarize,
     system_cpu, wait_for_quiet,
 )
@@ -61,11 +58,11 @@ BATCH = {"produce_batch1": 1, "produce_batch50": 50}
 
 
 def worker_cmd(kind: str, params: dict) -> list[str]:
-    return [sys.executable, os.path.abspath(__file__), "--worker", kind, json.dumps(params)]
+    return [sys.executable, "-m", "bench.peers", "--worker", kind, json.dumps(params)]
 
 
 def run_worker(kind: str, params: dict, timeout: float = 900) -> dict:
-    proc = subprocess.Popen(worker_cmd(kind, params), stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(worker_cmd(kind, params), stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -101,7 +98,7 @@ def disk_write_speed(directory: str, mib: int = 1024) -> dict:
 def loopback_tcp_speed(seconds: float = 2.0, chunk: int = 4 << 20) -> dict:
     """One sender (here) and one receiver (a worker process) over 127.0.0.1,
     ``chunk``-byte sendall / recv_into; the receiver's bytes per second."""
-    proc = subprocess.Popen(worker_cmd("tcp_sink", {"buffer": chunk}), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(worker_cmd("tcp_sink", {"buffer": chunk}), stdout=subprocess.PIPE, cwd=ROOT,
                             text=True)
     try:
         line = proc.stdout.readline()

@@ -5,14 +5,11 @@ except ``write_section`` and ``plot`` which write files; never runs a broker.
 from __future__ import annotations
 
 import os
-import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
 
-import run  # noqa: E402
-from run import MESSAGE_BYTES, VALUE_SIZE, summarize  # noqa: E402
+from bench import common  # noqa: E402
+from bench.common import MESSAGE_BYTES, summarize  # noqa: E402
 
 SYSTEMS = ("samsa", "rabbitmq", "activemq")
 PEERS = ("rabbitmq", "activemq")
@@ -117,11 +114,11 @@ def rate_series(points: list, window: float = 0.5) -> list[tuple[float, float]]:
 # ====================================================================== RESULTS.md
 
 def replace_section(text: str, section: str, start: str = MARK_START, end: str = MARK_END) -> str:
-    return run.replace_section(text, section, start, end)
+    return common.replace_section(text, section, start, end)
 
 
 def write_section(path_md: str, section: str) -> None:
-    run.write_section(path_md, section, MARK_START, MARK_END)
+    common.write_section(path_md, section, MARK_START, MARK_END)
 
 
 def _rng(st: dict, spec: str = ",.0f") -> str:

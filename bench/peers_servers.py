@@ -29,16 +29,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-for _p in (HERE, ROOT):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
-from run import CLK_TCK  # noqa: E402  (bench/run.py: the single-broker benchmark)
+from bench.common import CLK_TCK  # noqa: E402
 
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"

@@ -33,17 +33,14 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-for _p in (HERE, ROOT):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
-from run import DISTINCT_VALUES, FETCH_BYTES, MESSAGE_BYTES, VALUE_SIZE, random_values  # noqa: E402
+from bench.common import (DISTINCT_VALUES, FETCH_BYTES, MESSAGE_BYTES, VALUE_SIZE,  # noqa: E402
+                          random_values)
 
 PREFETCH = 1000         # messages the peers may push ahead of the consumer
 STALL_S = 30.0          # a worker gives up when nothing moves for this long

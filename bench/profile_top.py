@@ -1,6 +1,6 @@
 """Rank the hot spots of a py-spy raw (collapsed stacks) profile.
 
-    .venv/bin/python bench/profile_top.py PROFILE.txt [--top 25] [--filter broker/]
+    .venv/bin/python -m bench.profile_top PROFILE.txt [--top 25] [--filter broker/]
 
 Prints, as % of all samples: the lines where time is spent (self, by
 file:line), the functions with the most self time, and the functions with the

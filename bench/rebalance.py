@@ -10,7 +10,7 @@ consumers' own views and on ZooKeeper's owner nodes); then a new consumer
 joins and the group settles again before the next round (its join time is
 recorded too).
 
-    python bench/rebalance.py [--rounds 30] [--consumers 10] [--partitions 100]
+    python -m bench.rebalance [--rounds 30] [--consumers 10] [--partitions 100]
 
 Writes bench/results/rebalance-<date>.json and the section between the
 ``rebalance-bench`` markers in bench/RESULTS.md. Target: p50 <= 2 s, p99 <= 5 s.
@@ -29,13 +29,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 
 from broker.client.admin import AdminClient  # noqa: E402
 from broker.client.group_consumer import GroupConsumer  # noqa: E402
 from broker.coordination import paths  # noqa: E402
 from broker.harness import BrokerProcess, ZooKeeperEnsemble  # noqa: E402
-from run import write_section  # noqa: E402  (bench/run.py)
+from bench.common import write_section  # noqa: E402
 
 MARK_START, MARK_END = "<!-- rebalance-bench:start -->", "<!-- rebalance-bench:end -->"
 TOPIC = "rebalance-bench"

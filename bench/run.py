@@ -1,12 +1,12 @@
 """Samsa broker benchmark: the Kafka paper's (2011) single-broker workload.
 
-    .venv/bin/python bench/run.py            # full run (several minutes)
-    .venv/bin/python bench/run.py --quick    # smoke run (~1 min, no RESULTS.md update)
-    .venv/bin/python bench/run.py --help
+    .venv/bin/python -m bench.run            # full run (several minutes), from the checkout
+    .venv/bin/python -m bench.run --quick    # smoke run (~1 min, no RESULTS.md update)
+    .venv/bin/python -m bench.run --help
 
 Figures (each: --runs runs, median reported, min/max kept), 200-byte random
 values, one partition, one broker process (``broker.harness.BrokerProcess``,
-fresh data dir per run), clients in separate processes (this script re-runs
+fresh data dir per run), clients in separate processes (this module re-runs
 itself with ``--worker``):
 
   produce batch 50 / batch 1   acks=none; throughput = N / (first send -> the
@@ -27,31 +27,21 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
-import math
 import os
-import platform
 import shutil
 import signal
-import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from bench.common import (DISTINCT_VALUES, FETCH_BYTES, HERE, MESSAGE_BYTES, ROOT, VALUE_SIZE,
+                          Window, git_state, log, machine_info, parse_result, percentile,
+                          random_values, summarize, wait_for_quiet, write_section)
 
 TOPIC = "bench"
-VALUE_SIZE = 200
-MESSAGE_OVERHEAD = 22           # length, crc, magic, attributes, timestamp, key length
-MESSAGE_BYTES = VALUE_SIZE + MESSAGE_OVERHEAD
-DISTINCT_VALUES = 1024          # pre-generated random values, reused cyclically
-FETCH_BYTES = 200 * 1024
 
 TARGETS = {     # figure: (target, the paper's figure)
     "produce_batch50": (1_000_000, 400_000),
@@ -60,144 +50,9 @@ TARGETS = {     # figure: (target, the paper's figure)
 }
 MARK_START = "<!-- broker-bench:start -->"
 MARK_END = "<!-- broker-bench:end -->"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # ====================================================================== helpers
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def proc_cpu_times(pid: int) -> tuple[float, float]:
-    """(utime, stime) seconds of a process (all its threads), from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    fields = data[data.rindex(b")") + 2:].split()   # fields[0] is field 3 (state)
-    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads)."""
-    return sum(proc_cpu_times(pid))
-
-
-def system_cpu() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:9]]
-    total = sum(fields)
-    idle = fields[3] + fields[4]
-    return (total - idle) / CLK_TCK, total / CLK_TCK
-
-
-def wait_for_quiet(max_wait: float, threshold: float = 0.15) -> dict:
-    """Wait (up to max_wait s) until the machine is mostly idle over 1 s:
-    other jobs on these 2 cores skew every figure. Returns what was seen."""
-    t0 = time.monotonic()
-    while True:
-        b0, a0 = system_cpu()
-        time.sleep(1.0)
-        b1, a1 = system_cpu()
-        busy = (b1 - b0) / max(a1 - a0, 1e-9)
-        waited = time.monotonic() - t0
-        if busy <= threshold or waited >= max_wait:
-            if busy > threshold:
-                log(f"  machine still {busy:.0%} busy after {waited:.0f} s; measuring anyway")
-            return {"busy_fraction_before": round(busy, 3), "waited_for_quiet_s": round(waited, 1)}
-
-
-class Window:
-    """Broker CPU and machine-wide CPU over a test: what the broker used, and
-    (busy - broker - client) roughly what other processes took."""
-
-    def __init__(self, broker_pid: int) -> None:
-        self.pid = broker_pid
-        self.broker0 = proc_cpu_times(broker_pid)
-        self.busy0, self.total0 = system_cpu()
-        self.t0 = time.perf_counter()
-        self.load = loadavg()
-
-    def close(self, result: dict, client_cpu: float | None = None) -> float:
-        user, system = proc_cpu_times(self.pid)
-        user, system = user - self.broker0[0], system - self.broker0[1]
-        broker = user + system
-        busy1, total1 = system_cpu()
-        result["broker_cpu_s"] = broker
-        result["broker_user_s"], result["broker_system_s"] = user, system
-        result["machine_busy_cpu_s"] = busy1 - self.busy0
-        result["window_s"] = time.perf_counter() - self.t0
-        if client_cpu is not None:
-            result["other_processes_cpu_s_est"] = max(0.0, busy1 - self.busy0 - broker
-                                                      - client_cpu)
-        result["loadavg_before"] = self.load
-        return broker
-
-
-def loadavg() -> list[float]:
-    with open("/proc/loadavg") as f:
-        return [float(x) for x in f.read().split()[:3]]
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    if not sorted_values:
-        return float("nan")
-    k = max(0, min(len(sorted_values) - 1, math.ceil(q / 100 * len(sorted_values)) - 1))
-    return sorted_values[k]
-
-
-def summarize(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "runs": len(values)} if values else {}
-
-
-def machine_info() -> dict:
-    info: dict = {"nproc": os.cpu_count(), "python": sys.version.split()[0],
-                  "python_impl": platform.python_implementation(),
-                  "kernel": platform.release(), "hostname": platform.node()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu_model"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal"):
-                    info["mem_total_gib"] = round(int(line.split()[1]) / (1 << 20), 1)
-                    break
-    except OSError:
-        pass
-    try:
-        info["nproc_online"] = int(subprocess.run(["nproc"], capture_output=True, text=True)
-                                   .stdout.strip())
-    except (OSError, ValueError):
-        pass
-    from broker.protocol import message
-    info["c_accelerator"] = bool(message.ACCELERATED)
-    info["git"] = git_state()
-    return info
-
-
-def git_state() -> dict:
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    diff = git("diff", "HEAD", "--", "broker")
-    return {"head": git("rev-parse", "--short", "HEAD"),
-            "broker_dirty": bool(diff),
-            "broker_diff_sha1": hashlib.sha1(diff.encode()).hexdigest()[:12] if diff else None}
-
-
-def random_values(n: int = DISTINCT_VALUES, size: int = VALUE_SIZE) -> list[bytes]:
-    return [os.urandom(size) for _ in range(n)]
 
 
 # ====================================================================== workers
@@ -369,7 +224,7 @@ class Bench:
     # ----------------------------------------------------------- processes
 
     def worker_cmd(self, kind: str, params: dict) -> list[str]:
-        return [sys.executable, os.path.abspath(__file__), "--worker", kind, json.dumps(params)]
+        return [sys.executable, "-m", "bench.run", "--worker", kind, json.dumps(params)]
 
     def start_profiler(self, pid: int, name: str) -> subprocess.Popen | None:
         if not self.profile_dir:
@@ -394,7 +249,8 @@ class Bench:
 
     def run_worker(self, kind: str, params: dict, profile_name: str | None = None,
                    timeout: float = 900) -> dict:
-        proc = subprocess.Popen(self.worker_cmd(kind, params), stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(self.worker_cmd(kind, params), stdout=subprocess.PIPE, text=True,
+                                cwd=ROOT)
         prof = self.start_profiler(proc.pid, profile_name) if profile_name else None
         try:
             out, _ = proc.communicate(timeout=timeout)
@@ -581,13 +437,6 @@ class Bench:
                 "summary": summary_of(raw)}
 
 
-def parse_result(kind: str, returncode: int, stdout: str) -> dict:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    return {"error": f"{kind} worker exited {returncode} without a result"}
-
-
 def flush_metrics(port: int | None) -> dict:
     """The broker's fsync count and latency histogram (Prometheus text)."""
     import urllib.request
@@ -698,27 +547,6 @@ def write_results(result: dict, path_json: str, path_md: str) -> None:
                     "below. The section between the\nmarkers is rewritten by each full run; raw "
                     "runs are in `bench/results/`.\n")
     write_section(path_md, section, MARK_START, MARK_END)
-
-
-def replace_section(text: str, section: str, start: str, end: str) -> str:
-    """``text`` with what lies between the markers replaced by ``section``
-    (markers appended at the end when absent); the rest is left untouched.
-    Every benchmark owns one marked section of bench/RESULTS.md."""
-    block = start + "\n" + section.rstrip("\n") + "\n" + end
-    if start in text and end in text:
-        head, rest = text.split(start, 1)
-        _, tail = rest.split(end, 1)
-        return head + block + tail
-    return text.rstrip("\n") + "\n\n" + block + "\n"
-
-
-def write_section(path_md: str, section: str, start: str, end: str) -> None:
-    text = ""
-    if os.path.exists(path_md):
-        with open(path_md) as f:
-            text = f.read()
-    with open(path_md, "w") as f:
-        f.write(replace_section(text, section, start, end))
 
 
 def _fmt(v: float | None, spec: str = ",.0f") -> str:

@@ -12,15 +12,10 @@ import time
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__)))), "bench")
-if BENCH not in sys.path:
-    sys.path.insert(0, BENCH)
-
-import peers  # noqa: E402
-import peers_report as report  # noqa: E402
-import peers_servers as servers  # noqa: E402
-from peers_workers import Progress, steps  # noqa: E402
+from bench import peers
+from bench import peers_report as report
+from bench import peers_servers as servers
+from bench.peers_workers import Progress, steps
 
 
 def _run(rate: float, n: int = 1000, **extra) -> dict:
