@@ -26,9 +26,7 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,6 +38,7 @@ from broker.client.admin import AdminClient  # noqa: E402
 from broker.client.consumer import Consumer  # noqa: E402
 from broker.client.producer import Producer  # noqa: E402
 from broker.harness import BrokerProcess, ZooKeeperEnsemble  # noqa: E402
+from broker.harness.process import SupervisedProcess  # noqa: E402
 from broker.protocol.message import message_size  # noqa: E402
 from broker.settings import to_toml  # noqa: E402
 from mirror.config import ClusterRef, MirrorConfig  # noqa: E402
@@ -78,10 +77,7 @@ class BenchClusters:
 
     def stop(self) -> None:
         for broker in self.brokers.values():
-            try:
-                broker.stop()
-            except subprocess.TimeoutExpired:
-                pass
+            broker.stop()
         self.zk.stop()
 
 
@@ -92,27 +88,16 @@ def target_messages(admin: AdminClient, topic: str) -> int:
     return sum(admin.latest_offset(topic, p) for p in range(count)) // SIZE
 
 
-def start_mirror(lab: BenchClusters, base: str, group: str, topic: str) -> subprocess.Popen:
+def start_mirror(lab: BenchClusters, base: str, group: str, topic: str) -> SupervisedProcess:
     config = MirrorConfig(sources=tuple(lab.ref(dc) for dc in DCS), target=lab.ref("analysis"),
                           group=group, whitelist=topic, metrics_port=-1,
                           target_partitions=PARTITIONS)
     path = os.path.join(base, f"{group}.toml")
     with open(path, "w") as f:
         f.write(to_toml(config))
-    log_file = open(os.path.join(base, f"{group}.log"), "ab")
-    return subprocess.Popen([sys.executable, "-m", "mirror", "--config", path,
-                             "--log-format", "json"], stdout=log_file, stderr=log_file,
-                            start_new_session=True)
-
-
-def stop_process(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    return SupervisedProcess(group, [sys.executable, "-m", "mirror", "--config", path,
+                                     "--log-format", "json"],
+                             os.path.join(base, f"{group}.log")).start()
 
 
 def throughput_run(lab: BenchClusters, base: str, run: int, per_dc: int,
@@ -149,7 +134,7 @@ def throughput_run(lab: BenchClusters, base: str, run: int, per_dc: int,
             time.sleep(0.02)
         mirror_cpu = proc_cpu_seconds(proc.pid)
     finally:
-        stop_process(proc)
+        proc.stop(60)
         admin.close()
     cpu = {name: proc_cpu_seconds(b.proc.pid) - cpu0[name] for name, b in lab.brokers.items()}
 
@@ -224,7 +209,7 @@ def latency_run(lab: BenchClusters, base: str, run: int, seconds: float, rate: i
         reader.join(10)
         for producer in producers:
             producer.close()
-        stop_process(proc)
+        proc.stop(60)
     latencies.sort()
     result = {"sent": sent, "rate_msg_s": sent / seconds, "measured": len(latencies),
               "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),

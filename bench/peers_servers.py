@@ -11,9 +11,9 @@
   ``instances-available/main/activemq.xml`` whose only transport connector
   is STOMP on a free loopback port; stopped with SIGTERM.
 
-Every process is started in a session (process group) of its own, and
-``stop_process_group`` makes sure that nothing of a group survives its stop:
-the polite stop first, then SIGTERM, then SIGKILL to whatever is left (a
+Every process is a ``broker.harness.process.SupervisedProcess``: a session
+(process group) of its own, and a stop that leaves nothing of the group: the
+polite stop first, then SIGTERM, then SIGKILL to whatever is left (a
 RabbitMQ node is a shell script, ``beam.smp`` and helpers). Each server also
 reports the CPU seconds of its process groups (from /proc, all threads) and
 the bytes its data directory takes on disk.
@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -34,7 +33,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-from bench.common import CLK_TCK  # noqa: E402
+from broker.harness.process import (  # noqa: E402
+    ProcessStartError,
+    SupervisedProcess,
+    group_cpu_seconds,
+    group_members,
+)
 
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
@@ -57,89 +61,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
-
-def _stat_fields(pid: int) -> list[bytes] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rindex(b")") + 2:].split()     # fields[0] is field 3 (state)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes whose process group is ``pgid``."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        fields = _stat_fields(int(name))
-        if fields and int(fields[2]) == pgid and fields[0] != b"Z":
-            pids.append(int(name))
-    return pids
-
-
-def group_cpu_seconds(pgid: int) -> float:
-    """utime + stime (all threads) of the live processes of a process group."""
-    total = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        fields = _stat_fields(int(name))
-        if fields and int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / CLK_TCK
-
-
-def _wait_group_gone(pgid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while group_members(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def stop_process_group(proc: subprocess.Popen, polite=None, timeout: float = 30.0) -> list[str]:
-    """Stop a process started with ``start_new_session=True`` and every
-    process of its group: ``polite()`` (default: SIGTERM to the leader), wait
-    up to ``timeout`` s for the leader, then SIGTERM and at last SIGKILL to the
-    whole group. Returns what it had to do beyond the polite stop (empty when
-    all went well). Safe to call twice, and after the process died."""
-    notes: list[str] = []
-    pgid = proc.pid
-    if proc.poll() is None:
-        try:
-            if polite is not None:
-                polite()
-            else:
-                proc.send_signal(signal.SIGTERM)
-        except Exception as exc:   # noqa: BLE001 - a stop must go on to the hard way
-            notes.append(f"polite stop failed: {exc}")
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            notes.append(f"leader still running after {timeout:.0f} s")
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        if not group_members(pgid):
-            break
-        notes.append(f"sent {sig.name} to the rest of process group {pgid}")
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        _wait_group_gone(pgid, grace)
-    if proc.poll() is None:     # reap the leader (it is our child)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            notes.append("leader did not die")
-    if group_members(pgid):
-        notes.append(f"process group {pgid} still has {group_members(pgid)}")
-    return notes
-
-
-# ====================================================================== disk
 
 def dir_usage(path: str) -> dict[str, int]:
     """{file: bytes it takes on disk} under ``path``, as du counts them
@@ -188,7 +109,7 @@ class Server:
     def __init__(self, workdir: str) -> None:
         self.workdir = os.path.join(workdir, self.name)
         os.makedirs(self.workdir, exist_ok=True)
-        self.procs: list[tuple[str, subprocess.Popen, object]] = []
+        self.procs: list[tuple[str, SupervisedProcess, object]] = []
         self.stop_notes: list[str] = []
 
     @property
@@ -196,17 +117,14 @@ class Server:
         raise NotImplementedError
 
     def _spawn(self, label: str, cmd: list[str], env: dict | None = None, polite=None,
-               cwd: str | None = None) -> subprocess.Popen:
-        log_path = os.path.join(self.workdir, f"{label}.out")
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                                    start_new_session=True)
+               cwd: str | None = None) -> SupervisedProcess:
+        proc = SupervisedProcess(f"{self.name} {label}", cmd,
+                                 os.path.join(self.workdir, f"{label}.out"), cwd=cwd, env=env)
         self.procs.append((label, proc, polite))
-        return proc
+        return proc.start()
 
     def pgids(self) -> list[int]:
-        return [p.pid for _label, p, _polite in self.procs]
+        return [p.pid for _label, p, _polite in self.procs if p.pid is not None]
 
     def cpu_seconds(self) -> float:
         return sum(group_cpu_seconds(g) for g in self.pgids())
@@ -218,35 +136,29 @@ class Server:
     def stop(self) -> list[str]:
         notes = []
         for label, proc, polite in reversed(self.procs):
-            for note in stop_process_group(proc, polite):
-                notes.append(f"{self.name} {label}: {note}")
+            proc.stop(30.0, polite)
+            notes += [f"{self.name} {label}: {note}" for note in proc.stop_notes]
         self.stop_notes += notes
         return notes
 
     def log_tail(self, lines: int = 30) -> str:
-        out = []
-        for label, _proc, _polite in self.procs:
-            path = os.path.join(self.workdir, f"{label}.out")
-            try:
-                with open(path, "rb") as f:
-                    tail = f.readlines()[-lines:]
-            except OSError:
-                continue
-            out.append(f"--- {path}\n" + b"".join(tail).decode(errors="replace"))
-        return "\n".join(out)
+        return "\n".join(f"--- {proc.log_path}\n{proc.tail_log(lines)}"
+                         for _label, proc, _polite in self.procs)
 
 
-def _wait_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ServerStartError(f"exited with {proc.returncode} before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise ServerStartError(f"nothing listening on port {port} after {timeout:.0f} s")
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_port(port: int, proc: SupervisedProcess, timeout: float) -> None:
+    try:
+        proc.wait_ready(timeout, lambda: _listening(port))
+    except ProcessStartError as exc:
+        raise ServerStartError(f"nothing listening on port {port}: {exc}") from None
 
 
 class SamsaServer(Server):
@@ -272,16 +184,9 @@ class SamsaServer(Server):
         try:
             self.broker.start(timeout)
         finally:
-            if self.broker.proc is not None:    # registered even if the start failed
-                self.procs.append(("broker", self.broker.proc,
-                                   lambda: self.broker.proc.send_signal(signal.SIGTERM)))
+            if self.broker.process is not None:    # registered even if the start failed
+                self.procs.append(("broker", self.broker.process, None))
         return self
-
-    def stop(self) -> list[str]:
-        notes = super().stop()
-        if self.broker is not None and self.broker._reader is not None:
-            self.broker._reader.join(timeout=5)
-        return notes
 
 
 class RabbitMQServer(Server):

@@ -76,10 +76,10 @@ class _Brokers:
 
     def stop_all(self, print_logs: bool) -> None:
         for broker in self.started:
-            try:
-                broker.stop()
-            except subprocess.TimeoutExpired:
-                print(f"the broker in {broker.data_dir} ignored SIGTERM and was killed")
+            broker.stop()
+            if broker.process is not None and broker.process.stop_notes:
+                print(f"the broker in {broker.data_dir} did not stop on SIGTERM: "
+                      + "; ".join(broker.process.stop_notes))
             if print_logs:
                 print_log(broker)
 

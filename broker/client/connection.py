@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import select
 import socket
-import struct
 import threading
 import time
 from collections import deque
 
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, ProtocolError, SamsaError
+from broker.protocol.framing import FrameDecoder
 
-_SIZE = struct.Struct(">i")
 DEFAULT_MAX_RESPONSE_BYTES = 256 << 20
 
 
@@ -50,7 +49,7 @@ class BrokerConnection:
         self.max_response_bytes = max_response_bytes
         self._sock: socket.socket | None = None
         self.connected_at: float | None = None     # time.monotonic() of the last connect
-        self._rbuf = bytearray()      # received bytes not yet returned as a frame
+        self._frames = FrameDecoder(max_response_bytes)    # received bytes, framed
         self._next_correlation_id = 0
         self._pending: deque[tuple[int, int]] = deque()   # (correlation id, api key)
         self._send_lock = threading.Lock()
@@ -76,7 +75,7 @@ class BrokerConnection:
         sock.settimeout(self.request_timeout)
         self._sock = sock
         self.connected_at = time.monotonic()
-        self._rbuf = bytearray()
+        self._frames = FrameDecoder(self.max_response_bytes)
         self._pending.clear()
 
     def close(self) -> None:
@@ -88,7 +87,7 @@ class BrokerConnection:
             except OSError:
                 pass
             sock.close()
-        self._rbuf = bytearray()
+        self._frames = FrameDecoder(self.max_response_bytes)
         self._pending.clear()
 
     # ------------------------------------------------------------ sending
@@ -147,7 +146,7 @@ class BrokerConnection:
     def response_ready(self, timeout: float) -> bool:
         """Whether the next response's first bytes are here, waiting up to
         ``timeout`` seconds for them (without consuming anything)."""
-        if self._rbuf:
+        if self._frames.buffered:
             return True
         if self._sock is None:
             return True      # receive() will say what is wrong
@@ -157,39 +156,17 @@ class BrokerConnection:
             return True
         return bool(readable)
 
-    def _recv_into_buffer(self, need: int) -> None:
-        """Receive until ``_rbuf`` holds at least ``need`` bytes."""
-        sock, buf = self._sock, self._rbuf
-        while len(buf) < need:
-            chunk = sock.recv(max(need - len(buf), 1 << 16))
-            if not chunk:
-                raise EOFError
-            buf += chunk
-
     def _read_frame(self) -> bytes | bytearray:
+        frames = self._frames
         try:
-            self._recv_into_buffer(4)
-            (size,) = _SIZE.unpack_from(self._rbuf, 0)
-            if size < 4 or size > self.max_response_bytes:
-                raise ProtocolError(f"bad response size {size}")
-            buf = self._rbuf
-            if len(buf) - 4 >= size:
-                payload = bytes(buf[4:4 + size])
-                del buf[:4 + size]
-                return payload
-            # a big frame: receive straight into its own buffer (one copy)
-            payload = bytearray(size)
-            have = len(buf) - 4
-            payload[:have] = buf[4:]
-            self._rbuf = bytearray()
-            view = memoryview(payload)
-            while have < size:
-                n = self._sock.recv_into(view[have:], size - have)
-                if n == 0:
+            frame = frames.next_frame()
+            while frame is None:
+                count = self._sock.recv_into(frames.receive_buffer())
+                if count == 0:
                     raise EOFError
-                have += n
-            view.release()
-            return payload
+                frames.received(count)
+                frame = frames.next_frame()
+            return frame
         except EOFError:
             self.close()
             raise BrokerConnectionError(f"broker {self.address} closed the connection") from None

@@ -1,5 +1,9 @@
 """Real processes for the demo, the tests, the benchmarks and the lab.
 
+* ``SupervisedProcess`` (process.py): the one way child processes are
+  started (a session each, output to a log, readiness by a line or a
+  callable) and stopped (polite, then TERM and KILL to the group), used by
+  everything below, the lab, the benchmarks and the test fixtures.
 * ``BrokerProcess`` (broker_process.py): one ``python -m broker``.
 * ``ZooKeeperEnsemble`` (zookeeper.py): one ZooKeeper server or a quorum of
   them, as Java processes, with kill/restart of one member.
@@ -9,6 +13,7 @@
 Nothing here is imported by the broker itself.
 """
 from broker.harness.broker_process import BrokerProcess, BrokerStartError
+from broker.harness.process import ProcessStartError, SupervisedProcess
 from broker.harness.zookeeper import (
     ZooKeeperEnsemble,
     ZooKeeperError,
@@ -20,7 +25,7 @@ from broker.harness.zookeeper import (
 )
 
 __all__ = [
-    "BrokerProcess", "BrokerStartError",
+    "BrokerProcess", "BrokerStartError", "SupervisedProcess", "ProcessStartError",
     "ZooKeeperEnsemble", "ZooKeeperServer", "ZooKeeperError", "ZooKeeperNotFoundError",
     "ZooKeeperStartError", "find_classpath", "four_letter_word",
 ]

@@ -43,12 +43,13 @@ import os
 import random
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+
+from broker.harness.process import SupervisedProcess, read_from, tail
 
 DEBIAN_JAVA_DIR = "/usr/share/java"
 CLASSPATH_ENV = "SAMSA_ZOOKEEPER_CLASSPATH"
@@ -215,14 +216,6 @@ def _free_ports(host: str, count: int) -> list[int]:
             sock.close()
 
 
-def _tail(path: str, lines: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            return b"".join(f.readlines()[-lines:]).decode(errors="replace")
-    except OSError as exc:
-        return f"(no log: {exc})"
-
-
 # --------------------------------------------------------------------------- one server
 
 @dataclass
@@ -237,7 +230,7 @@ class ZooKeeperServer:
     client_port: int
     quorum_port: int | None = None      # None for a standalone server
     election_port: int | None = None
-    proc: subprocess.Popen | None = field(default=None, repr=False)
+    process: SupervisedProcess | None = field(default=None, repr=False)
 
     @property
     def address(self) -> str:
@@ -256,11 +249,15 @@ class ZooKeeperServer:
         return os.path.join(self.directory, "server.log")
 
     @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.process.proc if self.process is not None else None
+
+    @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
+        return self.process.pid if self.process is not None else None
 
     def is_running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.process is not None and self.process.is_running()
 
     def mode(self, timeout: float = 1.0) -> str | None:
         """See server_mode(); None as well when the process is not running."""
@@ -293,14 +290,10 @@ class ZooKeeperServer:
         """Start the process (not waiting for it to serve); the log is appended to."""
         if self.is_running():
             return
-        with open(self.log_path, "ab") as log:
-            log.write(f"----- started by samsa's harness at {time.strftime('%H:%M:%S')} -----\n"
-                      .encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                self.command(java, classpath, jvm_args), cwd=self.directory,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)     # its own process group: killpg reaches all
+        self.process = SupervisedProcess(f"ZooKeeper server {self.server_id}",
+                                         self.command(java, classpath, jvm_args),
+                                         self.log_path, cwd=self.directory)
+        self.process.start()
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM the process group, wait, SIGKILL if it is still there.
@@ -310,50 +303,28 @@ class ZooKeeperServer:
 
     def terminate(self) -> None:
         """Send SIGTERM to the process group, not waiting (see wait_stopped())."""
-        if self.proc is not None and self.proc.poll() is None:
-            self._signal_group(signal.SIGTERM)
+        if self.process is not None:
+            self.process.stop_notes = []
+            self.process.terminate()
 
     def wait_stopped(self, timeout: float = 10.0) -> int | None:
         """Wait for the process to end; SIGKILL it after ``timeout``."""
-        if self.proc is None:
-            return None
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._signal_group(signal.SIGKILL)
-            self.proc.wait()
-        return self.proc.returncode
+        return self.process.wait_stopped(timeout) if self.process is not None else None
 
     def kill(self) -> None:
         """SIGKILL: a crash, nothing flushed that was not already."""
-        if self.proc is None or self.proc.poll() is not None:
-            return      # signalling a reaped pid could reach an unrelated process
-        self._signal_group(signal.SIGKILL)
-        self.proc.wait()
-
-    def _signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass    # exited between poll() and here
+        if self.process is not None:
+            self.process.kill()
 
     def log_size(self) -> int:
-        try:
-            return os.path.getsize(self.log_path)
-        except OSError:
-            return 0
+        return os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
 
     def read_log(self, start: int = 0) -> str:
         """The log from byte ``start`` on (see log_size())."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(start)
-                return f.read().decode(errors="replace")
-        except OSError as exc:
-            return f"(no log: {exc})"
+        return read_from(self.log_path, start)
 
     def tail_log(self, lines: int = 40) -> str:
-        return _tail(self.log_path, lines)
+        return tail(self.log_path, lines)
 
 
 # --------------------------------------------------------------------------- ensemble
@@ -502,7 +473,7 @@ class ZooKeeperEnsemble:
         while True:
             for server in members:
                 if not server.is_running():
-                    self._fail(server, f"exited with status {server.proc.returncode}",
+                    self._fail(server, server.process.exit_status(),
                                kill_on_failure)
                 modes[server.server_id] = server.mode(timeout=1.0)
             serving = all(mode in SERVING_MODES for mode in modes.values())

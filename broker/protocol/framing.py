@@ -5,6 +5,14 @@
 The decoder never holds more than one partial frame, and it refuses a frame
 whose announced size exceeds ``max_frame_bytes`` *before* buffering its
 payload, so a peer cannot make the receiver hold unbounded memory.
+
+Two ways to drive it, one per decoder (not mixed):
+
+* push (an event loop): ``feed(data)`` returns every frame completed;
+* pull (a blocking socket): ``next_frame()`` until it returns None, then
+  ``receive_buffer()``, ``sock.recv_into`` it, ``received(n)``. A big frame
+  is received straight into a buffer of its own size (one copy, no
+  reassembly); small frames arrive several to a read.
 """
 from __future__ import annotations
 
@@ -27,7 +35,10 @@ class FrameDecoder:
     After it raises, the connection is beyond repair: close it.
     """
 
-    __slots__ = ("_buffer", "max_frame_bytes", "failure")
+    __slots__ = ("_buffer", "max_frame_bytes", "failure", "_chunk", "_big", "_big_have")
+
+    #: pull mode: frames bigger than this are received into a buffer of their own
+    BIG_FRAME_BYTES = 1 << 16
 
     def __init__(self, max_frame_bytes: int) -> None:
         if max_frame_bytes <= 0:
@@ -37,11 +48,14 @@ class FrameDecoder:
         # set when a bad frame size follows good frames in one feed: those
         # frames are returned, and the connection must then be closed
         self.failure: ProtocolError | None = None
+        self._chunk: bytearray | None = None     # pull mode: where small reads land
+        self._big: bytearray | None = None       # pull mode: the big frame being received
+        self._big_have = 0
 
     @property
     def buffered(self) -> int:
-        """Bytes held that do not yet form a whole frame."""
-        return len(self._buffer)
+        """Bytes held that are not yet returned as a frame."""
+        return len(self._buffer) + self._big_have
 
     @property
     def partial_frame_bytes(self) -> int:
@@ -110,3 +124,49 @@ class FrameDecoder:
         if size > self.max_frame_bytes:
             raise FrameTooLargeError(
                 f"frame of {size} bytes exceeds the limit of {self.max_frame_bytes} bytes")
+
+    # ------------------------------------------------------------ pull mode
+
+    def next_frame(self) -> bytes | bytearray | None:
+        """The next whole frame received (pull mode), or None when more bytes
+        are needed; raises ProtocolError on a bad frame size."""
+        big = self._big
+        if big is not None:
+            if self._big_have < len(big):
+                return None
+            self._big, self._big_have = None, 0
+            return big
+        buf = self._buffer
+        if len(buf) < SIZE_BYTES:
+            return None
+        (size,) = _SIZE.unpack_from(buf, 0)
+        self._check_size(size)
+        stop = SIZE_BYTES + size
+        if len(buf) >= stop:
+            frame = bytes(buf[SIZE_BYTES:stop])
+            del buf[:stop]
+            return frame
+        if size > self.BIG_FRAME_BYTES:
+            # the buffer holds only the start of this frame: go on in a buffer of its size
+            self._big = big = bytearray(size)
+            self._big_have = have = len(buf) - SIZE_BYTES
+            big[:have] = buf[SIZE_BYTES:]
+            buf.clear()
+        return None
+
+    def receive_buffer(self) -> memoryview:
+        """Where the next received bytes go (pull mode): pass it to
+        ``sock.recv_into``, then call ``received(n)``. Call next_frame()
+        first: only when it returned None is a receive needed."""
+        if self._big is not None:
+            return memoryview(self._big)[self._big_have:]
+        if self._chunk is None:
+            self._chunk = bytearray(self.BIG_FRAME_BYTES)
+        return memoryview(self._chunk)
+
+    def received(self, count: int) -> None:
+        """``count`` bytes were written at the start of the last receive_buffer()."""
+        if self._big is not None:
+            self._big_have += count
+        else:
+            self._buffer += memoryview(self._chunk)[:count]

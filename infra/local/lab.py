@@ -53,11 +53,9 @@ import json
 import logging
 import os
 import random
-import shlex
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.error
@@ -74,6 +72,14 @@ from broker.coordination import paths
 from broker.coordination.cluster import ClusterView
 from broker.coordination.ownership import Subscription
 from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_client
+from broker.harness.process import (
+    POLL_S,
+    SupervisedProcess,
+    group_members,
+    proc_stat,
+    signal_group,
+    tail,
+)
 from broker.harness.zookeeper import (ZooKeeperEnsemble, ZooKeeperError, _ephemeral_port_range,
                                       server_mode)
 from infra.local import haproxy
@@ -87,7 +93,6 @@ TOPOLOGY_FILE = "topology.toml"
 STOP_ORDER = (("mirror",), ("haproxy", "broker"), ("zookeeper",))
 #: The repository root: the children import the same code as the lab.
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_POLL_S = 0.05      # poll interval where nothing announces readiness
 
 
 class LabError(RuntimeError):
@@ -115,31 +120,9 @@ class ProcessRecord:
 
 # ------------------------------------------------------------------ processes
 
-def proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state letter, process group, start ticks) of ``pid``, None if there is none."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            data = f.read()
-    except (OSError, ValueError):
-        return None
-    fields = data[data.rindex(")") + 2:].split()    # from field 3 (state) on
-    return fields[0], int(fields[2]), int(fields[19])
-
-
 def start_ticks(pid: int) -> int:
     stat = proc_stat(pid)
-    return stat[2] if stat else -1
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of the process group ``pgid``."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = proc_stat(int(entry))
-            if stat and stat[1] == pgid and stat[0] not in "ZX":
-                members.append(int(entry))
-    return members
+    return stat.start_ticks if stat else -1
 
 
 def free_topology(topology: Topology, attempts: int = 200) -> Topology:
@@ -172,15 +155,6 @@ def busy_ports(topology: Topology) -> list[tuple[int, str]]:
     return busy
 
 
-def _tail(path: str, lines: int = 30) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 64 * 1024))
-            return b"".join(f.read().splitlines(keepends=True)[-lines:]).decode(errors="replace")
-    except OSError as exc:
-        return f"(no log: {exc})"
-
-
 # ------------------------------------------------------------------ the lab
 
 class Lab:
@@ -201,7 +175,7 @@ class Lab:
         self.records: dict[str, ProcessRecord] = {}
         # processes this object started: polled (which reaps them) rather than
         # looked up in /proc, where a dead child stays a zombie until reaped
-        self._children: dict[str, subprocess.Popen] = {}
+        self._children: dict[str, SupervisedProcess] = {}
         self._read_state()
 
     @classmethod
@@ -284,14 +258,13 @@ class Lab:
         if child is not None and child.pid == record.pid:
             return child.poll() is None
         stat = proc_stat(record.pid)
-        return stat is not None and stat[2] == record.start_ticks and stat[0] not in "ZX"
+        return stat is not None and stat.start_ticks == record.start_ticks and \
+            stat.state not in "ZX"
 
     def exit_status(self, name: str) -> str:
         child = self._children.get(name)
         if child is not None and child.poll() is not None:
-            code = child.returncode
-            return f"exited with status {code}" if code >= 0 else \
-                f"was killed by {signal.Signals(-code).name}"
+            return child.exit_status()
         return "is not running"
 
     def is_running(self) -> bool:
@@ -307,7 +280,7 @@ class Lab:
         if self.alive(name):
             return [record.pid]
         stat = proc_stat(record.pid)
-        if stat is not None and stat[2] != record.start_ticks:
+        if stat is not None and stat.start_ticks != record.start_ticks:
             # Linux keeps a pid number while a process group of that id has
             # members: reused, so our group emptied before; nothing is ours
             return []
@@ -317,10 +290,7 @@ class Lab:
         """``sig`` to ``name``'s process group, if the process is still ours."""
         record = self.records[name]
         if self.alive(name):
-            try:
-                os.killpg(record.pid, sig)     # its own session: pgid == pid
-            except ProcessLookupError:
-                pass
+            signal_group(record.pid, sig)     # its own session: pgid == pid
             return
         for pid in self._leftovers(name):      # the leader is gone: what it left
             try:
@@ -349,7 +319,7 @@ class Lab:
             pending = [n for n in pending if self._leftovers(n)]
             if not pending or time.monotonic() >= deadline:
                 return pending
-            time.sleep(_POLL_S)
+            time.sleep(POLL_S)
 
     # ---------------------------------------------------------------- launching
 
@@ -360,13 +330,8 @@ class Lab:
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE_ROOT, env.get("PYTHONPATH")) if p)
-        with open(log_path, "ab") as out:
-            out.write(f"----- {name} started by the lab at {time.strftime('%Y-%m-%d %H:%M:%S')}:"
-                      f" {shlex.join(command)}\n".encode())
-            out.flush()
-            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, cwd=cwd or self.state_dir,
-                                    env=env, start_new_session=True)
+        proc = SupervisedProcess(name, command, log_path, cwd=cwd or self.state_dir, env=env)
+        proc.start()
         record = ProcessRecord(name=name, role=role, pid=proc.pid,
                                start_ticks=start_ticks(proc.pid), command=command,
                                log=log_path, ports=ports, cluster=cluster, index=index, cwd=cwd)
@@ -383,7 +348,7 @@ class Lab:
     def _failure(self, name: str, why: str, hint: str = "") -> LabError:
         record = self.records[name]
         return LabError(f"{name} {why}{hint}\n----- last lines of {record.log} -----\n"
-                        f"{_tail(record.log)}")
+                        f"{tail(record.log, 30)}")
 
     def _wait_ready(self, what: str, names: list[str], ready: Callable[[str], bool],
                     timeout: float, hint: Callable[[str], str] = lambda name: "") -> None:
@@ -403,7 +368,7 @@ class Lab:
                 raise self._failure(pending[0], f"was not ready after {timeout:.0f} s "
                                     f"({what})", hint(pending[0]))
             if pending:
-                time.sleep(_POLL_S)
+                time.sleep(POLL_S)
 
     # ---------------------------------------------------------------- up
 
@@ -486,7 +451,7 @@ class Lab:
                 command=server.command(ensemble.java, ensemble.classpath, ensemble.jvm_args),
                 log=server.log_path, ports=ports, index=server.server_id,
                 cwd=server.directory)
-            self._children[name] = server.proc
+            self._children[name] = server.process
         self._write_state()
         log.info("ZooKeeper serves on %s", t.zookeeper_connect())
         with self._zookeeper() as zk:
@@ -616,7 +581,7 @@ class Lab:
         self._wait_ready("its /metrics", names, metrics_answer, timeout, hint=self._mirror_hint)
 
     def _mirror_hint(self, name: str) -> str:
-        if "No module named mirror.__main__" in _tail(self.records[name].log, 200):
+        if "No module named mirror.__main__" in tail(self.records[name].log, 200):
             return (" (the mirror has no command-line program yet: mirror/__main__.py is "
                     "missing; `up --no-mirrors` runs the lab without mirrors)")
         return ""

@@ -5,9 +5,6 @@ no RabbitMQ or ActiveMQ (``make test`` does not install them)."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -199,60 +196,6 @@ def test_plot_writes_small_pngs(tmp_path):
     for path in (p, c):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert path.stat().st_size < 300_000
-
-
-# ---------------------------------------------------------------- processes
-
-def _group_of(cmd: str) -> subprocess.Popen:
-    proc = subprocess.Popen(["bash", "-c", cmd], start_new_session=True)
-    deadline = time.monotonic() + 5
-    while len(servers.group_members(proc.pid)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return proc
-
-
-def test_stop_process_group_stops_children_too():
-    proc = _group_of("sleep 60 & sleep 60 & wait")
-    assert len(servers.group_members(proc.pid)) >= 3
-    notes = servers.stop_process_group(proc, timeout=5)
-    assert servers.group_members(proc.pid) == []
-    assert proc.returncode is not None
-    # the leader died of SIGTERM; its orphaned sleeps needed the group signal
-    assert any("SIGTERM" in n for n in notes)
-    assert servers.stop_process_group(proc) == []      # twice is fine
-
-
-@pytest.mark.slow
-def test_stop_process_group_kills_what_ignores_sigterm():
-    proc = _group_of("trap '' TERM; sleep 60 & wait")
-    t0 = time.monotonic()
-    notes = servers.stop_process_group(proc, timeout=0.5)
-    assert servers.group_members(proc.pid) == []
-    assert any("SIGKILL" in n for n in notes)
-    assert time.monotonic() - t0 < 15
-
-
-def test_stop_process_group_uses_the_polite_stop():
-    proc = _group_of("trap 'exit 0' USR1; sleep 60 & wait")
-    notes = servers.stop_process_group(proc, polite=lambda: proc.send_signal(signal.SIGUSR1),
-                                       timeout=5)
-    assert proc.returncode == 0
-    assert servers.group_members(proc.pid) == []
-    assert not any("leader still running" in n for n in notes)
-
-
-def test_group_cpu_seconds_of_a_busy_group():
-    proc = subprocess.Popen([sys.executable, "-c", "import time\nt=time.process_time()\n"
-                             "while time.process_time()-t<0.3: pass\ntime.sleep(30)"],
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 10
-        while servers.group_cpu_seconds(proc.pid) < 0.25 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert servers.group_cpu_seconds(proc.pid) >= 0.25
-    finally:
-        servers.stop_process_group(proc, timeout=5)
-    assert servers.group_cpu_seconds(proc.pid) == 0
 
 
 # ---------------------------------------------------------------- disk, config, limits

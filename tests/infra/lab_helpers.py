@@ -9,7 +9,7 @@ import threading
 from broker.client.admin import AdminClient
 from broker.client.producer import Producer
 from broker_helpers import connect, read_partition
-from infra.local.lab import proc_stat
+from broker.harness.process import proc_stat
 from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology
 
 # Brokers that flush often (acks=flushed answers quickly) and whose ZooKeeper
@@ -57,7 +57,7 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
 def running(pid: int) -> bool:
     """Whether ``pid`` is a live process (a zombie is not)."""
     stat = proc_stat(pid)
-    return stat is not None and stat[0] not in "ZX"
+    return stat is not None and stat.state not in "ZX"
 
 
 # ------------------------------------------------------------------ producing through a load balancer

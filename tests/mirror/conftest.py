@@ -3,14 +3,12 @@ under chroots of the session's ZooKeeper, and mirrors (in-process or as
 ``python -m mirror`` processes) stopped at teardown."""
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 
 import pytest
 
 from broker.client.cluster_producer import ClusterProducer
+from broker.harness.process import SupervisedProcess
 from broker.settings import to_toml
 from cluster_helpers import Cluster, chroot_client
 from mirror.config import MirrorConfig
@@ -57,27 +55,23 @@ def mirrors():
 
 @pytest.fixture
 def mirror_processes(tmp_path):
-    """``start(config) -> Popen`` of ``python -m mirror --config``; killed at
-    teardown, its log printed if the test failed."""
-    procs: list[tuple[subprocess.Popen, str]] = []
+    """``start(config) -> SupervisedProcess`` of ``python -m mirror --config``;
+    killed at teardown. ``start.logs`` lists (process, log path)."""
+    procs: list[tuple[SupervisedProcess, str]] = []
 
-    def start(config: MirrorConfig, name: str = "mirror") -> subprocess.Popen:
+    def start(config: MirrorConfig, name: str = "mirror") -> SupervisedProcess:
         path = tmp_path / f"{name}-{len(procs)}.toml"
         path.write_text(to_toml(config))
         log_path = str(tmp_path / f"{name}-{len(procs)}.log")
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "mirror", "--config", str(path),
-                                     "--log-format", "json"], stdout=log, stderr=log,
-                                    start_new_session=True)
+        proc = SupervisedProcess(name, [sys.executable, "-m", "mirror", "--config", str(path),
+                                        "--log-format", "json"], log_path)
         procs.append((proc, log_path))
-        return proc
+        return proc.start()
 
     start.logs = procs
     yield start
     for proc, _ in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        proc.kill()
 
 
 @pytest.fixture

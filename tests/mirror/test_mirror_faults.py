@@ -5,7 +5,6 @@ target; duplicates are counted and bounded."""
 from __future__ import annotations
 
 import pytest
-import os
 import signal
 import threading
 import time
@@ -89,8 +88,7 @@ def test_kill_9_the_mirror_and_restart_loses_nothing(clusters, mirror_processes)
         def committed() -> int:
             return sum(zk_offsets.read_offsets(dc_a.zk, "mirror-test").values()) // SIZE
         wait_until(lambda: committed() >= 15_000, 60, what="the mirror to be well into the copy")
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(10)
+        first.kill()
         committed_at_kill = committed()
         wait_until(lambda: quiesced(analysis), 30, what="the target to handle what the dead "
                                                          "mirror had sent")

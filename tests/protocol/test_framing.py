@@ -106,3 +106,78 @@ def test_good_frames_before_an_oversized_one_are_handed_out():
     assert isinstance(decoder.failure, FrameTooLargeError)
     with pytest.raises(FrameTooLargeError):
         decoder.feed(b"more")
+
+
+# ---------------------------------------------------------------- pull mode
+
+class FakeSocket:
+    """recv_into from a byte stream, at most the sizes given per call."""
+
+    def __init__(self, stream: bytes, sizes) -> None:
+        self.stream, self.pos, self.sizes = stream, 0, sizes
+
+    def recv_into(self, buffer: memoryview) -> int:
+        n = min(len(buffer), len(self.stream) - self.pos, next(self.sizes))
+        buffer[:n] = self.stream[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+
+def pull(decoder: FrameDecoder, sock: FakeSocket, count: int) -> list:
+    """A blocking reader as the client is written: next_frame, else receive."""
+    frames = []
+    while len(frames) < count:
+        frame = decoder.next_frame()
+        while frame is None:
+            n = sock.recv_into(decoder.receive_buffer())
+            assert n, "the stream ended inside a frame"
+            decoder.received(n)
+            frame = decoder.next_frame()
+        frames.append(frame)
+    return frames
+
+
+BIG = FrameDecoder.BIG_FRAME_BYTES
+
+
+@SETTINGS
+@given(st.lists(st.one_of(st.binary(max_size=100),
+                          st.integers(BIG - 2, BIG * 3).map(lambda n: bytes([n % 251]) * n)),
+                max_size=8),
+       st.lists(st.integers(1, 3 * BIG), min_size=1))
+def test_pull_mode_gives_the_frames_whatever_the_reads(payloads, sizes):
+    stream = b"".join(encode_frame(p) for p in payloads)
+    decoder = FrameDecoder(4 * BIG)
+    sock = FakeSocket(stream, iter(sizes * (len(stream) + 1)))
+    assert pull(decoder, sock, len(payloads)) == payloads
+    assert decoder.next_frame() is None and decoder.buffered == 0
+    assert sock.pos == len(stream)
+
+
+def test_pull_mode_receives_a_big_frame_in_place():
+    payload = bytes(range(256)) * 1024                  # 256 KiB
+    stream = encode_frame(payload) + encode_frame(b"next")
+    decoder = FrameDecoder(1 << 20)
+    sock = FakeSocket(stream, iter([100] + [1 << 30] * 10))
+    first = pull(decoder, sock, 1)[0]
+    assert type(first) is bytearray and first == payload
+    # the big frame's reads were cut at its end: the next frame is still unread
+    assert sock.pos == len(stream) - len(encode_frame(b"next"))
+    assert pull(decoder, sock, 1) == [b"next"]
+
+
+def test_pull_mode_refuses_an_oversized_frame_from_its_size():
+    decoder = FrameDecoder(1000)
+    sock = FakeSocket(encode_frame(b"x" * 1001), iter([8] * 10))
+    decoder.received(sock.recv_into(decoder.receive_buffer()))
+    with pytest.raises(FrameTooLargeError):
+        decoder.next_frame()
+    assert decoder.buffered == 8
+
+
+def test_pull_mode_refuses_a_negative_size():
+    decoder = FrameDecoder(1000)
+    sock = FakeSocket(b"\xff\xff\xff\xfe", iter([4]))
+    decoder.received(sock.recv_into(decoder.receive_buffer()))
+    with pytest.raises(ProtocolError, match="negative"):
+        decoder.next_frame()
