@@ -460,69 +460,65 @@ class BrokerServer:
         Returns the result row [topic, partition, error, message, base, end, log].
         Never raises: whatever goes wrong becomes this entry's error."""
         try:
-            return self._append_entry(topic_name, partition, message_set, info, now, no_ack)
+            topic = self.logs.topics.get(topic_name)
+            if topic is None:
+                if not self.config.auto_create_topics:
+                    return self._error_result(topic_name, partition,
+                                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                              f"unknown topic {quote_name(topic_name)}")
+                try:
+                    topic = self.logs.create_topic(topic_name, self.config.default_partitions)
+                    self._topics_changed()
+                except InvalidConfigError as exc:
+                    return self._error_result(topic_name, partition, ErrorCode.INVALID_TOPIC,
+                                              str(exc))
+                except OSError as exc:
+                    return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR,
+                                              f"cannot create topic: {exc}")
+            logs = topic.logs
+            if partition == api.ANY_PARTITION:
+                partition = topic.next_any_partition % len(logs)
+                topic.next_any_partition = partition + 1
+            elif not 0 <= partition < len(logs):
+                return self._error_result(topic_name, partition,
+                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                          f"topic {quote_name(topic_name)} has no partition "
+                                          f"{partition}")
+            if info is None:
+                try:
+                    info = validate_message_set(message_set, self.config.max_message_bytes)
+                except CorruptMessageError as exc:
+                    return self._error_result(topic_name, partition, exc.code, str(exc))
+            elif isinstance(info, CorruptMessageError):     # validated off the loop: refused
+                return self._error_result(topic_name, partition, info.code, str(info))
+            count, size, first_ts, max_ts = info
+            lg = logs[partition]
+            if count == 0:
+                return [topic_name, partition, 0, "", lg.end_offset, lg.end_offset, None]
+            lost = self._failed_logs.get(lg) if self._failed_logs else None
+            if lost is not None:
+                # an earlier append of this read failed: refuse the rest of it, so
+                # no later set takes the offsets the failed ones gave back
+                return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR, lost[1])
+            try:
+                base = lg.append(message_set, count, first_ts, max_ts, now)
+            except StorageError as exc:
+                # A roll wrote what this read had buffered, and failed: those sets
+                # are lost (their offsets given back) and so is this one.
+                self._storage_failed(lg, exc, no_ack)
+                return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR, str(exc))
+            if no_ack:
+                self._dirty[lg] = True
+            elif lg not in self._dirty:
+                self._dirty[lg] = False
+            metrics = self.metrics
+            metrics.messages_in[topic_name] += count
+            metrics.bytes_in[topic_name] += size
+            return [topic_name, partition, 0, "", base, base + size, lg]
         except Exception as exc:     # a bug: this entry fails, the others go on
             log.exception("error appending to %s/%s", quote_name(topic_name), partition)
             return self._error_result(topic_name, partition, ErrorCode.UNKNOWN,
                                       f"internal error: {exc}")
-
-    def _append_entry(self, topic_name: str, partition: int, message_set, info, now: int,
-                      no_ack: bool) -> list:
-        topic = self.logs.topics.get(topic_name)
-        if topic is None:
-            if not self.config.auto_create_topics:
-                return self._error_result(topic_name, partition,
-                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                          f"unknown topic {quote_name(topic_name)}")
-            try:
-                topic = self.logs.create_topic(topic_name, self.config.default_partitions)
-                self._topics_changed()
-            except InvalidConfigError as exc:
-                return self._error_result(topic_name, partition, ErrorCode.INVALID_TOPIC,
-                                          str(exc))
-            except OSError as exc:
-                return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR,
-                                          f"cannot create topic: {exc}")
-        logs = topic.logs
-        if partition == api.ANY_PARTITION:
-            partition = topic.next_any_partition % len(logs)
-            topic.next_any_partition = partition + 1
-        elif not 0 <= partition < len(logs):
-            return self._error_result(topic_name, partition,
-                                      ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                      f"topic {quote_name(topic_name)} has no partition "
-                                      f"{partition}")
-        if info is None:
-            try:
-                info = validate_message_set(message_set, self.config.max_message_bytes)
-            except CorruptMessageError as exc:
-                return self._error_result(topic_name, partition, exc.code, str(exc))
-        elif isinstance(info, CorruptMessageError):     # validated off the loop: refused
-            return self._error_result(topic_name, partition, info.code, str(info))
-        count, size, first_ts, max_ts = info
-        lg = logs[partition]
-        if count == 0:
-            return [topic_name, partition, 0, "", lg.end_offset, lg.end_offset, None]
-        lost = self._failed_logs.get(lg)
-        if lost is not None:
-            # an earlier append of this read failed: refuse the rest of it, so
-            # no later set takes the offsets the failed ones gave back
-            return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR, lost[1])
-        try:
-            base = lg.append(message_set, count, first_ts, max_ts, now)
-        except StorageError as exc:
-            # A roll wrote what this read had buffered, and failed: those sets
-            # are lost (their offsets given back) and so is this one.
-            self._storage_failed(lg, exc, no_ack)
-            return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR, str(exc))
-        if no_ack:
-            self._dirty[lg] = True
-        elif lg not in self._dirty:
-            self._dirty[lg] = False
-        metrics = self.metrics
-        metrics.messages_in[topic_name] += count
-        metrics.bytes_in[topic_name] += size
-        return [topic_name, partition, 0, "", base, base + size, lg]
 
     def _error_result(self, topic: str, partition: int, code: int, message: str) -> list:
         self.metrics.errors[("produce", ErrorCode(code).name)] += 1
