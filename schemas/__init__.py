@@ -1,0 +1,26 @@
+"""Samsa's Avro schemas, their registry and the wire format of message values.
+
+Stands alone: nothing here imports the broker, the clients or the services.
+
+* catalog.py: the shipped ``.avsc`` files and the topics they belong to;
+* registry.py: subjects, versions, fingerprint ids, compatibility at registration;
+* stores.py: where a registry lives (ZooKeeper by default, or a file);
+* compatibility.py: BACKWARD / FORWARD / FULL / NONE (and transitive) rules;
+* wire.py: ``magic, schema id, Avro binary`` values, written and read;
+* header.py: the common event header read straight from a value;
+* container.py: Avro container files;
+* cli.py: ``python -m schemas``.
+"""
+from schemas.registry import (
+    IncompatibleSchemaError,
+    RegisteredSchema,
+    RegistryError,
+    SchemaNotFoundError,
+    SchemaParseError,
+    SchemaRegistry,
+)
+from schemas.wire import EnvelopeError, ValueReader, ValueWriter
+
+__all__ = ["SchemaRegistry", "RegisteredSchema", "RegistryError", "SchemaParseError",
+           "IncompatibleSchemaError", "SchemaNotFoundError", "ValueReader", "ValueWriter",
+           "EnvelopeError"]

@@ -1,0 +1,82 @@
+"""The schemas that ship with Samsa (``schemas/avsc/*.avsc``) and the topics
+they are registered under by default.
+
+One file per schema, named ``<namespace>.<Name>.avsc`` (a later version of
+a schema: ``<namespace>.<Name>.v<N>.avsc``); a schema refers to another
+(the common header) by its full name, and ``load`` inlines it, so what is
+registered is self-contained.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from fastavro.schema import load_schema, load_schema_ordered
+
+from schemas.registry import RegisteredSchema, SchemaParseError, SchemaRegistry, check_structure
+
+AVSC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "avsc")
+
+HEADER = "samsa.events.EventHeader"
+MONITORING_EVENT = "samsa.audit.MonitoringEvent"
+
+#: topic (subject) -> the schema its values are written with
+TOPIC_SCHEMAS = {
+    "page_views": "samsa.events.PageViewEvent",
+    "searches": "samsa.events.SearchEvent",
+    "logins": "samsa.events.LoginEvent",
+    "service_calls": "samsa.events.ServiceCallEvent",
+    "_audit": MONITORING_EVENT,
+}
+
+
+def names() -> list[str]:
+    """Every shipped schema file's name without ``.avsc`` (versions included)."""
+    return sorted(n[:-5] for n in os.listdir(AVSC_DIR) if n.endswith(".avsc"))
+
+
+def path_of(name: str) -> str:
+    path = os.path.join(AVSC_DIR, name + ".avsc")
+    if not os.path.exists(path):
+        raise SchemaParseError(f"no shipped schema {name!r}; there are: {', '.join(names())}")
+    return path
+
+
+def load(name: str) -> Any:
+    """A shipped schema, self-contained (the header inlined), as JSON values."""
+    return load_file(path_of(name))
+
+
+def load_file(path: str) -> Any:
+    """An ``.avsc`` file, with the named types it uses loaded from files
+    named after them beside it (or among the shipped ones), inlined."""
+    try:
+        with open(path) as f:
+            raw = json.load(f)      # a clear error for bad JSON before fastavro's
+    except (OSError, ValueError) as exc:
+        raise SchemaParseError(f"{path}: {exc}") from None
+    check_structure(raw)            # what fastavro would let through
+    try:
+        return _load_with_shipped(path)
+    except ValueError as exc:
+        raise SchemaParseError(f"{path}: {exc}") from None
+
+
+def _load_with_shipped(path: str) -> Any:
+    try:
+        return load_schema(path, _write_hint=False)
+    except Exception as first:    # fastavro's errors for an unknown name or a bad schema
+        if os.path.dirname(os.path.abspath(path)) == AVSC_DIR:
+            raise SchemaParseError(f"{path}: {first}") from None
+    # a file elsewhere may refer to the shipped header (or the other shipped types)
+    try:
+        return load_schema_ordered([path_of(HEADER), path], _write_hint=False)
+    except Exception as exc:
+        raise SchemaParseError(f"{path}: {exc}") from None
+
+
+def register_defaults(registry: SchemaRegistry) -> list[RegisteredSchema]:
+    """Register the shipped schema of every default topic (a no-op for those
+    already registered); what each topic now has."""
+    return [registry.register(topic, load(name)) for topic, name in TOPIC_SCHEMAS.items()]

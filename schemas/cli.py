@@ -1,0 +1,183 @@
+"""``python -m schemas``: register, list, show and check schemas.
+
+    python -m schemas [--registry URL] register SUBJECT FILE.avsc|SHIPPED-NAME
+    python -m schemas [--registry URL] check SUBJECT FILE.avsc|SHIPPED-NAME [--level L]
+    python -m schemas [--registry URL] list [SUBJECT]
+    python -m schemas [--registry URL] show SUBJECT [--version N|latest] | show --id ID
+    python -m schemas [--registry URL] config SUBJECT [LEVEL]
+    python -m schemas [--registry URL] bootstrap          # the shipped schemas, default topics
+    python -m schemas [--registry URL] sync --to URL      # copy subjects to another registry
+    python -m schemas shipped                              # the schemas that ship with Samsa
+
+The registry is ``--registry``, else ``$SAMSA_SCHEMA_REGISTRY``, else
+``zookeeper://127.0.0.1:2181`` (a local ZooKeeper's root):
+
+    zookeeper://HOST:PORT[,HOST:PORT...][/CHROOT]   the cluster's ZooKeeper (the default kind)
+    file:PATH (or a bare PATH)                       one JSON file, for local use
+
+Exit status: 0 done; 1 refused (an incompatible schema, or check found problems);
+2 bad usage, a bad schema, an unknown subject, version or id; 3 the store is
+unreachable or unreadable.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from schemas import catalog, compatibility
+from schemas.registry import (
+    IncompatibleSchemaError,
+    RegistryError,
+    SchemaRegistry,
+)
+from schemas.stores import StoreError
+
+DEFAULT_REGISTRY = "zookeeper://127.0.0.1:2181"
+ENV = "SAMSA_SCHEMA_REGISTRY"
+
+
+def _schema_arg(text: str):
+    """A file path, or the name of a shipped schema."""
+    if os.path.exists(text):
+        return catalog.load_file(text)
+    return catalog.load(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m schemas", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--registry", default=None,
+                   help=f"registry URL (default: ${ENV}, else {DEFAULT_REGISTRY})")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for ZooKeeper (default 10)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("register", help="register a schema under a subject")
+    r.add_argument("subject")
+    r.add_argument("schema", help="an .avsc file, or a shipped schema's name")
+
+    c = sub.add_parser("check", help="would this schema be accepted? (nothing is written)")
+    c.add_argument("subject")
+    c.add_argument("schema", help="an .avsc file, or a shipped schema's name")
+    c.add_argument("--level", choices=compatibility.LEVELS,
+                   help="check against this level instead of the subject's")
+
+    ls = sub.add_parser("list", help="subjects, or one subject's versions")
+    ls.add_argument("subject", nargs="?")
+    ls.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("show", help="a subject's version (default: latest), or a schema by id")
+    s.add_argument("subject", nargs="?")
+    s.add_argument("--version", default="latest")
+    s.add_argument("--id", type=int, dest="schema_id")
+
+    cf = sub.add_parser("config", help="show or set a subject's compatibility level")
+    cf.add_argument("subject")
+    cf.add_argument("level", nargs="?", choices=compatibility.LEVELS)
+
+    sub.add_parser("bootstrap", help="register the shipped schemas under their default "
+                                     "topics: " + ", ".join(catalog.TOPIC_SCHEMAS))
+
+    sy = sub.add_parser("sync", help="copy every subject, in version order, to another registry")
+    sy.add_argument("--to", required=True, metavar="URL")
+
+    sub.add_parser("shipped", help="list the schemas that ship with Samsa")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "shipped":
+        for name in catalog.names():
+            topics = [t for t, n in catalog.TOPIC_SCHEMAS.items() if n == name]
+            print(name + (f"   (topic {', '.join(topics)})" if topics else ""))
+        return 0
+    url = args.registry or os.environ.get(ENV) or DEFAULT_REGISTRY
+    try:
+        registry = SchemaRegistry.open(url, args.timeout)
+    except (StoreError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3 if isinstance(exc, StoreError) else 2
+    try:
+        return _run(args, registry)
+    except IncompatibleSchemaError as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 1
+    except RegistryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        registry.close()
+
+
+def _run(args, registry: SchemaRegistry) -> int:
+    if args.command == "register":
+        done = registry.register(args.subject, _schema_arg(args.schema))
+        print(f"{done.subject}: version {done.version}, id {done.id}")
+        return 0
+    if args.command == "check":
+        level = args.level or registry.compatibility(args.subject)
+        found = registry.check(args.subject, _schema_arg(args.schema), level)
+        if found:
+            print(f"incompatible ({level}):")
+            for problem in found:
+                print(f"  - {problem}")
+            return 1
+        print(f"compatible ({level})")
+        return 0
+    if args.command == "list":
+        if args.subject:
+            ids = registry.versions(args.subject)
+            if not ids:
+                raise RegistryError(f"no subject {args.subject!r}")
+            rows = [{"version": n, "id": sid} for n, sid in enumerate(ids, start=1)]
+            if args.json:
+                print(json.dumps({"subject": args.subject,
+                                  "compatibility": registry.compatibility(args.subject),
+                                  "versions": rows}))
+            else:
+                print(f"{args.subject} ({registry.compatibility(args.subject)})")
+                for row in rows:
+                    print(f"  version {row['version']}: id {row['id']}")
+            return 0
+        subjects = registry.subjects()
+        if args.json:
+            print(json.dumps([{"subject": s, "versions": len(registry.versions(s)),
+                               "compatibility": registry.compatibility(s)} for s in subjects]))
+        else:
+            for s in subjects:
+                print(f"{s}\t{len(registry.versions(s))} version(s)\t{registry.compatibility(s)}")
+        return 0
+    if args.command == "show":
+        if args.schema_id is not None:
+            print(json.dumps(registry.by_id(args.schema_id), indent=2))
+            return 0
+        if not args.subject:
+            raise RegistryError("show needs a SUBJECT or --id")
+        found = registry.get(args.subject, args.version)
+        print(f"// {found.subject} version {found.version}, id {found.id}")
+        print(found.text())
+        return 0
+    if args.command == "config":
+        if args.level:
+            print(registry.set_compatibility(args.subject, args.level))
+        else:
+            print(registry.compatibility(args.subject))
+        return 0
+    if args.command == "bootstrap":
+        for done in catalog.register_defaults(registry):
+            print(f"{done.subject}: version {done.version}, id {done.id}")
+        return 0
+    if args.command == "sync":
+        with SchemaRegistry.open(args.to, args.timeout) as other:
+            done = registry.sync_to(other)
+        for line in done:
+            print(line)
+        print(f"{len(done)} change(s)")
+        return 0
+    raise AssertionError(args.command)
