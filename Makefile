@@ -16,7 +16,7 @@ help:
 	@echo "             the multi-DC lab: producers behind HAProxy, mirrored into the analysis cluster"
 	@echo "make test    run the whole test suite"
 	@echo "make test-fast  the suite without the tests marked slow"
-	@echo "make test-asan  the codec tests against the C accelerator built with"
+	@echo "make test-asan  the codec's and the audit kernel's tests against the C code built with"
 	@echo "             AddressSanitizer and UBSan (in build/asan)"
 	@echo "make bench   run the throughput/latency benchmark (writes bench/RESULTS.md)"
 	@echo "make bench-peers  Samsa vs RabbitMQ vs ActiveMQ, the paper's section 5 (installs them)"
@@ -28,7 +28,7 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py broker/protocol/_speedups.c scripts/ensure-system-packages.sh
+$(STAMP): pyproject.toml setup.py broker/protocol/_speedups.c audit/_tally.c scripts/ensure-system-packages.sh
 	@scripts/ensure-system-packages.sh
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Samsa needs Python >= 3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,14 +56,14 @@ ASAN_DIR := build/asan
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 -Werror
 test-asan: setup
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
-	cp -r broker tests docs setup.py pyproject.toml README.md $(ASAN_DIR)/
+	cp -r broker audit schemas tests docs setup.py pyproject.toml README.md $(ASAN_DIR)/
 	find $(ASAN_DIR) -name '*.so' -delete
 	cd $(ASAN_DIR) && CFLAGS="$(ASAN_FLAGS)" LDFLAGS="-fsanitize=address,undefined" \
 	    ../../$(PY) setup.py --quiet build_ext --inplace
 	cd $(ASAN_DIR) && PYTHONPATH=. SAMSA_REQUIRE_SPEEDUPS=1 \
 	    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-	    ../../$(PY) -m pytest -q -p no:cacheprovider tests/protocol
+	    ../../$(PY) -m pytest -q -p no:cacheprovider tests/protocol tests/audit/test_tally.py
 
 bench: setup
 	$(PY) -m bench.run

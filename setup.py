@@ -1,4 +1,5 @@
-"""Builds the optional C accelerator of the message codec.
+"""Builds the optional C accelerators: the message codec's and the audit's
+counting kernel.
 
 Everything else is in pyproject.toml. If the extension cannot be compiled
 (no C compiler or zlib headers), Samsa installs anyway and uses the
@@ -8,4 +9,6 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("broker.protocol._speedups", ["broker/protocol/_speedups.c"],
                              libraries=["z"], extra_compile_args=["-O2", "-Wall", "-Wextra"],
-                             optional=True)])
+                             optional=True),
+                   Extension("audit._tally", ["audit/_tally.c"],
+                             extra_compile_args=["-O2", "-Wall", "-Wextra"], optional=True)])

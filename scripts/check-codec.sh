@@ -5,13 +5,14 @@
 # are here) but did not build, so `make setup` stops instead of going on slow.
 set -uo pipefail
 PY=${1:?usage: check-codec.sh PYTHON}
-if "$PY" -c 'import broker.protocol._speedups' 2>/dev/null; then
-  echo "codec: C accelerator (broker.protocol._speedups) in use"
+if "$PY" -c 'import broker.protocol._speedups, audit._tally' 2>/dev/null; then
+  echo "codec: C accelerator (broker.protocol._speedups) in use; audit counting kernel: C (audit._tally)"
   exit 0
 fi
 if command -v cc >/dev/null 2>&1 && [ -f /usr/include/zlib.h ]; then
   echo "************************************************************************" >&2
-  echo "codec: the C accelerator did NOT build although a compiler and zlib exist." >&2
+  echo "codec: a C accelerator (broker.protocol._speedups or audit._tally) did NOT" >&2
+  echo "       build although a compiler and zlib exist." >&2
   echo "       Samsa would run on the pure-Python codec, several times slower." >&2
   echo "       Build it by hand to see why:  $PY setup.py build_ext --inplace" >&2
   echo "************************************************************************" >&2

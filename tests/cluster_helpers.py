@@ -11,9 +11,11 @@ from typing import Callable
 from kazoo.client import KazooClient
 
 from broker.client.admin import AdminClient
+from broker.client.consumer import Consumer
 from broker.coordination import paths
 from broker.coordination.zk import split_connect_string
 from broker.harness import BrokerProcess
+from broker.protocol.message import Message
 from broker_helpers import wait_until
 
 
@@ -74,3 +76,27 @@ class Cluster:
                        what=f"{topic} of broker {broker_id} in ZooKeeper")
         return [paths.broker_partition(b, p) for b in sorted(broker_ids)
                 for p in range(partitions)]
+
+
+def read_all(cluster: Cluster, topic: str) -> dict[str, list[Message]]:
+    """Every message of ``topic`` on every running broker of ``cluster``:
+    {"b-p": messages in offset order}."""
+    out: dict[str, list[Message]] = {}
+    for broker_id, broker in sorted(cluster.brokers.items()):
+        with AdminClient(broker.address) as admin:
+            count = admin.partition_count(topic)
+            if count is None:
+                continue
+            ends = {p: admin.latest_offset(topic, p) for p in range(count)}
+        consumer = Consumer(bootstrap=broker.address, max_wait_ms=50)
+        try:
+            tps = [(topic, p) for p in range(count)]
+            consumer.assign(tps, start="earliest")
+            for p in range(count):
+                out[f"{broker_id}-{p}"] = []
+            while any(consumer.position(tp) < ends[tp[1]] for tp in tps):
+                for m in consumer.poll(200):
+                    out[f"{broker_id}-{m.partition}"].append(m)
+        finally:
+            consumer.close()
+    return out

@@ -30,6 +30,7 @@ import pytest
 
 from broker.client.admin import AdminClient
 from broker.harness import BrokerProcess, ZooKeeperEnsemble
+from cluster_helpers import Cluster, chroot_client
 
 
 def pytest_sessionstart(session):
@@ -242,3 +243,30 @@ def zk_client(zookeeper, zk_chroot):
     yield client
     client.stop()
     client.close()
+
+
+# ------------------------------------------------------------------ clusters
+
+# brokers flush often: the mirror waits for "flushed" acknowledgements
+FAST_FLUSH = {"log.flush_ms": 10}
+
+
+@pytest.fixture
+def clusters(zookeeper, zk_chroot, broker_factory):
+    """``make(name, brokers=1) -> Cluster`` of real brokers registered under
+    ``<chroot>-<name>`` of the session's ZooKeeper (for the mirror and the audit)."""
+    made: list[Cluster] = []
+
+    def make(name: str, brokers: int = 1, settings: dict | None = None) -> Cluster:
+        connect = zookeeper.connect_string(f"{zk_chroot}-{name}")
+        cluster = Cluster(chroot_client(connect), connect, broker_factory)
+        cluster.name = name
+        for broker_id in range(brokers):
+            cluster.add_broker(broker_id, {**FAST_FLUSH, **(settings or {})})
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.zk.stop()
+        cluster.zk.close()

@@ -43,7 +43,20 @@ class ClusterProducer:
         self._lock = threading.Lock()
         self._producers: dict[int, Producer] = {}
         self._closed = False
+        self._delivery_listener = None
         self.cluster.add_listener(self._brokers_changed)
+
+    @property
+    def delivery_listener(self):
+        """Producer.delivery_listener, for every broker's producer."""
+        return self._delivery_listener
+
+    @delivery_listener.setter
+    def delivery_listener(self, listener) -> None:
+        with self._lock:
+            self._delivery_listener = listener
+            for producer in self._producers.values():
+                producer.delivery_listener = listener
 
     def send(self, topic: str, value: bytes, key: bytes | None = None,
              timestamp: int | None = None) -> Batch:
@@ -146,6 +159,7 @@ class ClusterProducer:
                     if address is None:
                         raise SamsaError(ErrorCode.UNKNOWN, f"broker {broker_id} left the cluster")
                     producer = Producer(replace(self.config, bootstrap=address))
+                    producer.delivery_listener = self._delivery_listener
                     self._producers[broker_id] = producer
         return producer
 

@@ -35,6 +35,7 @@ import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 from broker.protocol import api
 from broker.protocol.api import Acks
@@ -220,6 +221,11 @@ class Producer:
         self._per_partition = config.in_flight_per_partition
         self._inflight_tps: dict[tuple[str, int], int] = {}   # acks != none: unanswered
         self.sent_messages = 0
+        # Called on the sender thread with every list of batches delivered
+        # (acknowledged as ``acks`` asks; with acks=none, written to the
+        # socket), after their futures completed; what audits count. Keep it
+        # quick, and never call the producer from it.
+        self.delivery_listener: Callable[[list[Batch]], None] | None = None
         self._sender = threading.Thread(target=self._run, name="samsa-producer-sender",
                                         daemon=True)
         self._sender.start()
@@ -601,6 +607,14 @@ class Producer:
                 self._cond.notify_all()
         for b in batches:
             b._finish((b.partition, -1))
+        if self.delivery_listener is not None:
+            self._tell_listener(batches)
+
+    def _tell_listener(self, batches: list[Batch]) -> None:
+        try:
+            self.delivery_listener(batches)
+        except Exception:     # a listener's bug must not stop the sender
+            log.exception("the producer's delivery listener failed")
 
     def _send_singles(self, batches: list[Batch]) -> bool:
         """acks=none, batches of one key-less message each for one partition
@@ -653,8 +667,10 @@ class Producer:
             result = response.results[0]
             if result.error:
                 self._retry_or_fail(batch, SamsaError(result.error, result.message))
-            else:
-                self._done(batch, (result.partition, result.base_offset))
+                return
+            self._done(batch, (result.partition, result.base_offset))
+        if self.delivery_listener is not None:
+            self._tell_listener([batch])
 
     def _answered(self, batch: Batch) -> None:
         tp = (batch.topic, batch.partition)

@@ -10,32 +10,8 @@ import pytest
 from broker.client.cluster_producer import ClusterProducer
 from broker.harness.process import SupervisedProcess
 from broker.settings import to_toml
-from cluster_helpers import Cluster, chroot_client
 from mirror.config import MirrorConfig
 from mirror.mirror import Mirror
-
-# brokers flush often: the mirror waits for "flushed" acknowledgements
-FAST_FLUSH = {"log.flush_ms": 10}
-
-
-@pytest.fixture
-def clusters(zookeeper, zk_chroot, broker_factory):
-    """``make(name, brokers=1) -> Cluster`` under ``<chroot>-<name>``."""
-    made: list[Cluster] = []
-
-    def make(name: str, brokers: int = 1, settings: dict | None = None) -> Cluster:
-        connect = zookeeper.connect_string(f"{zk_chroot}-{name}")
-        cluster = Cluster(chroot_client(connect), connect, broker_factory)
-        cluster.name = name
-        for broker_id in range(brokers):
-            cluster.add_broker(broker_id, {**FAST_FLUSH, **(settings or {})})
-        made.append(cluster)
-        return cluster
-
-    yield make
-    for cluster in made:
-        cluster.zk.stop()
-        cluster.zk.close()
 
 
 @pytest.fixture

@@ -1,0 +1,413 @@
+/* audit._tally: the C twin of audit/tally.py (read that file for what a
+ * tally is). Same inputs, same results; the tests compare the two.
+ *
+ * Per call, tallies are accumulated in a small local table of windows (a
+ * batch of messages spans few windows) and added to the caller's dict at
+ * the end, so the per-message work allocates no Python objects unless ids
+ * are deduplicated (then one int per id, added to a set).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define FIXED_FIELDS 6
+#define MAX_BOUNDS 64
+#define LOCAL_WINDOWS 8
+#define ENVELOPE 5
+#define ID_BYTES 16
+static const long long MAX_FUTURE_MS = 24LL * 3600 * 1000;
+
+typedef struct {
+    long long begin;
+    unsigned long long f[FIXED_FIELDS + MAX_BOUNDS + 1];
+    PyObject *ids;          /* borrowed: the window's id set, when deduplicating */
+} Local;
+
+typedef struct {
+    Local w[LOCAL_WINDOWS];
+    int used;
+    int buckets;
+} Table;
+
+static uint64_t id_hash(const unsigned char *id) {
+    uint64_t a, b;
+    memcpy(&a, id, 8);
+    memcpy(&b, id + 8, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    a = __builtin_bswap64(a);
+    b = __builtin_bswap64(b);
+#endif
+    uint64_t x = a ^ (b * 0x9E3779B97F4A7C15ULL);
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDULL;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* the varint at *pos (advanced past it); -1 when it runs past end or is too long */
+static int varint(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end, uint64_t *out) {
+    uint64_t result = 0;
+    int shift = 0;
+    while (*pos < end && shift <= 63) {
+        unsigned char b = p[(*pos)++];
+        result |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = result;
+            return 0;
+        }
+        shift += 7;
+    }
+    return -1;
+}
+
+/* the event id's position in an envelope, or -1 when malformed */
+static Py_ssize_t id_position(const unsigned char *p, Py_ssize_t end) {
+    if (end < ENVELOPE + 4 + ID_BYTES || p[0] != 0)
+        return -1;
+    Py_ssize_t pos = ENVELOPE;
+    uint64_t zz;
+    if (varint(p, &pos, end, &zz) < 0)          /* time_ms */
+        return -1;
+    for (int i = 0; i < 2; i++) {               /* host, service */
+        if (varint(p, &pos, end, &zz) < 0 || (zz & 1))
+            return -1;
+        uint64_t len = zz >> 1;
+        if (len > (uint64_t)(end - pos))
+            return -1;
+        pos += (Py_ssize_t)len;
+    }
+    if (pos > end - ID_BYTES)
+        return -1;
+    return pos;
+}
+
+static int flush_table(Table *t, PyObject *acc);
+
+/* the window's id set in id_sets (made on its first id, as the reference does) */
+static PyObject *window_ids(Local *w, PyObject *id_sets) {
+    if (w->ids != NULL)
+        return w->ids;
+    PyObject *key = PyLong_FromLongLong(w->begin);
+    if (key == NULL)
+        return NULL;
+    PyObject *set = PyDict_GetItemWithError(id_sets, key);
+    if (set == NULL) {
+        if (PyErr_Occurred() || (set = PySet_New(NULL)) == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        int r = PyDict_SetItem(id_sets, key, set);
+        Py_DECREF(set);     /* the dict holds it */
+        if (r < 0) {
+            Py_DECREF(key);
+            return NULL;
+        }
+    } else if (!PySet_Check(set)) {
+        Py_DECREF(key);
+        PyErr_SetString(PyExc_TypeError, "id_sets values must be sets");
+        return NULL;
+    }
+    Py_DECREF(key);
+    w->ids = set;     /* borrowed: id_sets holds it */
+    return set;
+}
+
+static Local *window(Table *t, long long begin, PyObject *acc) {
+    for (int i = 0; i < t->used; i++)
+        if (t->w[i].begin == begin)
+            return &t->w[i];
+    if (t->used == LOCAL_WINDOWS && flush_table(t, acc) < 0)
+        return NULL;
+    Local *w = &t->w[t->used++];
+    memset(w, 0, sizeof(*w));
+    w->begin = begin;
+    return w;
+}
+
+/* add the local tallies into acc[begin] (lists of ints) and empty the table */
+static int flush_table(Table *t, PyObject *acc) {
+    int n = FIXED_FIELDS + t->buckets;
+    for (int i = 0; i < t->used; i++) {
+        Local *w = &t->w[i];
+        PyObject *key = PyLong_FromLongLong(w->begin);
+        if (key == NULL)
+            return -1;
+        PyObject *tally = PyDict_GetItemWithError(acc, key);
+        if (tally == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(key);
+                return -1;
+            }
+            tally = PyList_New(n);
+            if (tally == NULL) {
+                Py_DECREF(key);
+                return -1;
+            }
+            for (int j = 0; j < n; j++)
+                PyList_SET_ITEM(tally, j, PyLong_FromLong(0));
+            int r = PyDict_SetItem(acc, key, tally);
+            Py_DECREF(tally);
+            if (r < 0) {
+                Py_DECREF(key);
+                return -1;
+            }
+        }
+        Py_DECREF(key);
+        if (!PyList_Check(tally) || PyList_GET_SIZE(tally) != n) {
+            PyErr_SetString(PyExc_ValueError, "a tally has the wrong length for these bounds");
+            return -1;
+        }
+        for (int j = 0; j < n; j++) {
+            if (w->f[j] == 0)
+                continue;
+            PyObject *old = PyList_GET_ITEM(tally, j);
+            unsigned long long sum;
+            if (j == 4) {       /* the checksum: modulo 2^64 */
+                unsigned long long o = PyLong_AsUnsignedLongLong(old);
+                if (o == (unsigned long long)-1 && PyErr_Occurred())
+                    return -1;
+                sum = o + w->f[j];
+                PyObject *v = PyLong_FromUnsignedLongLong(sum);
+                if (v == NULL)
+                    return -1;
+                PyList_SetItem(tally, j, v);
+                continue;
+            }
+            PyObject *add = PyLong_FromUnsignedLongLong(w->f[j]);
+            if (add == NULL)
+                return -1;
+            PyObject *v = PyNumber_Add(old, add);
+            Py_DECREF(add);
+            if (v == NULL)
+                return -1;
+            PyList_SetItem(tally, j, v);
+        }
+    }
+    t->used = 0;
+    return 0;
+}
+
+static int fold(Table *t, PyObject *acc, PyObject *id_sets, PyObject *value, long long ts,
+                long long window_ms, long long now_ms, const long long *bounds, int nbounds) {
+    char *p;
+    Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(value, &p, &len) < 0)
+        return -1;
+    long long begin;
+    int bucket = -1, no_time = 0;
+    if (ts > 0 && ts <= now_ms + MAX_FUTURE_MS) {
+        begin = ts - ts % window_ms;
+        long long latency = now_ms - ts;
+        bucket = 0;
+        if (latency > 0) {
+            int lo = 0, hi = nbounds;           /* first bound >= latency */
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (bounds[mid] < latency)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            bucket = lo;
+        }
+    } else {
+        begin = now_ms - now_ms % window_ms;
+        no_time = 1;
+    }
+    Local *w = window(t, begin, acc);
+    if (w == NULL)
+        return -1;
+    w->f[0] += 1;
+    w->f[1] += (unsigned long long)len;
+    w->f[2] += no_time;
+    if (bucket >= 0)
+        w->f[FIXED_FIELDS + bucket] += 1;
+    Py_ssize_t at = id_position((const unsigned char *)p, len);
+    if (at < 0) {
+        w->f[3] += 1;
+        return 0;
+    }
+    uint64_t h = id_hash((const unsigned char *)p + at);
+    w->f[4] += h;
+    if (id_sets != NULL) {
+        PyObject *ids = window_ids(w, id_sets);
+        if (ids == NULL)
+            return -1;
+        PyObject *key = PyLong_FromUnsignedLongLong(h);
+        if (key == NULL)
+            return -1;
+        Py_ssize_t before = PySet_GET_SIZE(ids);
+        int r = PySet_Add(ids, key);
+        Py_DECREF(key);
+        if (r < 0)
+            return -1;
+        if (PySet_GET_SIZE(ids) != before)
+            w->f[5] += 1;
+    }
+    return 0;
+}
+
+static int parse_common(PyObject *acc, PyObject *bounds_obj, PyObject *id_sets,
+                        long long window_ms, long long *bounds, int *nbounds) {
+    if (!PyDict_Check(acc)) {
+        PyErr_SetString(PyExc_TypeError, "acc must be a dict");
+        return -1;
+    }
+    if (id_sets != Py_None && !PyDict_Check(id_sets)) {
+        PyErr_SetString(PyExc_TypeError, "id_sets must be a dict or None");
+        return -1;
+    }
+    if (window_ms <= 0) {
+        PyErr_SetString(PyExc_ValueError, "window_ms must be positive");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(bounds_obj, "bounds must be a sequence");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_BOUNDS) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "at most %d latency bounds", MAX_BOUNDS);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        bounds[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (bounds[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    *nbounds = (int)n;
+    return 0;
+}
+
+static PyObject *tally_values(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *acc, *values, *timestamps, *bounds_obj, *id_sets = Py_None;
+    long long window_ms, now_ms;
+    if (!PyArg_ParseTuple(args, "OOOLLO|O", &acc, &values, &timestamps, &window_ms, &now_ms,
+                          &bounds_obj, &id_sets))
+        return NULL;
+    long long bounds[MAX_BOUNDS];
+    int nbounds;
+    if (parse_common(acc, bounds_obj, id_sets, window_ms, bounds, &nbounds) < 0)
+        return NULL;
+    if (!PyList_Check(values)) {
+        PyErr_SetString(PyExc_TypeError, "values must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    int shared = PyLong_CheckExact(timestamps);
+    long long shared_ts = 0;
+    if (shared) {
+        shared_ts = PyLong_AsLongLong(timestamps);
+        if (shared_ts == -1 && PyErr_Occurred())
+            return NULL;
+    } else if (!PyList_Check(timestamps) || PyList_GET_SIZE(timestamps) != n) {
+        PyErr_SetString(PyExc_ValueError, "values and timestamps differ in length");
+        return NULL;
+    }
+    Table t;
+    t.used = 0;
+    t.buckets = nbounds + 1;
+    PyObject *sets = id_sets == Py_None ? NULL : id_sets;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long ts = shared_ts;
+        if (!shared) {
+            /* exact ints only: no __index__ may run and change the lists under us */
+            PyObject *ts_obj = PyList_GET_ITEM(timestamps, i);
+            if (!PyLong_CheckExact(ts_obj)) {
+                PyErr_SetString(PyExc_TypeError, "timestamps must be ints");
+                return NULL;
+            }
+            ts = PyLong_AsLongLong(ts_obj);
+            if (ts == -1 && PyErr_Occurred())
+                return NULL;
+        }
+        if (fold(&t, acc, sets, PyList_GET_ITEM(values, i), ts, window_ms, now_ms, bounds,
+                 nbounds) < 0)
+            return NULL;
+    }
+    if (flush_table(&t, acc) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(n);
+}
+
+static PyObject *tally_messages(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *acc, *messages, *bounds_obj, *id_sets = Py_None;
+    long long window_ms, now_ms;
+    if (!PyArg_ParseTuple(args, "OOLLO|O", &acc, &messages, &window_ms, &now_ms, &bounds_obj,
+                          &id_sets))
+        return NULL;
+    long long bounds[MAX_BOUNDS];
+    int nbounds;
+    if (parse_common(acc, bounds_obj, id_sets, window_ms, bounds, &nbounds) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(messages, "messages must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Table t;
+    t.used = 0;
+    t.buckets = nbounds + 1;
+    PyObject *sets = id_sets == Py_None ? NULL : id_sets;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) < 7) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "messages must be Message tuples");
+            return NULL;
+        }
+        PyObject *ts_obj = PyTuple_GET_ITEM(m, 4);
+        if (!PyLong_CheckExact(ts_obj)) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "a message timestamp must be an int");
+            return NULL;
+        }
+        long long ts = PyLong_AsLongLong(ts_obj);
+        if (ts == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        if (fold(&t, acc, sets, PyTuple_GET_ITEM(m, 6), ts, window_ms, now_ms, bounds,
+                 nbounds) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    if (flush_table(&t, acc) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(n);
+}
+
+static PyObject *py_id_hash(PyObject *Py_UNUSED(self), PyObject *arg) {
+    char *p;
+    Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(arg, &p, &len) < 0)
+        return NULL;
+    if (len != ID_BYTES) {
+        PyErr_SetString(PyExc_ValueError, "an event id is 16 bytes");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(id_hash((const unsigned char *)p));
+}
+
+static PyMethodDef methods[] = {
+    {"tally_values", tally_values, METH_VARARGS,
+     "tally_values(acc, values, timestamps, window_ms, now_ms, bounds, id_sets=None)"},
+    {"tally_messages", tally_messages, METH_VARARGS,
+     "tally_messages(acc, messages, window_ms, now_ms, bounds, id_sets=None)"},
+    {"id_hash", py_id_hash, METH_O, "id_hash(event_id) -> int"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_tally", "C twin of audit/tally.py", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__tally(void) { return PyModule_Create(&module); }

@@ -1,0 +1,305 @@
+"""Counting what a tier saw, per (topic, time window), and the monitoring
+events that carry the counts.
+
+One small module used by every tier: the audited producer, the cluster
+counters (``python -m audit count``), the mirror and the loader. It imports
+the client and the schemas; nothing of the client imports it.
+
+* ``TierCounter`` folds messages into tallies (audit/tally.py; its C twin
+  when built) and ``drain()`` turns what was counted since the last drain
+  into monitoring events (``samsa.audit.MonitoringEvent`` records). Events
+  are additive: the audit sums every event of a (tier, datacenter, topic,
+  window), each event once by its ``event_id``.
+* ``AuditedProducer`` counts what a producer delivered (acknowledged as its
+  ``acks`` asks) by the message timestamp, which producers set to the event
+  time.
+* ``MonitoringPublisher`` publishes a counter's events to the audit topic
+  every interval and on close; a failed publish is kept and sent again with
+  the next one (the audit drops the copies it already has by event id).
+
+The checksum: each tally carries the sum modulo 2^64 of a 64-bit hash of
+every counted message's event id (duplicates included). Counts alone call 5
+lost + 5 duplicated "complete"; with the sums the audit tells apart
+complete (counts and sums equal), lost or duplicated only (counts differ),
+and lost-and-duplicated (counts equal, sums differ), and where a tier
+deduplicates ids (``dedup_ids``) it reports exact duplicates. A loss hides
+behind an equal sum only if the hashes of the lost and of the extra
+messages happen to sum to the same 64-bit value: about 1 in 2^64 per
+compared window.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from audit import tally as _reference
+
+try:
+    from audit import _tally as _kernel
+except ImportError:     # no C compiler: the reference, several times slower
+    _kernel = _reference
+
+log = logging.getLogger(__name__)
+
+AUDIT_TOPIC = "_audit"
+DEFAULT_WINDOW_MS = 10 * 60 * 1000
+#: upper bounds (ms) of the latency histogram's buckets; a last bucket holds the rest
+DEFAULT_LATENCY_BOUNDS_MS = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000,
+                             300_000, 900_000, 3_600_000)
+TIERS = ("producer", "cluster", "mirror", "loader")
+_SIGNED = 1 << 63
+
+
+def kernel_name() -> str:
+    return "C" if _kernel is not _reference else "pure Python"
+
+
+@dataclass(frozen=True)
+class CounterConfig:
+    tier: str                        # producer, cluster, mirror, loader
+    datacenter: str                  # where the counting happens
+    cluster: str                     # the cluster counted
+    window_ms: int = DEFAULT_WINDOW_MS
+    latency_bounds_ms: tuple[int, ...] = DEFAULT_LATENCY_BOUNDS_MS
+    dedup_ids: bool = False          # keep the ids of open windows: exact duplicates
+    dedup_windows: int = 3           # how many windows back the id sets are kept
+    host: str = field(default_factory=socket.gethostname)
+    service: str = ""
+
+    def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise ValueError(f"unknown tier {self.tier!r}: one of {', '.join(TIERS)}")
+        if self.window_ms <= 0:
+            raise ValueError("window_ms must be positive")
+        if list(self.latency_bounds_ms) != sorted(set(self.latency_bounds_ms)):
+            raise ValueError("latency_bounds_ms must be strictly increasing")
+
+
+def percentile(bounds: tuple[int, ...], counts: list[int], q: float) -> int:
+    """The ``q`` quantile of a histogram, as the upper bound of its bucket
+    (the last bucket, unbounded, answers its lower bound); -1 when empty."""
+    total = sum(counts)
+    if not total:
+        return -1
+    rank = q * total
+    running = 0
+    for i, c in enumerate(counts):
+        running += c
+        if running >= rank and c:
+            return bounds[i] if i < len(bounds) else bounds[-1]
+    return bounds[-1]
+
+
+class TierCounter:
+    """Tallies per (topic, window) of one tier. Thread-safe."""
+
+    def __init__(self, config: CounterConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._tallies: dict[str, dict[int, list[int]]] = {}
+        self._ids: dict[str, dict[int, set]] = {}
+        self.counted = 0
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def add_values(self, topic: str, values: list[bytes], timestamps: list[int] | int,
+                   now_ms: int | None = None) -> None:
+        """Count ``values`` of ``topic`` with their message timestamps."""
+        if topic == AUDIT_TOPIC:
+            return
+        cfg = self.config
+        now = self._now_ms() if now_ms is None else now_ms
+        with self._lock:
+            acc = self._tallies.setdefault(topic, {})
+            ids = self._ids.setdefault(topic, {}) if cfg.dedup_ids else None
+            if not isinstance(values, list):
+                values = list(values)
+            if not isinstance(timestamps, int) and not isinstance(timestamps, list):
+                timestamps = list(timestamps)
+            self.counted += _kernel.tally_values(acc, values, timestamps, cfg.window_ms, now,
+                                                 cfg.latency_bounds_ms, ids)
+
+    def add_messages(self, messages: list, now_ms: int | None = None) -> None:
+        """Count consumed messages (``Message`` tuples, any mix of topics)."""
+        cfg = self.config
+        now = self._now_ms() if now_ms is None else now_ms
+        with self._lock:
+            for topic, run in itertools.groupby(messages, key=lambda m: m[0]):
+                if topic == AUDIT_TOPIC:
+                    continue
+                batch = list(run) if len(messages) > 1 else messages
+                acc = self._tallies.setdefault(topic, {})
+                ids = self._ids.setdefault(topic, {}) if cfg.dedup_ids else None
+                self.counted += _kernel.tally_messages(acc, batch, cfg.window_ms, now,
+                                                       cfg.latency_bounds_ms, ids)
+
+    def pending(self) -> int:
+        """Messages counted and not drained yet."""
+        with self._lock:
+            return sum(t[_reference.COUNT] for acc in self._tallies.values()
+                       for t in acc.values())
+
+    def drain(self, now_ms: int | None = None) -> list[dict]:
+        """Monitoring events for everything counted since the last drain (and
+        forget it); old windows' id sets are dropped."""
+        cfg = self.config
+        now = self._now_ms() if now_ms is None else now_ms
+        with self._lock:
+            tallies, self._tallies = self._tallies, {}
+            if cfg.dedup_ids:
+                oldest = now - now % cfg.window_ms - cfg.dedup_windows * cfg.window_ms
+                for sets in self._ids.values():
+                    for begin in [b for b in sets if b < oldest]:
+                        del sets[begin]
+        events = []
+        for topic, acc in tallies.items():
+            for begin, t in sorted(acc.items()):
+                events.append(self.monitoring_event(topic, begin, t, now))
+        return events
+
+    def monitoring_event(self, topic: str, begin: int, t: list[int], now_ms: int) -> dict:
+        cfg = self.config
+        R = _reference
+        counts = t[R.FIXED_FIELDS:]
+        bounds = cfg.latency_bounds_ms
+        checksum = t[R.CHECKSUM]
+        return {
+            "header": {"time_ms": now_ms, "host": cfg.host,
+                       "service": cfg.service or f"samsa-audit-{cfg.tier}",
+                       "event_id": uuid.uuid4().bytes},
+            "tier": cfg.tier, "datacenter": cfg.datacenter, "cluster": cfg.cluster,
+            "topic": topic, "window_begin_ms": begin, "window_end_ms": begin + cfg.window_ms,
+            "message_count": t[R.COUNT], "byte_count": t[R.BYTES],
+            "no_time_count": t[R.NO_TIME], "malformed_count": t[R.MALFORMED],
+            "id_checksum": checksum - (1 << 64) if checksum >= _SIGNED else checksum,
+            "unique_count": t[R.UNIQUE] if cfg.dedup_ids else None,
+            "latency_ms": {"bounds_ms": list(bounds), "counts": counts,
+                           "p50_ms": percentile(bounds, counts, 0.50),
+                           "p95_ms": percentile(bounds, counts, 0.95),
+                           "p99_ms": percentile(bounds, counts, 0.99)},
+        }
+
+
+def unsigned_checksum(signed: int) -> int:
+    """A monitoring event's ``id_checksum`` (an Avro long) back to 0..2^64-1."""
+    return signed % (1 << 64)
+
+
+# --------------------------------------------------------------------------- producer tier
+
+class AuditedProducer:
+    """Counts what ``producer`` (a Producer or ClusterProducer) delivers, in
+    ``counter``; otherwise the producer is used as it is (``send``,
+    ``send_many``, ``flush``, ``close`` pass through)."""
+
+    def __init__(self, producer, counter: TierCounter) -> None:
+        self.producer = producer
+        self.counter = counter
+        producer.delivery_listener = self._delivered
+
+    def _delivered(self, batches: list) -> None:
+        add = self.counter.add_values
+        for batch in batches:
+            add(batch.topic, batch.values, batch.timestamps)
+
+    def __getattr__(self, name: str):
+        return getattr(self.producer, name)
+
+
+# --------------------------------------------------------------------------- publishing
+
+class MonitoringPublisher:
+    """Publishes ``counter``'s monitoring events every ``interval_s`` and on
+    close. ``send(values, timestamps)`` must deliver them or raise (e.g. a
+    producer's ``send_many(AUDIT_TOPIC, ...)`` followed by ``result()``);
+    ``encode(record)`` makes a value (a schemas.ValueWriter's ``encode``)."""
+
+    def __init__(self, counter: TierCounter, encode: Callable[[dict], bytes],
+                 send: Callable[[list[bytes], list[int]], None], interval_s: float = 60.0) -> None:
+        self.counter = counter
+        self.encode = encode
+        self.send = send
+        self.interval_s = interval_s
+        self.published = 0
+        self.failures = 0
+        self._unsent: list[tuple[bytes, int]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def unsent(self) -> int:
+        """Events drained but not delivered yet (a failed publish keeps them)."""
+        with self._lock:
+            return len(self._unsent)
+
+    def start(self) -> "MonitoringPublisher":
+        self._thread = threading.Thread(target=self._run, name="samsa-audit-publisher",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.publish()
+
+    def publish(self) -> int:
+        """Drain the counter and send its events (and any left from a failed
+        publish); how many were sent (0 on failure: they are kept)."""
+        with self._lock:
+            for event in self.counter.drain():
+                self._unsent.append((self.encode(event), event["header"]["time_ms"]))
+            if not self._unsent:
+                return 0
+            values = [v for v, _ in self._unsent]
+            stamps = [t for _, t in self._unsent]
+            try:
+                self.send(values, stamps)
+            except Exception as exc:     # kept for the next publish: nothing is lost
+                self.failures += 1
+                log.warning("publishing %d monitoring events failed (%s); they will be sent "
+                            "with the next publish", len(values), exc)
+                return 0
+            self._unsent.clear()
+            self.published += len(values)
+            return len(values)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the timer and publish what is left (retrying until ``timeout``)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            self.publish()
+            if not self._unsent or time.monotonic() >= deadline:
+                break
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        if self._unsent:
+            log.error("%d monitoring events could not be published before close",
+                      len(self._unsent))
+
+
+def producer_sender(producer, topic: str = AUDIT_TOPIC,
+                    timeout_s: float = 30.0) -> Callable[[list[bytes], list[int]], None]:
+    """A ``send`` for MonitoringPublisher through a Producer or a
+    ClusterProducer: waits until every event is delivered (raises if one failed)."""
+    def send(values: list[bytes], timestamps: list[int]) -> None:
+        futures = [producer.send(topic, value, timestamp=ts)
+                   for value, ts in zip(values, timestamps)]
+        for future in futures:
+            future.result(timeout_s)
+    return send
+
+
+__all__ = ["TierCounter", "CounterConfig", "AuditedProducer", "MonitoringPublisher",
+           "producer_sender", "percentile", "unsigned_checksum", "AUDIT_TOPIC",
+           "kernel_name"]
