@@ -29,21 +29,11 @@ from audit.counting import (
     MonitoringPublisher,
     TierCounter,
     kernel_name,
+    monitoring_writer,
     producer_sender,
 )
 
 log = logging.getLogger(__name__)
-
-
-def monitoring_writer(registry_url: str):
-    """The ValueWriter of monitoring events (registering the shipped schema
-    under the audit topic if it is not there yet)."""
-    from schemas import catalog
-    from schemas.registry import SchemaRegistry
-    from schemas.wire import ValueWriter
-    registry = SchemaRegistry.open(registry_url)
-    registry.register(AUDIT_TOPIC, catalog.load(catalog.MONITORING_EVENT))
-    return registry, ValueWriter(registry, AUDIT_TOPIC)
 
 
 class ClusterCounter:

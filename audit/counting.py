@@ -300,6 +300,17 @@ def producer_sender(producer, topic: str = AUDIT_TOPIC,
     return send
 
 
+def monitoring_writer(registry_url: str):
+    """The ValueWriter of monitoring events (registering the shipped schema
+    under the audit topic if it is not there yet)."""
+    from schemas import catalog
+    from schemas.registry import SchemaRegistry
+    from schemas.wire import ValueWriter
+    registry = SchemaRegistry.open(registry_url)
+    registry.register(AUDIT_TOPIC, catalog.load(catalog.MONITORING_EVENT))
+    return registry, ValueWriter(registry, AUDIT_TOPIC)
+
+
 __all__ = ["TierCounter", "CounterConfig", "AuditedProducer", "MonitoringPublisher",
-           "producer_sender", "percentile", "unsigned_checksum", "AUDIT_TOPIC",
+           "producer_sender", "monitoring_writer", "percentile", "unsigned_checksum", "AUDIT_TOPIC",
            "kernel_name"]

@@ -96,6 +96,16 @@ class MirrorConfig:
     exit 1) with nothing past the damage committed, so an operator decides;
     "skip" copies around it, logs a WARNING and counts the skipped bytes
     (samsa_mirror_corrupt_skipped_bytes_total)."""
+    audit: bool = True
+    """Count what is copied, per source cluster and topic and window (the
+    mirror tier of the audit), and publish monitoring events to the target's
+    audit topic (_audit) every ``audit_publish_interval_ms`` and on stop."""
+    audit_datacenter: str = ""
+    """The datacenter the mirror's counts are reported from (default: the target's name)."""
+    audit_registry: str = ""
+    """Schema registry of the monitoring events (default: the target's ZooKeeper)."""
+    audit_window_ms: int = 600_000
+    audit_publish_interval_ms: int = 60_000
     metrics_host: str = "127.0.0.1"
     """Address the metrics endpoint listens on ("0.0.0.0": every interface)."""
     metrics_port: int = 9095

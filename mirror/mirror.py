@@ -42,7 +42,10 @@ class Mirror:
         self.failure: BaseException | None = None
         self.target = TargetCluster(config.target, config)
         self.pipes: list[SourcePipe] = []
+        self.publishers: list = []           # the audit's, one per source
+        self._audit_registry = None
         try:
+            counters = self._audit_counters() if config.audit else {}
             for source in config.sources:
                 excluded = self._copies_in(source.zookeeper)
                 if excluded:
@@ -50,7 +53,8 @@ class Mirror:
                              "%s", len(excluded), source.name, ", ".join(sorted(excluded)))
                 self.pipes.append(SourcePipe(
                     source, config, self.target, self.metrics,
-                    exclusion_pattern(config.blacklist, excluded), self.consumer_id))
+                    exclusion_pattern(config.blacklist, excluded), self.consumer_id,
+                    counters.get(source.name)))
         except BaseException:
             self._close_all()
             raise
@@ -59,6 +63,35 @@ class Mirror:
             self._metrics_server, self.metrics_port = serve_metrics(self.metrics, port,
                                                                   config.metrics_host)
         self._threads: list[threading.Thread] = []
+
+    def _audit_counters(self) -> dict:
+        """The mirror tier of the audit: a counter and a publisher per source."""
+        from audit.counting import (AUDIT_TOPIC, CounterConfig, MonitoringPublisher,
+                                    TierCounter, monitoring_writer)
+        config = self.config
+        registry_url = config.audit_registry or f"zookeeper://{config.target.zookeeper}"
+        self._audit_registry, writer = monitoring_writer(registry_url)
+        counters = {}
+        for source in config.sources:
+            counter = TierCounter(CounterConfig(
+                tier="mirror", datacenter=config.audit_datacenter or config.target.name,
+                cluster=source.name, window_ms=config.audit_window_ms,
+                service=f"samsa-mirror-{config.group}"))
+            counters[source.name] = counter
+
+            def send(values, stamps, source=source.name):
+                self.target.ensure_topic(AUDIT_TOPIC, source)
+                for batch in self.target.send(AUDIT_TOPIC, values, stamps, None):
+                    batch.result(30)
+
+            self.publishers.append(MonitoringPublisher(counter, writer.encode, send))
+        return counters
+
+    def _publish_audit(self) -> None:
+        interval = self.config.audit_publish_interval_ms / 1000
+        while not self._stopping.wait(interval):
+            for publisher in self.publishers:
+                publisher.publish()
 
     def _copies_in(self, zookeeper: str) -> dict[str, list[str]]:
         """Topics of a source cluster that are copies (no loops)."""
@@ -78,7 +111,10 @@ class Mirror:
                                  name=f"mirror-{pipe.source.name}", daemon=True)
             self._threads.append(t)
             t.start()
-        for body, name in ((self._probe_lag, "mirror-lag"), (self._report, "mirror-progress")):
+        bodies = [(self._probe_lag, "mirror-lag"), (self._report, "mirror-progress")]
+        if self.publishers:
+            bodies.append((self._publish_audit, "mirror-audit"))
+        for body, name in bodies:
             t = threading.Thread(target=body, name=name, daemon=True)
             t.start()
         log.info("mirror %s (%s) copying %s into %s, topics %r%s", self.config.group,
@@ -120,7 +156,11 @@ class Mirror:
     def _close_all(self) -> None:
         for pipe in self.pipes:
             pipe.close()
+        for publisher in self.publishers:     # what the pipes counted last, while the
+            publisher.close(timeout=10)        # target's producer is still open
         self.target.close()
+        if self._audit_registry is not None:
+            self._audit_registry.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None

@@ -95,8 +95,10 @@ class SourcePipe:
     ``run()`` is the body of one thread; ``stop()`` asks it to drain and end."""
 
     def __init__(self, source: ClusterRef, config: MirrorConfig, target: TargetCluster,
-                 metrics: MirrorMetrics, blacklist: str | None, consumer_id: str) -> None:
+                 metrics: MirrorMetrics, blacklist: str | None, consumer_id: str,
+                 counter=None) -> None:
         self.source = source
+        self.counter = counter          # the audit's TierCounter of this source, if any
         self.config = config
         self.target = target
         self.metrics = metrics
@@ -200,6 +202,9 @@ class SourcePipe:
             self.acknowledged.update(chunk.offsets)
             self.copied += chunk.count
             self.metrics.copied(self.source.name, chunk.stats)
+            if self.counter is not None:       # the audit counts what the target acknowledged
+                for topic, (values, stamps, _keys) in chunk.by_topic.items():
+                    self.counter.add_values(topic, values, stamps)
 
     def _retry(self, chunk: Chunk) -> None:
         error = chunk.error

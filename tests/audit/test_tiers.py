@@ -68,13 +68,13 @@ def dc(clusters):
     registry.close()
 
 
-def produce_audited(cluster, registry, times) -> list[bytes]:
+def produce_audited(cluster, registry, times, name: str = "dc-a") -> list[bytes]:
     """Page views at ``times`` through an audited ClusterProducer that
     publishes its counts to the cluster's audit topic; their ids."""
     writer = ValueWriter(registry, "page_views")
     values, ids = page_views(writer, times)
     producer = ClusterProducer(cluster.connect, acks="flushed")
-    counter = TierCounter(CounterConfig(tier="producer", datacenter="dc-a", cluster="dc-a",
+    counter = TierCounter(CounterConfig(tier="producer", datacenter=name, cluster=name,
                                         window_ms=WINDOW))
     audited = AuditedProducer(producer, counter)
     publisher = MonitoringPublisher(counter, ValueWriter(registry, AUDIT_TOPIC).encode,
@@ -166,3 +166,36 @@ def test_malformed_values_are_counted_not_dropped(dc):
     events = [e for e in audit_events(cluster, registry) if e["tier"] == "cluster"]
     assert sum(e["malformed_count"] for e in events) == 4
     assert sum(e["no_time_count"] for e in events) == 1
+
+
+def test_the_mirror_tier_counts_what_it_copied_per_source(clusters):
+    """Two DCs with audited producers, mirrored into analysis: the mirror's
+    events (published in the analysis cluster) match each DC's producer
+    events, which reach analysis too (the audit topic is mirrored)."""
+    from mirror.config import ClusterRef, MirrorConfig
+    from mirror.mirror import Mirror
+    dcs = {name: clusters(name) for name in ("dc-a", "dc-b")}
+    analysis = clusters("analysis")
+    now = int(time.time() * 1000)
+    produced = {}
+    for name, cluster in dcs.items():
+        with zk_registry(cluster) as registry:
+            times = [now - i for i in range(200 if name == "dc-a" else 120)]
+            produced[name] = expected(times, produce_audited(cluster, registry, times, name))
+    config = MirrorConfig(sources=tuple(ClusterRef(n, c.connect) for n, c in dcs.items()),
+                          target=ClusterRef("analysis", analysis.connect), group="mirror-audit",
+                          metrics_port=-1, audit_window_ms=WINDOW,
+                          audit_publish_interval_ms=200)
+    with zk_registry(analysis) as registry, Mirror(config) as mirror:
+        def mirror_totals(source: str) -> dict:
+            return totals([e for e in audit_events(analysis, registry)
+                           if e["cluster"] == source], "mirror")
+        wait_until(lambda: all(mirror_totals(n) == produced[n] for n in dcs), 90,
+                   what="the mirror tier to count every copy")
+        assert mirror.copied >= 320
+        events = audit_events(analysis, registry)
+    for name in dcs:
+        producer_events = [e for e in events if e["tier"] == "producer" and e["cluster"] == name]
+        assert totals(producer_events, "producer") == produced[name]
+    mirror_events = [e for e in events if e["tier"] == "mirror"]
+    assert {e["datacenter"] for e in mirror_events} == {"analysis"}
