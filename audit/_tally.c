@@ -65,7 +65,7 @@ static int varint(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end, uint6
 
 /* the event id's position in an envelope, or -1 when malformed */
 static Py_ssize_t id_position(const unsigned char *p, Py_ssize_t end) {
-    if (end < ENVELOPE + 4 + ID_BYTES || p[0] != 0)
+    if (end < ENVELOPE + 3 + ID_BYTES || p[0] != 0)   /* three one-byte varints at least */
         return -1;
     Py_ssize_t pos = ENVELOPE;
     uint64_t zz;

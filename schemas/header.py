@@ -42,7 +42,7 @@ def event_header(value: bytes | memoryview) -> tuple[int, bytes]:
     """(event time in ms, 16-byte event id) of an event's envelope;
     HeaderError when the value is not an envelope with a header."""
     end = len(value)
-    if end < ENVELOPE_BYTES + 4 + EVENT_ID_BYTES or value[0] != MAGIC:
+    if end < ENVELOPE_BYTES + 3 + EVENT_ID_BYTES or value[0] != MAGIC:
         raise HeaderError("not an envelope")
     pos = ENVELOPE_BYTES
     zz, pos = _varint(value, pos, end)

@@ -21,6 +21,9 @@ done
 [ -f /usr/share/java/zookeeper.jar ] || missing+=("zookeeper")
 # HAProxy: the per-datacenter load balancer of the multi-DC lab (infra/local)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=("haproxy")
+# PostgreSQL: the audit service's production database (its tests start a real
+# server as the postgres user, broker/harness/postgres.py)
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=("postgresql")
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -121,3 +121,11 @@ def test_a_writer_for_an_unregistered_schema_is_refused(evolved):
     from schemas.registry import SchemaNotFoundError
     with pytest.raises(SchemaNotFoundError, match="not registered under 'page_views'"):
         ValueWriter(registry, "page_views", schema=catalog.load("samsa.events.SearchEvent"))
+
+
+def test_the_smallest_header_is_read():
+    """Empty host and service: three one-byte varints and the id (a value of
+    24 bytes) is a header, not a malformed value."""
+    value = b"\x00\x00\x00\x00\x01" + b"\x02\x00\x00" + bytes(range(16))
+    assert len(value) == 24
+    assert event_header(value) == (1, bytes(range(16)))
