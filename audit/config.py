@@ -68,4 +68,43 @@ def load_count_config(path: str | None, overrides: dict | None = None) -> CountC
     return settings.load(CountConfig, path, overrides)
 
 
-__all__ = ["CountConfig", "ConfigError", "load_count_config"]
+
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """``python -m audit serve``: the audit service of the analysis cluster."""
+    zookeeper: str
+    """The analysis cluster's ZooKeeper connect string with its chroot: where
+    every tier's monitoring events arrive (the audit topic is mirrored)."""
+    registry: str = ""
+    """Schema registry (default: zookeeper://<zookeeper>)."""
+    group: str = "samsa-audit-service"
+    db_url: str = ""
+    """SQLAlchemy URL of the database; empty = SQLite, <data_dir>/audit.db.
+    PostgreSQL: postgresql+psycopg://user@host:port/database."""
+    data_dir: str = "."
+    http_host: str = "127.0.0.1"
+    http_port: int = 8090
+    """Reports, the completeness endpoint and /metrics; 0 = any free port."""
+    grace_ms: int = 30 * 60 * 1000
+    """A window that ended less than this long ago is "pending", not "lost"."""
+    default_hours: int = 24
+    """The period the HTML report shows when none is asked for."""
+    auto_offset_reset: str = "earliest"
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+    def __post_init__(self) -> None:
+        if self.grace_ms < 0 or self.default_hours <= 0:
+            raise ValueError("grace_ms must be >= 0 and default_hours > 0")
+
+    @property
+    def effective_registry(self) -> str:
+        return self.registry or f"zookeeper://{self.zookeeper}"
+
+    @property
+    def effective_db_url(self) -> str:
+        from audit.store import default_url
+        return self.db_url or default_url(self.data_dir)
+__all__ = ["CountConfig", "ServeConfig", "ConfigError", "load_count_config"]

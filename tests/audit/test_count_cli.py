@@ -72,11 +72,12 @@ def test_count_process_publishes_and_stops_cleanly(clusters, tmp_path):
 def test_config_file_lists_every_setting_with_its_default():
     import dataclasses
 
-    from audit.config import CountConfig
+    from audit.config import CountConfig, ServeConfig
     from broker import settings
-    values = settings.read_toml("config/audit.toml")["count"]
-    fields = {f.name: f for f in dataclasses.fields(CountConfig)}
-    assert set(values) == set(fields)
-    for name, f in fields.items():
-        if f.default is not dataclasses.MISSING:
-            assert values[name] == f.default, name
+    for table, cls in (("count", CountConfig), ("serve", ServeConfig)):
+        values = settings.read_toml("config/audit.toml")[table]
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert set(values) == set(fields), table
+        for name, f in fields.items():
+            if f.default is not dataclasses.MISSING:
+                assert values[name] == f.default, (table, name)

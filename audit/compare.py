@@ -1,0 +1,158 @@
+"""Compare every tier with the producers: what is complete, pending, lost,
+duplicated, or both.
+
+The reference of a (topic, window) is the producer tier. A row of another
+tier counting cluster C is compared with the producers that produced to C
+(the producer events name their cluster); a cluster no producer names (the
+analysis cluster, which holds copies of every DC) is compared with all the
+producers of the topic.
+
+States (``verdict.state``):
+
+* ``complete``: as many messages as produced and the same id checksum (or,
+  where the tier kept ids, no id missing and none twice);
+* ``pending``: not complete yet, but the window ended less than ``grace_ms``
+  ago: data may still be on its way (mirroring, a publish interval);
+* ``lost``: fewer messages than produced (``missing``; "at least" unless the
+  tier kept ids, ``exact``);
+* ``duplicated``: more than produced (``duplicated``);
+* ``lost_and_duplicated``: both; counts alone cannot see it when the numbers
+  are equal — the checksum differs;
+* ``no_reference``: messages counted but no producer tier to compare with.
+
+A tier seen in the compared period that reported nothing for a window the
+producers did is compared as a count of 0 (lost once the grace has passed).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from audit.counting import percentile
+from audit.store import TierTotals
+
+STATES = ("complete", "pending", "lost", "duplicated", "lost_and_duplicated", "no_reference")
+BAD_STATES = ("lost", "duplicated", "lost_and_duplicated")
+_MOD = 1 << 64
+
+
+@dataclass
+class Verdict:
+    topic: str
+    window_begin_ms: int
+    window_end_ms: int
+    tier: str
+    datacenter: str
+    cluster: str
+    state: str
+    produced: int                 # the reference: messages the producers delivered
+    count: int                    # messages this tier counted
+    unique: int | None            # distinct ids, where the tier kept them
+    missing: int
+    duplicated: int
+    exact: bool                   # missing/duplicated are exact (ids kept), else lower bounds
+    completeness: float           # percent of the produced messages seen (at least once)
+    checksum_matches: bool
+    no_time: int
+    malformed: int
+    bytes: int
+    latency_p50_ms: int
+    latency_p95_ms: int
+    latency_p99_ms: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _latency(row: TierTotals | None) -> tuple[int, int, int]:
+    if row is None or not row.latency_counts:
+        return -1, -1, -1
+    b = tuple(row.latency_bounds_ms)
+    return tuple(percentile(b, row.latency_counts, q) for q in (0.5, 0.95, 0.99))
+
+
+def compare(totals: list[TierTotals], now_ms: int, grace_ms: int) -> list[Verdict]:
+    """A verdict for every producer row and every (tier, datacenter, cluster)
+    row of every window (missing rows as zero), ordered by topic, window, tier."""
+    by_window: dict[tuple[str, int], list[TierTotals]] = {}
+    for row in totals:
+        by_window.setdefault((row.topic, row.window_begin_ms), []).append(row)
+    tiers_seen = {(r.topic, r.tier, r.datacenter, r.cluster) for r in totals
+                  if r.tier != "producer"}
+    verdicts: list[Verdict] = []
+    for (topic, begin), rows in sorted(by_window.items()):
+        end = max(r.window_end_ms for r in rows)
+        producers = [r for r in rows if r.tier == "producer"]
+        present = {(r.tier, r.datacenter, r.cluster): r for r in rows if r.tier != "producer"}
+        for key in sorted(k[1:] for k in tiers_seen if k[0] == topic):
+            present.setdefault(key, None)
+        for p in producers:
+            verdicts.append(_verdict(topic, begin, end, ("producer", p.datacenter, p.cluster),
+                                     p, p.message_count, p.checksum, now_ms, grace_ms,
+                                     reference=True))
+        for key, row in sorted(present.items()):
+            tier, dc, cluster = key
+            own = [p for p in producers if p.cluster == cluster]
+            ref = own or producers
+            produced = sum(p.message_count for p in ref)
+            checksum = sum(p.checksum for p in ref) % _MOD
+            verdicts.append(_verdict(topic, begin, end, key, row, produced, checksum, now_ms,
+                                     grace_ms, reference=False, has_reference=bool(producers)))
+    return verdicts
+
+
+def _verdict(topic, begin, end, key, row, produced, expected_checksum, now_ms, grace_ms,
+             reference: bool, has_reference: bool = True) -> Verdict:
+    tier, dc, cluster = key
+    count = row.message_count if row else 0
+    unique = row.unique_count if row else None
+    checksum = row.checksum if row else 0
+    sums_match = checksum == expected_checksum
+    p50, p95, p99 = _latency(row)
+    if reference:
+        state, missing, dups, exact = "complete", 0, 0, True
+        seen = produced
+    elif not has_reference:
+        state, missing, dups, exact, seen = "no_reference", 0, 0, False, count
+    elif unique is not None:
+        seen = unique
+        missing = max(0, produced - unique)
+        dups = count - unique
+        exact = True
+        if missing == 0 and dups == 0:
+            state = "complete" if sums_match else "lost_and_duplicated"
+        elif missing and dups:
+            state = "lost_and_duplicated"
+        else:
+            state = "lost" if missing else "duplicated"
+    else:
+        exact = False
+        missing, dups = max(0, produced - count), max(0, count - produced)
+        seen = min(count, produced)
+        if count == produced:
+            state = "complete" if sums_match else "lost_and_duplicated"
+            if not sums_match:
+                missing = dups = 1          # at least one of each
+        else:
+            state = "lost" if count < produced else "duplicated"
+    if state != "complete" and not reference and now_ms < end + grace_ms \
+            and state != "no_reference":
+        state = "pending"
+    completeness = 100.0 * min(seen, produced) / produced if produced else 100.0
+    return Verdict(topic, begin, end, tier, dc, cluster, state, produced, count, unique,
+                   missing, dups, exact, round(completeness, 4), sums_match,
+                   row.no_time_count if row else 0, row.malformed_count if row else 0,
+                   row.byte_count if row else 0, p50, p95, p99)
+
+
+def summary(verdicts: list[Verdict]) -> dict[str, int]:
+    """How many verdicts are in each state."""
+    out = {s: 0 for s in STATES}
+    for v in verdicts:
+        out[v.state] += 1
+    return out
+
+
+def is_complete(verdicts: list[Verdict], tier: str | None = None) -> bool:
+    """Every verdict (of ``tier``) complete — and there is at least one."""
+    chosen = [v for v in verdicts if tier is None or v.tier == tier]
+    return bool(chosen) and all(v.state == "complete" for v in chosen)
