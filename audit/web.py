@@ -87,7 +87,7 @@ h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}
 .sub{color:#5b6270;margin-bottom:1em}table{border-collapse:collapse;font-size:.85em}
 th,td{padding:.25em .5em;text-align:right;border-bottom:1px solid #e3e6eb}
 th{background:#eef1f5;position:sticky;top:0}td.name,th.name{text-align:left}
-.heat td{padding:0;border:1px solid #fff}.heat a{display:block;width:2.1em;height:1.5em}
+.heat td{padding:0;border:1px solid #fff;min-width:3em}.heat a{display:block;height:1.5em}
 .legend span{display:inline-block;padding:.15em .6em;margin-right:.4em;color:#fff;border-radius:3px}
 .state{color:#fff;border-radius:3px;padding:.1em .4em}.tot{font-weight:600}
 """

@@ -24,6 +24,10 @@ command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=("hap
 # PostgreSQL: the audit service's production database (its tests start a real
 # server as the postgres user, broker/harness/postgres.py)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=("postgresql")
+# Headless Chromium and its driver: the audit's HTML report is tested in a
+# real browser (selenium drives Debian's chromium; nothing downloads a browser)
+[ -x /usr/bin/chromium ] || missing+=("chromium")
+[ -x /usr/bin/chromedriver ] || missing+=("chromium-driver")
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
