@@ -3,9 +3,10 @@ duplicated, or both.
 
 The reference of a (topic, window) is the producer tier. A row of another
 tier counting cluster C is compared with the producers that produced to C
-(the producer events name their cluster); a cluster no producer names (the
-analysis cluster, which holds copies of every DC) is compared with all the
-producers of the topic.
+(the producer events name their cluster; in a window where they produced
+nothing, the reference is 0); a cluster no producer names (the analysis
+cluster, which holds copies of every DC) is compared with all the producers
+of the topic.
 
 States (``verdict.state``):
 
@@ -78,6 +79,9 @@ def compare(totals: list[TierTotals], now_ms: int, grace_ms: int) -> list[Verdic
         by_window.setdefault((row.topic, row.window_begin_ms), []).append(row)
     tiers_seen = {(r.topic, r.tier, r.datacenter, r.cluster) for r in totals
                   if r.tier != "producer"}
+    # clusters producers write to (per topic): compared with those producers
+    # only, even in a window where they produced nothing
+    producer_clusters = {(r.topic, r.cluster) for r in totals if r.tier == "producer"}
     verdicts: list[Verdict] = []
     for (topic, begin), rows in sorted(by_window.items()):
         end = max(r.window_end_ms for r in rows)
@@ -91,12 +95,15 @@ def compare(totals: list[TierTotals], now_ms: int, grace_ms: int) -> list[Verdic
                                      reference=True))
         for key, row in sorted(present.items()):
             tier, dc, cluster = key
-            own = [p for p in producers if p.cluster == cluster]
-            ref = own or producers
+            if (topic, cluster) in producer_clusters:
+                ref = [p for p in producers if p.cluster == cluster]
+            else:       # an aggregate cluster (analysis): every producer of the topic
+                ref = producers
             produced = sum(p.message_count for p in ref)
             checksum = sum(p.checksum for p in ref) % _MOD
             verdicts.append(_verdict(topic, begin, end, key, row, produced, checksum, now_ms,
-                                     grace_ms, reference=False, has_reference=bool(producers)))
+                                     grace_ms, reference=False,
+                                     has_reference=bool(producers) or bool(ref is not producers)))
     return verdicts
 
 

@@ -93,3 +93,17 @@ def test_a_tier_that_reported_nothing_for_a_window_is_a_loss():
 def test_no_producer_to_compare_with():
     (v,) = compare([row("cluster", "dc-a", PRODUCED)], LATER, 0)
     assert v.state == "no_reference"
+
+
+def test_a_cluster_its_producers_left_alone_in_a_window_is_complete_at_zero():
+    """dc-b produced in other windows but not this one: its tiers expect 0."""
+    earlier = [TierTotals("t", BEGIN - W, BEGIN, "producer", "dc-b", "dc-b", 1, 1, 0, 0,
+                          id_hash(ids(9)[0]), None, 1, [], []),
+               TierTotals("t", BEGIN - W, BEGIN, "mirror", "analysis", "dc-b", 1, 1, 0, 0,
+                          id_hash(ids(9)[0]), None, 1, [], [])]
+    rows = earlier + [row("producer", "dc-a", PRODUCED), row("mirror", "dc-a", PRODUCED,
+                                                              dc="analysis")]
+    now = {(v.tier, v.cluster): (v.state, v.produced, v.count)
+           for v in compare(rows, LATER, 0) if v.window_begin_ms == BEGIN}
+    assert now[("mirror", "dc-b")] == ("complete", 0, 0)
+    assert now[("mirror", "dc-a")] == ("complete", 100, 100)
