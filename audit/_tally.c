@@ -86,7 +86,165 @@ static Py_ssize_t id_position(const unsigned char *p, Py_ssize_t end) {
 
 static int flush_table(Table *t, PyObject *acc);
 
-/* the window's id set in id_sets (made on its first id, as the reference does) */
+
+/* ------------------------------------------------------------------ IdSet
+ * A set of 64-bit id hashes: open addressing, linear probing, load <= 1/2,
+ * 8 bytes a slot. What a tier keeps to count first sightings: a Python set
+ * of ints costs ~70 bytes and a PyLong per id, this ~16 bytes and nothing. */
+typedef struct {
+    PyObject_HEAD
+    uint64_t *slots;       /* 0 = empty; the hash 0 is kept in has_zero */
+    Py_ssize_t mask;       /* capacity - 1 (a power of two) */
+    Py_ssize_t used;
+    int has_zero;
+} IdSetObject;
+
+static PyTypeObject IdSetType;
+
+static int idset_grow(IdSetObject *s) {
+    Py_ssize_t cap = s->slots ? (s->mask + 1) * 2 : 1024;
+    uint64_t *slots = PyMem_Calloc((size_t)cap, sizeof(uint64_t));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (s->slots != NULL) {
+        for (Py_ssize_t i = 0; i <= s->mask; i++) {
+            uint64_t h = s->slots[i];
+            if (h) {
+                Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(cap - 1));
+                while (slots[j])
+                    j = (j + 1) & (cap - 1);
+                slots[j] = h;
+            }
+        }
+        PyMem_Free(s->slots);
+    }
+    s->slots = slots;
+    s->mask = cap - 1;
+    return 0;
+}
+
+/* 1 if added, 0 if it was there, -1 on error */
+static int idset_add(IdSetObject *s, uint64_t h) {
+    if (h == 0) {
+        int added = !s->has_zero;
+        s->has_zero = 1;
+        return added;
+    }
+    if (s->slots == NULL || (s->used + 1) * 2 > s->mask + 1) {
+        if (idset_grow(s) < 0)
+            return -1;
+    }
+    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)s->mask);
+    while (s->slots[j]) {
+        if (s->slots[j] == h)
+            return 0;
+        j = (j + 1) & s->mask;
+    }
+    s->slots[j] = h;
+    s->used++;
+    return 1;
+}
+
+static int idset_has(IdSetObject *s, uint64_t h) {
+    if (h == 0)
+        return s->has_zero;
+    if (s->slots == NULL)
+        return 0;
+    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)s->mask);
+    while (s->slots[j]) {
+        if (s->slots[j] == h)
+            return 1;
+        j = (j + 1) & s->mask;
+    }
+    return 0;
+}
+
+static void idset_dealloc(IdSetObject *s) {
+    PyMem_Free(s->slots);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static Py_ssize_t idset_len(IdSetObject *s) { return s->used + s->has_zero; }
+
+static int idset_contains(IdSetObject *s, PyObject *key) {
+    unsigned long long h = PyLong_AsUnsignedLongLong(key);
+    if (h == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return idset_has(s, h);
+}
+
+static PyObject *idset_py_add(IdSetObject *s, PyObject *key) {
+    unsigned long long h = PyLong_AsUnsignedLongLong(key);
+    if (h == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    int r = idset_add(s, h);
+    if (r < 0)
+        return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *idset_to_set(IdSetObject *s, PyObject *Py_UNUSED(unused)) {
+    PyObject *out = PySet_New(NULL);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; s->slots && i <= s->mask; i++) {
+        if (!s->slots[i])
+            continue;
+        PyObject *v = PyLong_FromUnsignedLongLong(s->slots[i]);
+        if (v == NULL || PySet_Add(out, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    if (s->has_zero) {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL || PySet_Add(out, zero) < 0) {
+            Py_XDECREF(zero);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(zero);
+    }
+    return out;
+}
+
+static PyObject *idset_sizeof(IdSetObject *s, PyObject *Py_UNUSED(unused)) {
+    Py_ssize_t slots = s->slots ? s->mask + 1 : 0;
+    return PyLong_FromSsize_t((Py_ssize_t)sizeof(*s) + slots * (Py_ssize_t)sizeof(uint64_t));
+}
+
+static PyMethodDef idset_methods[] = {
+    {"add", (PyCFunction)idset_py_add, METH_O, "add(hash) -> True if it was not there"},
+    {"to_set", (PyCFunction)idset_to_set, METH_NOARGS, "the hashes as a Python set"},
+    {"__sizeof__", (PyCFunction)idset_sizeof, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods idset_as_sequence = {
+    .sq_length = (lenfunc)idset_len,
+    .sq_contains = (objobjproc)idset_contains,
+};
+
+static PyTypeObject IdSetType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "audit._tally.IdSet",
+    .tp_doc = "A set of 64-bit id hashes (what a tier keeps to count first sightings).",
+    .tp_basicsize = sizeof(IdSetObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)idset_dealloc,
+    .tp_as_sequence = &idset_as_sequence,
+    .tp_methods = idset_methods,
+};
+
+/* the window's id set in id_sets (made on its first id, as the reference does):
+ * an IdSet made here, or a Python set the caller put there */
 static PyObject *window_ids(Local *w, PyObject *id_sets) {
     if (w->ids != NULL)
         return w->ids;
@@ -95,7 +253,7 @@ static PyObject *window_ids(Local *w, PyObject *id_sets) {
         return NULL;
     PyObject *set = PyDict_GetItemWithError(id_sets, key);
     if (set == NULL) {
-        if (PyErr_Occurred() || (set = PySet_New(NULL)) == NULL) {
+        if (PyErr_Occurred() || (set = PyType_GenericNew(&IdSetType, NULL, NULL)) == NULL) {
             Py_DECREF(key);
             return NULL;
         }
@@ -105,9 +263,9 @@ static PyObject *window_ids(Local *w, PyObject *id_sets) {
             Py_DECREF(key);
             return NULL;
         }
-    } else if (!PySet_Check(set)) {
+    } else if (!PySet_Check(set) && !PyObject_TypeCheck(set, &IdSetType)) {
         Py_DECREF(key);
-        PyErr_SetString(PyExc_TypeError, "id_sets values must be sets");
+        PyErr_SetString(PyExc_TypeError, "id_sets values must be IdSets or sets");
         return NULL;
     }
     Py_DECREF(key);
@@ -236,6 +394,13 @@ static int fold(Table *t, PyObject *acc, PyObject *id_sets, PyObject *value, lon
         PyObject *ids = window_ids(w, id_sets);
         if (ids == NULL)
             return -1;
+        if (PyObject_TypeCheck(ids, &IdSetType)) {
+            int added = idset_add((IdSetObject *)ids, h);
+            if (added < 0)
+                return -1;
+            w->f[5] += (unsigned long long)added;
+            return 0;
+        }
         PyObject *key = PyLong_FromUnsignedLongLong(h);
         if (key == NULL)
             return -1;
@@ -410,4 +575,17 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__tally(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__tally(void) {
+    if (PyType_Ready(&IdSetType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&IdSetType);
+    if (PyModule_AddObject(m, "IdSet", (PyObject *)&IdSetType) < 0) {
+        Py_DECREF(&IdSetType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
