@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror clean help
+.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
 # and zlib's headers): a missing one then fails the suite instead of skipping
@@ -25,6 +25,7 @@ help:
 	@echo "make lab-status  what the lab runs: processes, brokers, load balancers, mirror lag"
 	@echo "make lab-down    stop the lab (PURGE=1 also deletes its logs and data)"
 	@echo "make bench-mirror two DCs mirrored into the analysis cluster: throughput, latency"
+	@echo "make bench-audit  Avro rows/s, the audit's counting consumer, the audited producer"
 
 setup: $(STAMP)
 
@@ -96,3 +97,6 @@ lab-down: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis broker/protocol/*.so
+
+bench-audit: setup
+	$(PY) -m bench.audit_bench --runs 5

@@ -232,14 +232,16 @@ def main(argv: list[str] | None = None) -> int:
             log(f"run {run + 1}/{a.runs}")
             r = one_run(workdir, registry, a.messages, run)
             runs.append(r)
-            log("  " + json.dumps({k: {f: round(v) for f, v in d.items()} for k, d in r.items()}))
+            log("  " + json.dumps({k: {f: round(v, 3) for f, v in d.items()}
+                                   for k, d in r.items()}))
     print(f"\n{'figure':55} {'median':>12}   runs")
     table = []
     for label, key, field in FIGURES:
         values = [r[key][field] for r in runs]
         med = statistics.median(values)
         table.append({"figure": label, "median": med, "runs": values})
-        print(f"{label:55} {med:12,.0f}   {' '.join(f'{v:,.0f}' for v in values)}")
+        fmt = ",.0f" if med >= 100 else ".3f"
+        print(f"{label:55} {med:12{fmt}}   {' '.join(f'{v:{fmt}}' for v in values)}")
     ratio = [r["produce_audited"]["msgs_per_s"] / r["produce_plain"]["msgs_per_s"] for r in runs]
     print(f"{'audited / plain producer (ratio within each run)':55} "
           f"{statistics.median(ratio):12.3f}   {' '.join(f'{x:.3f}' for x in ratio)}")
