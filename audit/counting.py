@@ -198,17 +198,53 @@ def unsigned_checksum(signed: int) -> int:
 class AuditedProducer:
     """Counts what ``producer`` (a Producer or ClusterProducer) delivers, in
     ``counter``; otherwise the producer is used as it is (``send``,
-    ``send_many``, ``flush``, ``close`` pass through)."""
+    ``send_many``, ``flush`` pass through). With a ``publisher``, ``close()``
+    flushes, publishes what is left and closes the producer.
 
-    def __init__(self, producer, counter: TierCounter) -> None:
+    ``AuditedProducer.publishing(producer, writer, ...)`` is the usual way:
+    counts published to the audit topic of the cluster the producer writes
+    to, through the same producer (so the same load balancer), every
+    ``interval_s`` and on close."""
+
+    def __init__(self, producer, counter: TierCounter,
+                 publisher: "MonitoringPublisher | None" = None) -> None:
         self.producer = producer
         self.counter = counter
+        self.publisher = publisher
         producer.delivery_listener = self._delivered
+
+    @classmethod
+    def publishing(cls, producer, writer, *, datacenter: str, cluster: str,
+                   interval_s: float = 60.0, window_ms: int = DEFAULT_WINDOW_MS,
+                   service: str = "") -> "AuditedProducer":
+        """``writer``: a schemas.ValueWriter of the audit topic's subject."""
+        counter = TierCounter(CounterConfig(tier="producer", datacenter=datacenter,
+                                            cluster=cluster, window_ms=window_ms,
+                                            service=service))
+        publisher = MonitoringPublisher(counter, writer.encode, producer_sender(producer),
+                                        interval_s).start()
+        return cls(producer, counter, publisher)
 
     def _delivered(self, batches: list) -> None:
         add = self.counter.add_values
         for batch in batches:
             add(batch.topic, batch.values, batch.timestamps)
+
+    def close(self, timeout: float | None = 60.0) -> None:
+        try:
+            self.producer.flush(timeout)
+        finally:
+            try:
+                if self.publisher is not None:
+                    self.publisher.close(timeout or 60.0)
+            finally:
+                self.producer.close(timeout)
+
+    def __enter__(self) -> "AuditedProducer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __getattr__(self, name: str):
         return getattr(self.producer, name)

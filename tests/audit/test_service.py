@@ -81,6 +81,8 @@ def test_service_end_to_end(clusters, db_url, tmp_path):
             for e in events + events[:4]:          # four events delivered twice
                 producer.send(AUDIT_TOPIC, writer.encode(e))
             producer.send(AUDIT_TOPIC, b"not a monitoring event")
+            # an envelope naming a schema no registry has
+            producer.send(AUDIT_TOPIC, b"\x00\xde\xad\xbe\xef" + writer.encode(events[0])[5:])
             producer.send(AUDIT_TOPIC, writer.encode({**events[0], "window_end_ms": 0}))
             producer.flush()
         finally:
@@ -91,8 +93,8 @@ def test_service_end_to_end(clusters, db_url, tmp_path):
     try:
         port = service.serve_http()
         wait_until(lambda: service.step() >= 0 and service.consumed + service.malformed
-                   >= len(events) + 6, 60, what="every event read")
-        assert (service.stored, service.duplicates, service.malformed) == (len(events), 4, 2)
+                   >= len(events) + 7, 60, what="every event read")
+        assert (service.stored, service.duplicates, service.malformed) == (len(events), 4, 3)
 
         status, body = get(port, f"/api/verdicts?topic=page_views&from={begin}&to={end}")
         assert status == 200
@@ -124,7 +126,7 @@ def test_service_end_to_end(clusters, db_url, tmp_path):
         assert status == 200 and "analysis" in page and "lost" in page
         status, metrics = get(port, "/metrics")
         assert "samsa_audit_events_deduplicated_total 4" in metrics
-        assert "samsa_audit_malformed_events_total 2" in metrics
+        assert "samsa_audit_malformed_events_total 3" in metrics
         assert 'samsa_audit_windows{state="lost"} 1' in metrics
     finally:
         service.close()

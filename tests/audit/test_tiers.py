@@ -11,15 +11,7 @@ import pytest
 
 from audit.cluster_counter import ClusterCounter
 from audit.config import CountConfig
-from audit.counting import (
-    AUDIT_TOPIC,
-    AuditedProducer,
-    CounterConfig,
-    MonitoringPublisher,
-    TierCounter,
-    producer_sender,
-    unsigned_checksum,
-)
+from audit.counting import AUDIT_TOPIC, AuditedProducer, unsigned_checksum
 from audit_helpers import WINDOW, checksum, decode_events, page_views
 from broker.client.cluster_producer import ClusterProducer
 from broker.coordination import offsets as zk_offsets
@@ -73,21 +65,33 @@ def produce_audited(cluster, registry, times, name: str = "dc-a") -> list[bytes]
     publishes its counts to the cluster's audit topic; their ids."""
     writer = ValueWriter(registry, "page_views")
     values, ids = page_views(writer, times)
-    producer = ClusterProducer(cluster.connect, acks="flushed")
-    counter = TierCounter(CounterConfig(tier="producer", datacenter=name, cluster=name,
-                                        window_ms=WINDOW))
-    audited = AuditedProducer(producer, counter)
-    publisher = MonitoringPublisher(counter, ValueWriter(registry, AUDIT_TOPIC).encode,
-                                    producer_sender(producer))
-    try:
+    with AuditedProducer.publishing(ClusterProducer(cluster.connect, acks="flushed"),
+                                    ValueWriter(registry, AUDIT_TOPIC), datacenter=name,
+                                    cluster=name, window_ms=WINDOW) as audited:
         for value, t in zip(values, times):
             audited.send("page_views", value, timestamp=t)
-        audited.flush()
-        publisher.close()
-    finally:
-        producer.close()
+        publisher = audited.publisher
     assert publisher.published > 0 and publisher.unsent == 0
     return ids
+
+
+def test_the_producer_publishes_every_interval(dc):
+    cluster, registry = dc
+    now = int(time.time() * 1000)
+    values, ids = page_views(ValueWriter(registry, "page_views"), [now] * 30)
+    audited = AuditedProducer.publishing(
+        ClusterProducer(cluster.connect, acks="flushed"), ValueWriter(registry, AUDIT_TOPIC),
+        datacenter="dc-a", cluster="dc-a", window_ms=WINDOW, interval_s=0.2)
+    try:
+        for value in values:
+            audited.send("page_views", value, timestamp=now)
+        audited.flush()
+        # published by the timer, before any close
+        wait_until(lambda: totals(audit_events(cluster, registry), "producer")
+                   == expected([now] * 30, ids), 30, what="the interval's publish")
+    finally:
+        audited.close()
+    assert totals(audit_events(cluster, registry), "producer") == expected([now] * 30, ids)
 
 
 def test_the_producer_tier_counts_what_was_acknowledged(dc):
