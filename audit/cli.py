@@ -20,6 +20,8 @@ import threading
 from broker.logging_setup import setup_logging
 from broker.settings import ConfigError, parse_overrides, to_toml
 
+from audit.counting import TIERS
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m audit", description=__doc__,
@@ -86,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--from", dest="begin", metavar="TIME", help="default: --hours ago")
     r.add_argument("--to", dest="end", metavar="TIME", help="default: now")
     r.add_argument("--hours", type=float, default=24.0)
-    r.add_argument("--tier", choices=["producer", "cluster", "mirror", "loader"])
+    r.add_argument("--tier", choices=list(TIERS))
     r.add_argument("--grace-ms", type=int, default=30 * 60 * 1000,
                    help="a window that ended less than this ago is pending (default 30 min)")
     r.add_argument("--json", action="store_true", help="JSON instead of a table")

@@ -52,7 +52,7 @@ DEFAULT_WINDOW_MS = 10 * 60 * 1000
 #: upper bounds (ms) of the latency histogram's buckets; a last bucket holds the rest
 DEFAULT_LATENCY_BOUNDS_MS = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000,
                              300_000, 900_000, 3_600_000)
-TIERS = ("producer", "cluster", "mirror", "loader")
+TIERS = ("producer", "cluster", "mirror", "hadoop")     # hadoop: the warehouse loader
 _SIGNED = 1 << 63
 
 
@@ -62,7 +62,7 @@ def kernel_name() -> str:
 
 @dataclass(frozen=True)
 class CounterConfig:
-    tier: str                        # producer, cluster, mirror, loader
+    tier: str                        # producer, cluster, mirror, hadoop
     datacenter: str                  # where the counting happens
     cluster: str                     # the cluster counted
     window_ms: int = DEFAULT_WINDOW_MS

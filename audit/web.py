@@ -30,11 +30,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, urlsplit
 
 from audit.compare import BAD_STATES, STATES, Verdict, is_complete, summary
+from audit.counting import TIERS
 
 COLOURS = {"complete": "#2e9e5b", "pending": "#c9a227", "lost": "#c8323c",
            "duplicated": "#7a4fc2", "lost_and_duplicated": "#8b1a1a", "no_reference": "#8a8f98"}
 WORST_FIRST = ("lost_and_duplicated", "lost", "duplicated", "pending", "no_reference", "complete")
-TIER_ORDER = ("producer", "cluster", "mirror", "loader")
+TIER_ORDER = TIERS
 
 
 class BadRequest(ValueError):
