@@ -23,6 +23,20 @@ class HeaderError(ValueError):
     pass
 
 
+def encode_long(n: int) -> bytes:
+    """Avro's encoding of a long: zig-zag, then a little-endian base-128 varint."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        b = z & 0x7F
+        z >>= 7
+        if z:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
 def _varint(buf, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     while True:

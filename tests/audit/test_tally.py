@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from audit import tally as ref
 from broker.protocol.message import Message
+from schemas.header import encode_long as zigzag
 
 c_tally = pytest.importorskip("audit._tally") if os.environ.get("SAMSA_REQUIRE_SPEEDUPS") != "1" \
     else __import__("audit._tally", fromlist=["_tally"])
@@ -20,19 +21,6 @@ BOUNDS = (10, 100, 1000, 60_000)
 WINDOW = 600_000
 NOW = 1_700_000_123_456
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def zigzag(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while True:
-        b = z & 0x7F
-        z >>= 7
-        if z:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def envelope(time_ms: int, host: bytes, service: bytes, event_id: bytes, rest: bytes = b"",

@@ -1,0 +1,148 @@
+"""Planning a load: one work unit per broker-partition byte range.
+
+For every topic of the cluster matching the whitelist (and not the
+blacklist; the audit topic never), every broker-partition on a live broker:
+
+    [start, end)  start = the committed offset (state.py), or the earliest
+                  retained offset for a partition never loaded
+                  end   = the partition's high watermark at plan time
+
+A range longer than ``max_unit_bytes`` is split at segment starts (the
+broker's Offsets API by time lists the base offsets of its segments, which
+are message boundaries), so several tasks pull one big partition in
+parallel; a single segment is never split (no other boundary is known
+without reading it).
+
+Retention: a committed offset below the partition's earliest retained one
+means data was deleted before it was loaded. ``on_retention_gap="fail"``
+(the default) refuses to plan; ``"skip"`` starts at the earliest offset and
+reports the bytes skipped (the audit then shows them as loss).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from broker.client.admin import AdminClient
+from broker.coordination.cluster import ClusterView
+from broker.coordination.paths import parse_broker_partition
+from broker.coordination.zk import make_client, start_client
+
+from hadoop_loader import state
+
+AUDIT_TOPIC = "_audit"
+
+
+class PlanError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    topic: str
+    broker_id: int
+    partition: int
+    address: str          # the broker's host:port
+    start: int
+    end: int
+
+    @property
+    def key(self) -> str:
+        return state.key(self.topic, self.broker_id, self.partition)
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class Plan:
+    units: list[WorkUnit]
+    ends: dict[str, int]              # per broker-partition key: where this load stops
+    skipped: dict[str, tuple[int, int]]   # retention gaps skipped: key -> (from, to)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(u.size for u in self.units)
+
+
+def split_range(start: int, end: int, boundaries: list[int], max_bytes: int) -> list[tuple[int, int]]:
+    """[start, end) cut at ``boundaries`` (message boundaries inside it) so
+    that each piece is at most ``max_bytes`` when the boundaries allow."""
+    cuts = sorted(b for b in set(boundaries) if start < b < end)
+    pieces = []
+    piece_start = start
+    last_cut = start
+    for b in cuts + [end]:
+        if b - piece_start > max_bytes and last_cut > piece_start:
+            pieces.append((piece_start, last_cut))
+            piece_start = last_cut
+        last_cut = b
+    pieces.append((piece_start, end))
+    return [p for p in pieces if p[1] > p[0]]
+
+
+def plan(zookeeper: str, committed: dict[str, int], *, whitelist: str = ".*",
+         blacklist: str = "", max_unit_bytes: int = 256 << 20,
+         on_retention_gap: str = "fail", now_ms: int | None = None) -> Plan:
+    """The work of one load of the cluster at ``zookeeper`` (with its chroot)."""
+    import time
+    if on_retention_gap not in ("fail", "skip"):
+        raise ValueError("on_retention_gap is 'fail' or 'skip'")
+    allow = re.compile(whitelist)
+    deny = re.compile(blacklist) if blacklist else None
+    client = make_client(zookeeper)
+    try:
+        start_client(client, zookeeper, timeout=10.0, what="loader")
+    except OSError as exc:
+        raise PlanError(f"cannot plan: {exc}") from None
+    try:
+        view = ClusterView(client)
+        units: list[WorkUnit] = []
+        ends: dict[str, int] = {}
+        skipped: dict[str, tuple[int, int]] = {}
+        stamp = int(time.time() * 1000) if now_ms is None else now_ms
+        admins: dict[str, AdminClient] = {}
+        try:
+            for topic in view.topics():
+                if topic == AUDIT_TOPIC or not allow.fullmatch(topic) or \
+                        (deny and deny.fullmatch(topic)):
+                    continue
+                for bp in view.partitions(topic):
+                    broker_id, partition = parse_broker_partition(bp)
+                    address = view.address(broker_id)
+                    if address is None:
+                        continue
+                    admin = admins.get(address) or admins.setdefault(address,
+                                                                     AdminClient(address))
+                    earliest = admin.earliest_offset(topic, partition)
+                    latest = admin.latest_offset(topic, partition)
+                    k = state.key(topic, broker_id, partition)
+                    start = committed.get(k, earliest)
+                    if start < earliest:
+                        if on_retention_gap == "fail":
+                            raise PlanError(
+                                f"{k}: the last load stopped at offset {start}, but the broker "
+                                f"keeps data only from {earliest} ({earliest - start} bytes "
+                                f"were deleted by retention before they were loaded); set "
+                                f"on_retention_gap=skip to go on from {earliest} and record "
+                                f"the loss")
+                        skipped[k] = (start, earliest)
+                        start = earliest
+                    if start > latest:
+                        raise PlanError(f"{k}: the last load stopped at {start}, beyond the "
+                                        f"partition's end {latest} (was the topic re-created?)")
+                    ends[k] = latest
+                    if latest == start:
+                        continue
+                    segments = admin.offsets(topic, partition, stamp, max_offsets=100_000) \
+                        if latest - start > max_unit_bytes else []
+                    for a, b in split_range(start, latest, segments, max_unit_bytes):
+                        units.append(WorkUnit(topic, broker_id, partition, address, a, b))
+        finally:
+            for admin in admins.values():
+                admin.close()
+        return Plan(units, ends, skipped)
+    finally:
+        client.stop()
+        client.close()
