@@ -8,7 +8,9 @@ Built in steps (issue 11). Here so far:
   latest at plan time), split at segment starts;
 * frames.py: raw Avro record bodies framed into Avro container files per
   writer schema, without decoding them (the fast path into the JVM's Avro
-  reader).
+  reader: tests/hadoop_loader/test_spark_avro.py shows Spark decoding them
+  with the reader schema, v1 rows getting v2's defaults, written as Parquet
+  by event date and hour).
 
 To come: the PySpark job that pulls the units in tasks and writes Parquet
 by topic and event hour with an atomic publish, the error output, the

@@ -1,0 +1,21 @@
+"""A Spark session for the loader's tests: local[2], UTC, no UI (one per
+test session: a JVM takes seconds to start)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+    session = (SparkSession.builder.master("local[2]").appName("samsa-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "4")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
