@@ -12,9 +12,16 @@ Built in steps (issue 11). Here so far:
   with the reader schema, v1 rows getting v2's defaults, written as Parquet
   by event date and hour).
 
-To come: the PySpark job that pulls the units in tasks and writes Parquet
-by topic and event hour with an atomic publish, the error output, the
-hadoop tier's counts, ``python -m hadoop_loader`` and the Airflow DAGs.
+* pull.py: inside a Spark task, a unit pulled with the consumer and staged
+  as framed Avro (values that are not envelopes, or name an unknown schema,
+  go to the error output);
+* job.py: the load (plan, tasks, JVM Avro decode resolved to the latest
+  reader schema, Parquet by event date/hour, a manifest, moves, the
+  offsets commit last; an interrupted publish finished by the next run);
+* config.py: its settings.
+
+To come: ``python -m hadoop_loader`` and spark-submit (with --py-files), the
+hadoop tier's counts and progress lines, the Airflow DAGs, the benchmark.
 
 Uses the client, the schemas and the audit's counting; never broker internals.
 """

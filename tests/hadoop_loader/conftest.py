@@ -3,6 +3,7 @@ test session: a JVM takes seconds to start)."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -10,6 +11,9 @@ import pytest
 @pytest.fixture(scope="session")
 def spark():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # the executors' Python workers run this interpreter (its packages), not
+    # whatever python3 is first on the PATH
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     session = (SparkSession.builder.master("local[2]").appName("samsa-tests")
                .config("spark.ui.enabled", "false")

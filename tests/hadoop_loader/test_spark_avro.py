@@ -6,7 +6,6 @@ hour and read back with pyarrow, an independent reader."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pyarrow.dataset as ds
 
@@ -14,10 +13,8 @@ from hadoop_loader.frames import split_envelopes, write_container
 from schemas import catalog
 from schemas.registry import SchemaRegistry
 from schemas.stores import FileStore
-from schemas.wire import ValueWriter
 
-HOUR = 3_600_000
-BASE = 1_800_000_000_000 - 1_800_000_000_000 % HOUR
+from loader_helpers import BASE, HOUR, page_view_value
 
 
 def test_framed_files_decode_in_spark_with_the_reader_schema(spark, tmp_path):
@@ -28,14 +25,7 @@ def test_framed_files_decode_in_spark_with_the_reader_schema(spark, tmp_path):
     values, expected_hours = [], {}
     for i in range(600):
         t = BASE + (i % 3) * HOUR + i
-        rec = {"header": {"time_ms": t, "host": "h", "service": "s",
-                          "event_id": uuid.uuid4().bytes},
-               "member_id": i, "page_key": "feed", "url": f"/u/{i}", "referrer": None,
-               "user_agent": "ua", "duration_ms": i}
-        version = 2 if i % 2 else 1
-        if version == 2:
-            rec["session_id"] = f"s{i}"
-        values.append(ValueWriter(registry, "page_views", version=version).encode(rec))
+        values.append(page_view_value(registry, i, t))
         expected_hours[t - t % HOUR] = expected_hours.get(t - t % HOUR, 0) + 1
     by_schema, bad = split_envelopes(values)
     assert bad == [] and len(by_schema) == 2

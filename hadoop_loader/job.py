@@ -1,0 +1,205 @@
+"""The load: plan, pull in Spark tasks, decode and write Parquet in the JVM,
+publish, commit the offsets last.
+
+1. Plan on the driver (plan.py) from the offsets committed with the output.
+2. One Spark task per work unit pulls its range and stages framed Avro
+   container files (pull.py) under ``<output>/_samsa/staging/<run>/``.
+3. Per topic, Spark reads the staged files with the topic's latest reader
+   schema (the JVM's Avro reader resolves every writer schema to it) and
+   writes Parquet partitioned by event ``date`` and ``hour`` (from the
+   header's time, UTC; a late event goes to its own hour), one file per hour
+   per run, into the staging directory.
+4. Publish: a manifest of every move and of the new offsets is written
+   (``_samsa/publishing/<run>.json``), the files are moved into
+   ``<output>/<topic>/date=D/hour=H/``, then the offsets are committed (the
+   commit is last) and the manifest removed. A run killed before the
+   manifest leaves nothing visible and its ranges are loaded again; a run
+   killed during the moves is finished by the next run before it plans
+   (the manifest says what is left to move), so every message lands once.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from hadoop_loader import state
+from hadoop_loader.config import LoaderConfig
+from hadoop_loader.plan import Plan, plan
+from hadoop_loader.pull import stage_units
+
+log = logging.getLogger(__name__)
+
+AVRO_FORMAT = "org.apache.spark.sql.avro.AvroFileFormat"
+
+
+@dataclass
+class LoadSummary:
+    run: str
+    units: int = 0
+    messages: int = 0
+    bytes: int = 0
+    errors: int = 0
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)   # topic -> "date/hour" -> rows
+    skipped: dict[str, tuple[int, int]] = field(default_factory=dict)
+    seconds: float = 0.0
+    recovered: int = 0               # moves finished for an interrupted earlier run
+
+
+def spark_session(config: LoaderConfig):
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # the executors' Python workers run this interpreter (its packages), not
+    # whatever python3 is first on the PATH
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    return (SparkSession.builder.master(config.master).appName(config.app_name)
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
+            .getOrCreate())
+
+
+def _publishing_dir(root: str) -> str:
+    return os.path.join(root, "_samsa", "publishing")
+
+
+def finish_interrupted(root: str) -> int:
+    """Finish the publish of a run killed during its moves; the moves done."""
+    directory = _publishing_dir(root)
+    if not os.path.isdir(directory):
+        return 0
+    done = 0
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(directory, name)
+        with open(path) as f:
+            manifest = json.load(f)
+        done += _move_all(root, manifest["moves"])
+        state.OffsetStore(root).commit(manifest["offsets"], run=manifest["run"],
+                                       extra={"recovered": True})
+        os.unlink(path)
+        shutil.rmtree(os.path.join(root, "_samsa", "staging", manifest["run"]),
+                      ignore_errors=True)
+        log.warning("finished the publish of interrupted run %s (%d files moved now)",
+                    manifest["run"], done)
+    return done
+
+
+def _move_all(root: str, moves: list[list[str]]) -> int:
+    moved = 0
+    for source, target in moves:
+        src, dst = os.path.join(root, source), os.path.join(root, target)
+        if os.path.exists(src):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.replace(src, dst)
+            moved += 1
+    return moved
+
+
+def load(config: LoaderConfig, spark=None) -> LoadSummary:
+    """One load of everything new; its summary."""
+    t0 = time.monotonic()
+    root = config.output_dir
+    os.makedirs(root, exist_ok=True)
+    run = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    summary = LoadSummary(run)
+    summary.recovered = finish_interrupted(root)
+    offsets = state.OffsetStore(root)
+    work: Plan = plan(config.zookeeper, offsets.offsets(), whitelist=config.whitelist,
+                      blacklist=config.blacklist, max_unit_bytes=config.max_unit_bytes,
+                      on_retention_gap=config.on_retention_gap)
+    summary.units, summary.skipped = len(work.units), dict(work.skipped)
+    for k, (a, b) in work.skipped.items():
+        log.error("%s: %d bytes deleted by retention before they were loaded (offsets %d to "
+                  "%d skipped; the audit shows the loss)", k, b - a, a, b)
+    if not work.units:
+        if work.ends and work.ends != offsets.offsets():
+            offsets.commit(work.ends, run=run, extra={"rows": {}})
+        summary.seconds = time.monotonic() - t0
+        log.info("nothing new to load")
+        return summary
+    own_session = spark is None
+    spark = spark or spark_session(config)
+    staging = os.path.join(root, "_samsa", "staging", run)
+    try:
+        stats = _stage(spark, config, work, staging)
+        for row in stats:
+            summary.messages += row["messages"]
+            summary.bytes += row["bytes"]
+            summary.errors += row["errors"]
+        summary.rows = _write_parquet(spark, config, staging)
+        moves = _plan_moves(root, staging, run)
+        manifest_dir = _publishing_dir(root)
+        os.makedirs(manifest_dir, exist_ok=True)
+        manifest = os.path.join(manifest_dir, f"{run}.json")
+        with open(manifest + ".tmp", "w") as f:
+            json.dump({"run": run, "moves": moves, "offsets": work.ends}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(manifest + ".tmp", manifest)
+        _move_all(root, moves)
+        offsets.commit(work.ends, run=run, extra={"rows": summary.rows,
+                                                  "errors": summary.errors})
+        os.unlink(manifest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if own_session:
+            spark.stop()
+    summary.seconds = time.monotonic() - t0
+    return summary
+
+
+def _stage(spark, config: LoaderConfig, work: Plan, staging: str) -> list[dict]:
+    registry, fetch = config.effective_registry, config.fetch_bytes
+    units = work.units
+    rdd = spark.sparkContext.parallelize(units, len(units))
+    return rdd.mapPartitions(lambda part: stage_units(part, staging, registry, fetch)).collect()
+
+
+def _write_parquet(spark, config: LoaderConfig, staging: str) -> dict[str, dict[str, int]]:
+    """Staged Avro -> staged Parquet per topic; rows per topic and date/hour."""
+    from pyspark.sql import functions as F
+    from schemas.registry import SchemaRegistry
+    avro_root = os.path.join(staging, "avro")
+    rows: dict[str, dict[str, int]] = {}
+    if not os.path.isdir(avro_root):
+        return rows
+    with SchemaRegistry.open(config.effective_registry) as registry:
+        for topic in sorted(os.listdir(avro_root)):
+            reader = json.dumps(registry.get(topic).schema)
+            df = spark.read.format(AVRO_FORMAT).option("avroSchema", reader) \
+                .load(os.path.join(avro_root, topic))
+            ts = (F.col("header.time_ms") / 1000).cast("timestamp")
+            df = df.withColumn("date", F.date_format(ts, "yyyy-MM-dd")) \
+                .withColumn("hour", F.date_format(ts, "HH"))
+            df = df.repartition("date", "hour").cache()
+            counts = df.groupBy("date", "hour").count().collect()
+            rows[topic] = {f"{r['date']}/{r['hour']}": r["count"] for r in counts}
+            df.write.mode("overwrite").partitionBy("date", "hour") \
+                .parquet(os.path.join(staging, "parquet", topic))
+            df.unpersist()
+    return rows
+
+
+def _plan_moves(root: str, staging: str, run: str) -> list[list[str]]:
+    """(staged path, final path), relative to the output root."""
+    moves = []
+    parquet = os.path.join(staging, "parquet")
+    for topic in sorted(os.listdir(parquet)) if os.path.isdir(parquet) else []:
+        base = os.path.join(parquet, topic)
+        for dirpath, _dirs, files in os.walk(base):
+            for i, name in enumerate(sorted(f for f in files if f.endswith(".parquet"))):
+                relative = os.path.relpath(dirpath, base)      # date=D/hour=H
+                target = os.path.join(topic, relative, f"part-{run}-{i:05d}.parquet")
+                moves.append([os.path.relpath(os.path.join(dirpath, name), root), target])
+    errors = os.path.join(staging, "errors")
+    for topic in sorted(os.listdir(errors)) if os.path.isdir(errors) else []:
+        for name in sorted(os.listdir(os.path.join(errors, topic))):
+            moves.append([os.path.relpath(os.path.join(errors, topic, name), root),
+                          os.path.join("_errors", topic, f"{run}-{name}")])
+    return moves

@@ -1,0 +1,90 @@
+"""Inside a Spark task: pull work units from the brokers and stage them.
+
+For each unit the task reads [start, end) of one broker-partition with the
+Samsa consumer, groups the values by writer schema id and frames them into
+Avro container files under the run's staging directory (frames.py), one
+file per (unit, schema id); values that are not envelopes go to an error
+container file with their topic, partition and offset. It returns one stats
+row per unit. Nothing it writes is visible in the output: the driver
+publishes the run's staging directory once every task has succeeded.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from broker.client.consumer import Consumer
+
+from hadoop_loader.frames import split_envelopes, write_container
+
+ERROR_SCHEMA = {
+    "type": "record", "name": "LoadError", "namespace": "samsa.loader",
+    "doc": "A message the loader could not load: where it was, and why.",
+    "fields": [{"name": "topic", "type": "string"}, {"name": "broker_partition", "type": "string"},
+               {"name": "offset", "type": "long"}, {"name": "error", "type": "string"},
+               {"name": "value", "type": "bytes"}]}
+
+
+def pull_unit(unit, fetch_bytes: int, timeout_s: float = 120.0) -> tuple[list[bytes], list[int]]:
+    """The values (and offsets) of messages starting in [unit.start, unit.end)."""
+    import time
+    consumer = Consumer(bootstrap=unit.address, fetch_max_bytes=fetch_bytes, max_wait_ms=100,
+                        auto_offset_reset="error")
+    values, offsets = [], []
+    tp = (unit.topic, unit.partition)
+    deadline = time.monotonic() + timeout_s
+    try:
+        consumer.assign([tp], start=unit.start)
+        while consumer.position(tp) < unit.end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{unit.key}: read only to {consumer.position(tp)} of "
+                                   f"[{unit.start}, {unit.end}) in {timeout_s:.0f} s")
+            for m in consumer.poll(1000):
+                if m.offset >= unit.end:
+                    break
+                values.append(m.value)
+                offsets.append(m.offset)
+    finally:
+        consumer.close()
+    return values, offsets
+
+
+def stage_units(units, staging: str, registry_url: str, fetch_bytes: int):
+    """The body of a Spark task (mapPartitions): pull, frame, stage; a stats
+    row per unit."""
+    from schemas.registry import SchemaRegistry
+    registry = SchemaRegistry.open(registry_url)
+    try:
+        for unit in units:
+            values, offsets = pull_unit(unit, fetch_bytes)
+            by_schema, bad = split_envelopes(values)
+            name = f"{unit.broker_id}-{unit.partition}-{unit.start}"
+            staged = {}
+            for sid, bodies in by_schema.items():
+                try:
+                    schema = json.dumps(registry.by_id(sid))
+                except Exception as exc:     # an id no registry knows: error output
+                    for i, v in enumerate(values):
+                        if len(v) >= 5 and v[0] == 0 and int.from_bytes(v[1:5], "big") == sid:
+                            bad.append((i, f"unknown schema id {sid}: {exc}"))
+                    continue
+                directory = os.path.join(staging, "avro", unit.topic)
+                os.makedirs(directory, exist_ok=True)
+                path = os.path.join(directory, f"{name}-{sid}.avro")
+                with open(path, "wb") as f:
+                    write_container(f, schema, bodies, codec="deflate",
+                                    metadata={"samsa.schema_id": str(sid)})
+                staged[sid] = len(bodies)
+            if bad:
+                directory = os.path.join(staging, "errors", unit.topic)
+                os.makedirs(directory, exist_ok=True)
+                import fastavro
+                with open(os.path.join(directory, f"{name}.avro"), "wb") as f:
+                    fastavro.writer(f, fastavro.parse_schema(ERROR_SCHEMA), [
+                        {"topic": unit.topic, "broker_partition": f"{unit.broker_id}-"
+                         f"{unit.partition}", "offset": offsets[i], "error": why,
+                         "value": values[i]} for i, why in sorted(bad)], codec="deflate")
+            yield {"key": unit.key, "topic": unit.topic, "messages": len(values),
+                   "bytes": sum(map(len, values)), "errors": len(bad), "staged": staged}
+    finally:
+        registry.close()

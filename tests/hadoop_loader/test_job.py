@@ -1,0 +1,131 @@
+"""The load, with real brokers, ZooKeeper, the schema registry and Spark
+(local): rows per topic and event hour exactly as produced, v1 rows with v2's
+default, a re-run adds nothing, bad values go to the error output, and a run
+interrupted during its publish is finished by the next one (exactly once)."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import fastavro
+import pyarrow.dataset as ds
+import pytest
+
+from broker.client.cluster_producer import ClusterProducer
+from broker.coordination import paths
+from broker_helpers import wait_until
+from hadoop_loader import job
+from hadoop_loader.config import LoaderConfig
+from hadoop_loader.state import OffsetStore
+from loader_helpers import HOUR, page_view_value
+from schemas import catalog
+from schemas.registry import SchemaRegistry
+
+
+def hour_key(ms: int) -> str:
+    t = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return f"{t:%Y-%m-%d}/{t:%H}"
+
+
+@pytest.fixture
+def analysis(clusters):
+    cluster = clusters("analysis", settings={"default_partitions": 2})
+    registry = SchemaRegistry.open(f"zookeeper://{cluster.connect}")
+    registry.register("page_views", catalog.load("samsa.events.PageViewEvent"))
+    registry.register("page_views", catalog.load("samsa.events.PageViewEvent.v2"))
+    yield cluster, registry
+    registry.close()
+
+
+def produce(cluster, registry, n: int, base: int, bad: list[bytes] = ()) -> dict[str, int]:
+    """n page views over three hours (v1 and v2 alternately); rows per hour."""
+    per_hour: dict[str, int] = {}
+    producer = ClusterProducer(cluster.connect, acks="flushed")
+    try:
+        for i in range(n):
+            t = base + (i % 3) * HOUR + i
+            producer.send("page_views", page_view_value(registry, i, t), timestamp=t)
+            per_hour[hour_key(t)] = per_hour.get(hour_key(t), 0) + 1
+        for value in bad:
+            producer.send("page_views", value, timestamp=base)
+        producer.flush()
+    finally:
+        producer.close()
+    wait_until(lambda: cluster.zk.exists(paths.broker_topic_path("page_views", 0)), 20,
+               what="the topic in ZooKeeper")
+    return per_hour
+
+
+def read_rows(root: str) -> list[dict]:
+    path = os.path.join(root, "page_views")
+    if not os.path.isdir(path):
+        return []
+    return ds.dataset(path, partitioning="hive").to_table().to_pylist()
+
+
+def rows_per_hour(rows) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        k = f"{r['date']}/{int(r['hour']):02d}"
+        out[k] = out.get(k, 0) + 1
+    return out
+
+
+def test_load_exactly_once_with_errors(analysis, spark, tmp_path):
+    cluster, registry = analysis
+    base = 1_800_000_000_000 - 1_800_000_000_000 % HOUR
+    bad = [b"not an envelope", b"\x00\xde\xad\xbe\xef" + b"\x02" * 30]   # unknown schema id
+    want = produce(cluster, registry, 300, base, bad)
+    config = LoaderConfig(zookeeper=cluster.connect, output=f"file://{tmp_path / 'wh'}",
+                          whitelist="page_views", max_unit_bytes=4096)
+    first = job.load(config, spark)
+    assert first.messages == 302 and first.errors == 2
+    rows = read_rows(config.output_dir)
+    assert rows_per_hour(rows) == want
+    assert sum(first.rows["page_views"].values()) == 300
+    assert sum(1 for r in rows if r["session_id"] == "") == 150       # v1 rows: the default
+    errors_dir = os.path.join(config.output_dir, "_errors", "page_views")
+    errors = [e for name in os.listdir(errors_dir)
+              for e in fastavro.reader(open(os.path.join(errors_dir, name), "rb"))]
+    assert sorted(e["error"].split(":")[0] for e in errors) == \
+        ["unknown envelope magic byte 110", "unknown schema id 3735928559"]
+    # nothing new: a re-run adds nothing
+    again = job.load(config, spark)
+    assert again.units == 0 and rows_per_hour(read_rows(config.output_dir)) == want
+    # more data later: only the new rows
+    more = produce(cluster, registry, 30, base + 3 * HOUR)
+    job.load(config, spark)
+    total = dict(want)
+    for k, v in more.items():
+        total[k] = total.get(k, 0) + v
+    assert rows_per_hour(read_rows(config.output_dir)) == total
+    assert not os.listdir(os.path.join(config.output_dir, "_samsa", "staging"))
+
+
+def test_a_publish_interrupted_midway_is_finished_by_the_next_run(analysis, spark, tmp_path,
+                                                                  monkeypatch):
+    cluster, registry = analysis
+    base = 1_800_000_000_000 - 1_800_000_000_000 % HOUR
+    want = produce(cluster, registry, 90, base)
+    config = LoaderConfig(zookeeper=cluster.connect, output=str(tmp_path / "wh"),
+                          whitelist="page_views")
+    real_replace = os.replace
+    moved = []
+
+    def dying_replace(src, dst):
+        if "/_samsa/staging/" in str(src) and str(src).endswith(".parquet"):
+            if moved:
+                raise KeyboardInterrupt("killed during the publish")
+            moved.append(dst)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(job.os, "replace", dying_replace)
+    monkeypatch.setattr(job.shutil, "rmtree", lambda *a, **k: None)   # a kill cleans nothing
+    with pytest.raises(KeyboardInterrupt):
+        job.load(config, spark)
+    monkeypatch.undo()
+    assert OffsetStore(config.output_dir).latest() is None           # not committed
+    assert 0 < len(read_rows(config.output_dir)) < 90                 # partly visible
+    recovered = job.load(config, spark)
+    assert recovered.recovered >= 1 and recovered.units == 0          # finished, not reloaded
+    assert rows_per_hour(read_rows(config.output_dir)) == want
