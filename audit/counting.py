@@ -141,6 +141,24 @@ class TierCounter:
                 self.counted += _kernel.tally_messages(acc, batch, cfg.window_ms, now,
                                                        cfg.latency_bounds_ms, ids)
 
+    def merge(self, topic: str, tallies: dict[int, list[int]]) -> None:
+        """Add tallies made elsewhere (a Spark task's kernel call) to this counter's."""
+        if topic == AUDIT_TOPIC:
+            return
+        R = _reference
+        with self._lock:
+            acc = self._tallies.setdefault(topic, {})
+            for begin, t in tallies.items():
+                mine = acc.get(begin)
+                if mine is None:
+                    acc[begin] = list(t)
+                    continue
+                if len(mine) != len(t):
+                    raise ValueError("tallies made with different latency bounds")
+                for i, v in enumerate(t):
+                    mine[i] = (mine[i] + v) % (1 << 64) if i == R.CHECKSUM else mine[i] + v
+            self.counted += sum(t[R.COUNT] for t in tallies.values())
+
     def pending(self) -> int:
         """Messages counted and not drained yet."""
         with self._lock:

@@ -20,8 +20,10 @@ Built in steps (issue 11). Here so far:
   offsets commit last; an interrupted publish finished by the next run);
 * config.py: its settings.
 
-To come: ``python -m hadoop_loader`` and spark-submit (with --py-files), the
-hadoop tier's counts and progress lines, the Airflow DAGs, the benchmark.
+* cli.py: ``python -m hadoop_loader`` (and spark-submit of __main__.py).
+
+To come: hdfs:// and s3a:// outputs, shipping the code to remote executors,
+progress lines, the Airflow DAGs, the benchmark (docs/loader.md).
 
 Uses the client, the schemas and the audit's counting; never broker internals.
 """

@@ -24,6 +24,14 @@ class LoaderConfig:
     on_retention_gap: str = "fail"
     """Committed offsets older than the brokers' retention: "fail", or "skip"
     to the earliest and report the bytes lost (the audit shows them as loss)."""
+    audit: bool = True
+    """After each publish, send the hadoop tier's monitoring events (counted
+    from what was written) to the cluster's audit topic."""
+    cluster_name: str = "analysis"
+    """The cluster loaded, as the audit names it."""
+    datacenter: str = ""
+    """Where the loader runs (default: the cluster's name)."""
+    audit_window_ms: int = 600_000
     app_name: str = "samsa-hadoop-loader"
     log_level: str = "INFO"
     log_format: str = "text"

@@ -49,6 +49,7 @@ class LoadSummary:
     skipped: dict[str, tuple[int, int]] = field(default_factory=dict)
     seconds: float = 0.0
     recovered: int = 0               # moves finished for an interrupted earlier run
+    audit_events: int = 0            # the hadoop tier's monitoring events published
 
 
 def spark_session(config: LoaderConfig):
@@ -132,6 +133,8 @@ def load(config: LoaderConfig, spark=None) -> LoadSummary:
             summary.messages += row["messages"]
             summary.bytes += row["bytes"]
             summary.errors += row["errors"]
+        log.info("run %s: %d messages (%d bytes) pulled by %d tasks, %d to the error output",
+                 run, summary.messages, summary.bytes, len(work.units), summary.errors)
         summary.rows = _write_parquet(spark, config, staging)
         moves = _plan_moves(root, staging, run)
         manifest_dir = _publishing_dir(root)
@@ -146,6 +149,8 @@ def load(config: LoaderConfig, spark=None) -> LoadSummary:
         offsets.commit(work.ends, run=run, extra={"rows": summary.rows,
                                                   "errors": summary.errors})
         os.unlink(manifest)
+        if config.audit:
+            summary.audit_events = publish_counts(config, stats)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if own_session:
@@ -156,9 +161,40 @@ def load(config: LoaderConfig, spark=None) -> LoadSummary:
 
 def _stage(spark, config: LoaderConfig, work: Plan, staging: str) -> list[dict]:
     registry, fetch = config.effective_registry, config.fetch_bytes
+    window = config.audit_window_ms if config.audit else None
     units = work.units
     rdd = spark.sparkContext.parallelize(units, len(units))
-    return rdd.mapPartitions(lambda part: stage_units(part, staging, registry, fetch)).collect()
+    return rdd.mapPartitions(
+        lambda part: stage_units(part, staging, registry, fetch, window)).collect()
+
+
+def publish_counts(config: LoaderConfig, stats: list[dict]) -> int:
+    """The hadoop tier's monitoring events, from the tasks' tallies of what
+    was written, to the loaded cluster's audit topic; how many. A failure is
+    logged, not raised: the data is published and committed already, and the
+    audit shows the missing counts as a loss at this tier until a re-count."""
+    from audit.counting import (CounterConfig, MonitoringPublisher, TierCounter,
+                                monitoring_writer, producer_sender)
+    from broker.client.cluster_producer import ClusterProducer
+    counter = TierCounter(CounterConfig(tier="hadoop", cluster=config.cluster_name,
+                                        datacenter=config.datacenter or config.cluster_name,
+                                        window_ms=config.audit_window_ms,
+                                        service=config.app_name))
+    for row in stats:
+        counter.merge(row["topic"], row["tallies"])
+    try:
+        registry, writer = monitoring_writer(config.effective_registry)
+        producer = ClusterProducer(config.zookeeper, acks="flushed")
+        try:
+            publisher = MonitoringPublisher(counter, writer.encode, producer_sender(producer))
+            publisher.close(timeout=30)
+            return publisher.published
+        finally:
+            producer.close()
+            registry.close()
+    except Exception as exc:      # noqa: BLE001 - see the docstring
+        log.error("the hadoop tier's counts could not be published: %s", exc)
+        return 0
 
 
 def _write_parquet(spark, config: LoaderConfig, staging: str) -> dict[str, dict[str, int]]:

@@ -25,12 +25,14 @@ ERROR_SCHEMA = {
                {"name": "value", "type": "bytes"}]}
 
 
-def pull_unit(unit, fetch_bytes: int, timeout_s: float = 120.0) -> tuple[list[bytes], list[int]]:
-    """The values (and offsets) of messages starting in [unit.start, unit.end)."""
+def pull_unit(unit, fetch_bytes: int, timeout_s: float = 120.0
+              ) -> tuple[list[bytes], list[int], list[int]]:
+    """The values, offsets and timestamps of the messages starting in
+    [unit.start, unit.end)."""
     import time
     consumer = Consumer(bootstrap=unit.address, fetch_max_bytes=fetch_bytes, max_wait_ms=100,
                         auto_offset_reset="error")
-    values, offsets = [], []
+    values, offsets, stamps = [], [], []
     tp = (unit.topic, unit.partition)
     deadline = time.monotonic() + timeout_s
     try:
@@ -44,19 +46,23 @@ def pull_unit(unit, fetch_bytes: int, timeout_s: float = 120.0) -> tuple[list[by
                     break
                 values.append(m.value)
                 offsets.append(m.offset)
+                stamps.append(m.timestamp)
     finally:
         consumer.close()
-    return values, offsets
+    return values, offsets, stamps
 
 
-def stage_units(units, staging: str, registry_url: str, fetch_bytes: int):
+def stage_units(units, staging: str, registry_url: str, fetch_bytes: int,
+                window_ms: int | None = None):
     """The body of a Spark task (mapPartitions): pull, frame, stage; a stats
-    row per unit."""
+    row per unit. With ``window_ms``, the row carries the audit's tallies
+    (audit/tally.py) of the messages staged for the warehouse (not of those
+    sent to the error output): the hadoop tier's counts."""
     from schemas.registry import SchemaRegistry
     registry = SchemaRegistry.open(registry_url)
     try:
         for unit in units:
-            values, offsets = pull_unit(unit, fetch_bytes)
+            values, offsets, stamps = pull_unit(unit, fetch_bytes)
             by_schema, bad = split_envelopes(values)
             name = f"{unit.broker_id}-{unit.partition}-{unit.start}"
             staged = {}
@@ -84,7 +90,17 @@ def stage_units(units, staging: str, registry_url: str, fetch_bytes: int):
                         {"topic": unit.topic, "broker_partition": f"{unit.broker_id}-"
                          f"{unit.partition}", "offset": offsets[i], "error": why,
                          "value": values[i]} for i, why in sorted(bad)], codec="deflate")
+            tallies: dict = {}
+            if window_ms:
+                from audit.counting import DEFAULT_LATENCY_BOUNDS_MS, _kernel
+                import time
+                rejected = {i for i, _ in bad}
+                good = [i for i in range(len(values)) if i not in rejected]
+                _kernel.tally_values(tallies, [values[i] for i in good],
+                                     [stamps[i] for i in good], window_ms,
+                                     int(time.time() * 1000), DEFAULT_LATENCY_BOUNDS_MS)
             yield {"key": unit.key, "topic": unit.topic, "messages": len(values),
-                   "bytes": sum(map(len, values)), "errors": len(bad), "staged": staged}
+                   "bytes": sum(map(len, values)), "errors": len(bad), "staged": staged,
+                   "tallies": tallies}
     finally:
         registry.close()

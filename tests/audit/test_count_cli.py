@@ -2,7 +2,6 @@
 real cluster, stopped with SIGTERM after a last publish."""
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time

@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 
 from audit.counting import CounterConfig, TierCounter
-from audit.store import Store
 from audit.tally import id_hash
 
 WINDOW = 600_000

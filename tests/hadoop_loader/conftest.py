@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+from schemas import catalog
+from schemas.registry import SchemaRegistry
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -23,3 +26,13 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def analysis(clusters):
+    cluster = clusters("analysis", settings={"default_partitions": 2})
+    registry = SchemaRegistry.open(f"zookeeper://{cluster.connect}")
+    registry.register("page_views", catalog.load("samsa.events.PageViewEvent"))
+    registry.register("page_views", catalog.load("samsa.events.PageViewEvent.v2"))
+    yield cluster, registry
+    registry.close()

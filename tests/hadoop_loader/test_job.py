@@ -4,71 +4,15 @@ default, a re-run adds nothing, bad values go to the error output, and a run
 interrupted during its publish is finished by the next one (exactly once)."""
 from __future__ import annotations
 
-import datetime as dt
 import os
 
 import fastavro
-import pyarrow.dataset as ds
 import pytest
 
-from broker.client.cluster_producer import ClusterProducer
-from broker.coordination import paths
-from broker_helpers import wait_until
 from hadoop_loader import job
 from hadoop_loader.config import LoaderConfig
 from hadoop_loader.state import OffsetStore
-from loader_helpers import HOUR, page_view_value
-from schemas import catalog
-from schemas.registry import SchemaRegistry
-
-
-def hour_key(ms: int) -> str:
-    t = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
-    return f"{t:%Y-%m-%d}/{t:%H}"
-
-
-@pytest.fixture
-def analysis(clusters):
-    cluster = clusters("analysis", settings={"default_partitions": 2})
-    registry = SchemaRegistry.open(f"zookeeper://{cluster.connect}")
-    registry.register("page_views", catalog.load("samsa.events.PageViewEvent"))
-    registry.register("page_views", catalog.load("samsa.events.PageViewEvent.v2"))
-    yield cluster, registry
-    registry.close()
-
-
-def produce(cluster, registry, n: int, base: int, bad: list[bytes] = ()) -> dict[str, int]:
-    """n page views over three hours (v1 and v2 alternately); rows per hour."""
-    per_hour: dict[str, int] = {}
-    producer = ClusterProducer(cluster.connect, acks="flushed")
-    try:
-        for i in range(n):
-            t = base + (i % 3) * HOUR + i
-            producer.send("page_views", page_view_value(registry, i, t), timestamp=t)
-            per_hour[hour_key(t)] = per_hour.get(hour_key(t), 0) + 1
-        for value in bad:
-            producer.send("page_views", value, timestamp=base)
-        producer.flush()
-    finally:
-        producer.close()
-    wait_until(lambda: cluster.zk.exists(paths.broker_topic_path("page_views", 0)), 20,
-               what="the topic in ZooKeeper")
-    return per_hour
-
-
-def read_rows(root: str) -> list[dict]:
-    path = os.path.join(root, "page_views")
-    if not os.path.isdir(path):
-        return []
-    return ds.dataset(path, partitioning="hive").to_table().to_pylist()
-
-
-def rows_per_hour(rows) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in rows:
-        k = f"{r['date']}/{int(r['hour']):02d}"
-        out[k] = out.get(k, 0) + 1
-    return out
+from loader_helpers import HOUR, produce, read_rows, rows_per_hour
 
 
 def test_load_exactly_once_with_errors(analysis, spark, tmp_path):
@@ -84,6 +28,16 @@ def test_load_exactly_once_with_errors(analysis, spark, tmp_path):
     assert rows_per_hour(rows) == want
     assert sum(first.rows["page_views"].values()) == 300
     assert sum(1 for r in rows if r["session_id"] == "") == 150       # v1 rows: the default
+    # the hadoop tier's counts: what was written, not the errors
+    assert first.audit_events > 0
+    from audit.counting import AUDIT_TOPIC
+    from cluster_helpers import read_all
+    from schemas.wire import ValueReader
+    reader = ValueReader(registry, subject=AUDIT_TOPIC)
+    events = [reader.decode(m.value) for ms in read_all(cluster, AUDIT_TOPIC).values()
+              for m in ms]
+    assert {e["tier"] for e in events} == {"hadoop"}
+    assert sum(e["message_count"] for e in events) == 300
     errors_dir = os.path.join(config.output_dir, "_errors", "page_views")
     errors = [e for name in os.listdir(errors_dir)
               for e in fastavro.reader(open(os.path.join(errors_dir, name), "rb"))]

@@ -10,6 +10,7 @@ import pytest
 from broker.client.cluster_producer import ClusterProducer
 from broker.harness.process import SupervisedProcess
 from broker.settings import to_toml
+from cluster_helpers import Cluster
 from mirror.config import MirrorConfig
 from mirror.mirror import Mirror
 
