@@ -23,7 +23,7 @@ Built in steps (issue 11). Here so far:
 * cli.py: ``python -m hadoop_loader`` (and spark-submit of __main__.py).
 
 To come: hdfs:// and s3a:// outputs, shipping the code to remote executors,
-progress lines, the Airflow DAGs, the benchmark (docs/loader.md).
+the Airflow DAGs, the benchmark (docs/loader.md).
 
 Uses the client, the schemas and the audit's counting; never broker internals.
 """

@@ -32,6 +32,8 @@ class LoaderConfig:
     datacenter: str = ""
     """Where the loader runs (default: the cluster's name)."""
     audit_window_ms: int = 600_000
+    progress_interval_s: float = 10.0
+    """A progress line this often while the tasks pull (work units done, MB, MB/s)."""
     app_name: str = "samsa-hadoop-loader"
     log_level: str = "INFO"
     log_format: str = "text"

@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -163,9 +164,44 @@ def _stage(spark, config: LoaderConfig, work: Plan, staging: str) -> list[dict]:
     registry, fetch = config.effective_registry, config.fetch_bytes
     window = config.audit_window_ms if config.audit else None
     units = work.units
-    rdd = spark.sparkContext.parallelize(units, len(units))
-    return rdd.mapPartitions(
-        lambda part: stage_units(part, staging, registry, fetch, window)).collect()
+    sc = spark.sparkContext
+    log.info("pulling %d work units (%d bytes) in Spark tasks; Spark UI: %s", len(units),
+             work.total_bytes, sc.uiWebUrl or "off")
+    group = f"samsa-load-{id(work)}"
+    sc.setJobGroup(group, "samsa: pull work units")
+    done = threading.Event()
+    reporter = threading.Thread(target=_report_progress,
+                                args=(sc, group, len(units), work.total_bytes, done,
+                                      config.progress_interval_s), daemon=True)
+    reporter.start()
+    try:
+        rdd = sc.parallelize(units, len(units))
+        return rdd.mapPartitions(
+            lambda part: stage_units(part, staging, registry, fetch, window)).collect()
+    finally:
+        done.set()
+        reporter.join(5)
+
+
+def _report_progress(sc, group: str, units: int, total_bytes: int, done: threading.Event,
+                     interval_s: float) -> None:
+    """A progress line every ``interval_s`` while the tasks run: units done
+    (tasks finished) of all, the bytes they cover (estimated), elapsed time."""
+    t0 = time.monotonic()
+    tracker = sc.statusTracker()
+    while not done.wait(interval_s):
+        finished = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job_id)
+            for stage_id in (info.stageIds if info else ()):
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None:
+                    finished += stage.numCompletedTasks
+        elapsed = time.monotonic() - t0
+        share = finished / units if units else 1.0
+        log.info("progress: %d of %d work units pulled (~%.0f of %.0f MB, %.0f MB/s), %.0f s",
+                 finished, units, share * total_bytes / 1e6, total_bytes / 1e6,
+                 share * total_bytes / 1e6 / elapsed if elapsed else 0.0, elapsed)
 
 
 def publish_counts(config: LoaderConfig, stats: list[dict]) -> int:

@@ -15,14 +15,18 @@ from hadoop_loader.state import OffsetStore
 from loader_helpers import HOUR, produce, read_rows, rows_per_hour
 
 
-def test_load_exactly_once_with_errors(analysis, spark, tmp_path):
+def test_load_exactly_once_with_errors(analysis, spark, tmp_path, caplog):
     cluster, registry = analysis
     base = 1_800_000_000_000 - 1_800_000_000_000 % HOUR
     bad = [b"not an envelope", b"\x00\xde\xad\xbe\xef" + b"\x02" * 30]   # unknown schema id
     want = produce(cluster, registry, 300, base, bad)
     config = LoaderConfig(zookeeper=cluster.connect, output=f"file://{tmp_path / 'wh'}",
-                          whitelist="page_views", max_unit_bytes=4096)
-    first = job.load(config, spark)
+                          whitelist="page_views", max_unit_bytes=4096,
+                          progress_interval_s=0.05)
+    import logging
+    with caplog.at_level(logging.INFO, logger="hadoop_loader.job"):
+        first = job.load(config, spark)
+    assert "Spark UI" in caplog.text and "progress:" in caplog.text
     assert first.messages == 302 and first.errors == 2
     rows = read_rows(config.output_dir)
     assert rows_per_hour(rows) == want
