@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             spark.sparkContext.setLogLevel("ERROR")
             startup = time.monotonic() - t0
             log(f"Spark start-up {startup:.1f} s")
-            rates = []
+            rates, phases = [], []
             for run in range(a.runs):
                 base = int(time.time() * 1000) - 5 * HOUR
                 produce(broker.address, make_values(registry, a.messages, base), base)
@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                 rate = summary.messages / summary.seconds
                 rates.append(rate)
                 log(f"run {run + 1}: {summary.messages:,} messages in {summary.seconds:.1f} s "
-                    f"= {rate:,.0f} rows/s ({summary.units} work units)")
+                    f"= {rate:,.0f} rows/s ({summary.units} work units); " + ", ".join(
+                        f"{k} {v:.1f} s" for k, v in summary.phases.items()))
+                phases.append(summary.phases)
             spark.stop()
             registry.close()
         finally:
@@ -81,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             zk.stop()
     print(f"\nloader rows/s, median of {a.runs}: {statistics.median(rates):,.0f}  "
           f"[{' '.join(f'{r:,.0f}' for r in rates)}]; Spark start-up {startup:.1f} s")
+    for name in phases[0]:
+        values = [p[name] for p in phases]
+        print(f"  {name}: median {statistics.median(values):.2f} s  "
+              f"[{' '.join(f'{v:.2f}' for v in values)}]")
     return 0
 
 

@@ -84,6 +84,9 @@ def summary_text(summary) -> str:
     for k, (a, b) in summary.skipped.items():
         lines.append(f"LOST to retention before loading: {k} offsets {a} to {b} "
                      f"({b - a:,} bytes)")
+    if summary.phases:
+        lines.append("time: " + ", ".join(f"{name} {seconds:.1f} s"
+                                          for name, seconds in summary.phases.items()))
     for topic, hours in sorted(summary.rows.items()):
         for hour, n in sorted(hours.items()):
             lines.append(f"  {topic} {hour}: {n:,} rows")

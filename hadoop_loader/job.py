@@ -51,6 +51,7 @@ class LoadSummary:
     seconds: float = 0.0
     recovered: int = 0               # moves finished for an interrupted earlier run
     audit_events: int = 0            # the hadoop tier's monitoring events published
+    phases: dict[str, float] = field(default_factory=dict)   # seconds per phase
 
 
 def spark_session(config: LoaderConfig):
@@ -112,10 +113,12 @@ def load(config: LoaderConfig, spark=None) -> LoadSummary:
     summary = LoadSummary(run)
     summary.recovered = finish_interrupted(root)
     offsets = state.OffsetStore(root)
+    mark = time.monotonic()
     work: Plan = plan(config.zookeeper, offsets.offsets(), whitelist=config.whitelist,
                       blacklist=config.blacklist, max_unit_bytes=config.max_unit_bytes,
                       on_retention_gap=config.on_retention_gap)
     summary.units, summary.skipped = len(work.units), dict(work.skipped)
+    summary.phases["plan"] = time.monotonic() - mark
     for k, (a, b) in work.skipped.items():
         log.error("%s: %d bytes deleted by retention before they were loaded (offsets %d to "
                   "%d skipped; the audit shows the loss)", k, b - a, a, b)
@@ -129,14 +132,19 @@ def load(config: LoaderConfig, spark=None) -> LoadSummary:
     spark = spark or spark_session(config)
     staging = os.path.join(root, "_samsa", "staging", run)
     try:
+        mark = time.monotonic()
         stats = _stage(spark, config, work, staging)
+        summary.phases["pull_and_frame"] = time.monotonic() - mark
         for row in stats:
             summary.messages += row["messages"]
             summary.bytes += row["bytes"]
             summary.errors += row["errors"]
         log.info("run %s: %d messages (%d bytes) pulled by %d tasks, %d to the error output",
                  run, summary.messages, summary.bytes, len(work.units), summary.errors)
+        mark = time.monotonic()
         summary.rows = _write_parquet(spark, config, staging)
+        summary.phases["decode_and_write_parquet"] = time.monotonic() - mark
+        mark = time.monotonic()
         moves = _plan_moves(root, staging, run)
         manifest_dir = _publishing_dir(root)
         os.makedirs(manifest_dir, exist_ok=True)
@@ -150,8 +158,11 @@ def load(config: LoaderConfig, spark=None) -> LoadSummary:
         offsets.commit(work.ends, run=run, extra={"rows": summary.rows,
                                                   "errors": summary.errors})
         os.unlink(manifest)
+        summary.phases["publish_and_commit"] = time.monotonic() - mark
         if config.audit:
+            mark = time.monotonic()
             summary.audit_events = publish_counts(config, stats)
+            summary.phases["audit_counts"] = time.monotonic() - mark
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if own_session:
