@@ -260,13 +260,28 @@ def _write_parquet(spark, config: LoaderConfig, staging: str) -> dict[str, dict[
             ts = (F.col("header.time_ms") / 1000).cast("timestamp")
             df = df.withColumn("date", F.date_format(ts, "yyyy-MM-dd")) \
                 .withColumn("hour", F.date_format(ts, "HH"))
-            df = df.repartition("date", "hour").cache()
-            counts = df.groupBy("date", "hour").count().collect()
-            rows[topic] = {f"{r['date']}/{r['hour']}": r["count"] for r in counts}
-            df.write.mode("overwrite").partitionBy("date", "hour") \
-                .parquet(os.path.join(staging, "parquet", topic))
-            df.unpersist()
+            target = os.path.join(staging, "parquet", topic)
+            df.repartition("date", "hour").write.mode("overwrite") \
+                .partitionBy("date", "hour").parquet(target)
+            rows[topic] = _rows_per_hour(target)
     return rows
+
+
+def _rows_per_hour(directory: str) -> dict[str, int]:
+    """Rows per "date/hour" of written Parquet, from the files' footers (no
+    second pass over the data)."""
+    import pyarrow.parquet as pq
+    out: dict[str, int] = {}
+    for dirpath, _dirs, files in os.walk(directory):
+        parts = dict(p.split("=", 1) for p in os.path.relpath(dirpath, directory).split(os.sep)
+                     if "=" in p)
+        if "date" not in parts or "hour" not in parts:
+            continue
+        n = sum(pq.ParquetFile(os.path.join(dirpath, f)).metadata.num_rows
+                for f in files if f.endswith(".parquet"))
+        key = f"{parts['date']}/{parts['hour']}"
+        out[key] = out.get(key, 0) + n
+    return out
 
 
 def _plan_moves(root: str, staging: str, run: str) -> list[list[str]]:
