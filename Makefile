@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml setup.py broker/protocol/_speedups.c audit/_tally.c scr
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Samsa needs Python >= 3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test,bench,airflow]'
 	@# pip -e may keep an old build of the extension: build it in place from the source
 	@$(PY) setup.py --quiet build_ext --inplace 2>/dev/null || true
 	@scripts/check-codec.sh $(PY)
@@ -75,7 +75,7 @@ bench-mirror: setup
 # the peers extra (pika, stomp.py, matplotlib) stays out of the test install
 PEERS_STAMP := $(VENV)/.peers-installed
 $(PEERS_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet -e '.[test,bench,peers]'
+	$(PY) -m pip install --quiet -e '.[test,bench,airflow,peers]'
 	@touch $(PEERS_STAMP)
 
 bench-peers: setup $(PEERS_STAMP)

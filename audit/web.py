@@ -226,8 +226,9 @@ class AuditHandler(BaseHTTPRequestHandler):
             elif url.path == "/api/verdicts":
                 begin, end = period(query, service.config.default_hours, now)
                 verdicts = service.verdicts(query.get("topic") or None, begin, end,
-                                            query.get("tier") or None)
-                self._json({"from_ms": begin, "to_ms": end, "summary": summary(verdicts),
+                                            query.get("tier") or None, now_ms=now)
+                self._json({"from_ms": begin, "to_ms": end, "now_ms": now,
+                            "grace_ms": service.config.grace_ms, "summary": summary(verdicts),
                             "verdicts": [v.to_json() for v in verdicts]})
             elif url.path == "/api/completeness":
                 self._json(completeness(service, query))

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from hadoop_loader.plan import PlanError
     try:
         summary = job.load(config)
-    except (PlanError, OSError, ValueError) as exc:
+    except (PlanError, job.LoadBusy, OSError, ValueError) as exc:
         print(f"error: the load failed, nothing was committed: {exc}", file=sys.stderr)
         return 1
     if args.json:

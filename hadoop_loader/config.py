@@ -1,5 +1,6 @@
-"""The loader's settings (TOML ``[loader]`` table, then options, then ``--set``;
-every setting and its default: config/loader.toml)."""
+"""The loader's settings (TOML ``[loader]`` table, then options, then ``--set``)
+and the warehouse DAGs' (``[warehouse]``); every setting and its default:
+config/loader.toml. Light to import: the DAG files read it at parse time."""
 from __future__ import annotations
 
 import os
@@ -34,6 +35,9 @@ class LoaderConfig:
     audit_window_ms: int = 600_000
     progress_interval_s: float = 10.0
     """A progress line this often while the tasks pull (work units done, MB, MB/s)."""
+    lock_timeout_s: float = 600.0
+    """How long a load waits for another load of the same output to finish
+    (one load at a time per output: ``_samsa/lock``) before it gives up."""
     app_name: str = "samsa-hadoop-loader"
     log_level: str = "INFO"
     log_format: str = "text"
@@ -55,3 +59,43 @@ class LoaderConfig:
     @property
     def effective_registry(self) -> str:
         return self.registry or f"zookeeper://{self.zookeeper}"
+
+
+@dataclass(frozen=True)
+class WarehouseConfig:
+    """The warehouse_load and audit_report DAGs' settings (``[warehouse]``)."""
+    audit_url: str = "http://127.0.0.1:8090"
+    """The audit service (python -m audit serve) the DAGs ask."""
+    audit_tier: str = "cluster"
+    """The tier an hour must be complete at before it is loaded: the analysis
+    cluster's own count (tier "cluster", cluster named by audit_cluster)."""
+    audit_cluster: str = ""
+    """Default: the loader's cluster_name."""
+    start_date: str = "2026-11-01T00:00:00+00:00"
+    catchup: bool = False
+    """Run every hour since start_date (or use airflow backfill create)."""
+    sensor_poke_s: float = 300.0
+    """How often the sensor asks the audit (reschedule mode: no worker slot
+    is held between pokes)."""
+    sensor_timeout_s: float = 6 * 3600.0
+    """The hour's DAG run fails when the audit has not said complete by then."""
+    retries: int = 3
+    retry_delay_s: float = 300.0
+    """First retry delay of the load; doubles each retry, up to max_retry_delay_s."""
+    max_retry_delay_s: float = 3600.0
+    load_timeout_s: float = 3 * 3600.0
+    spark_submit: str = ""
+    """The spark-submit to run; default: the one of the installed pyspark."""
+    spark_args: str = ""
+    """More spark-submit arguments (shell syntax), e.g. "--conf spark.executor.memory=4g"."""
+    py_files: str = ""
+    """A zip or wheel of the project for executors on other machines
+    (--py-files); empty on one machine, where the installed package serves."""
+    report_dir: str = ""
+    """Where audit_report keeps the daily reports; default <output>/_audit/."""
+
+    def __post_init__(self) -> None:
+        if self.sensor_poke_s <= 0 or self.sensor_timeout_s <= 0:
+            raise ValueError("sensor_poke_s and sensor_timeout_s must be positive")
+        if self.retries < 0:
+            raise ValueError("retries must be >= 0")

@@ -19,6 +19,8 @@ publish, commit the offsets last.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -104,11 +106,52 @@ def _move_all(root: str, moves: list[list[str]]) -> int:
     return moved
 
 
+class LoadBusy(RuntimeError):
+    """Another load of the same output did not finish in time."""
+
+
+@contextlib.contextmanager
+def output_lock(root: str, timeout_s: float):
+    """One load at a time per output: an exclusive ``flock`` on
+    ``<root>/_samsa/lock`` (released by the kernel when its holder dies, even
+    by kill -9), waited for up to ``timeout_s``."""
+    path = os.path.join(root, "_samsa", "lock")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                    raise LoadBusy(f"another load of {root} is running (pid {holder or '?'}) "
+                                   f"and did not finish in {timeout_s:g} s") from None
+                if not waited:
+                    log.warning("another load of %s is running; waiting up to %g s", root,
+                                timeout_s)
+                    waited = True
+                time.sleep(0.2)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)            # releases the lock
+
+
 def load(config: LoaderConfig, spark=None) -> LoadSummary:
-    """One load of everything new; its summary."""
-    t0 = time.monotonic()
+    """One load of everything new (one at a time per output); its summary."""
     root = config.output_dir
     os.makedirs(root, exist_ok=True)
+    with output_lock(root, config.lock_timeout_s):
+        return _load(config, root, spark)
+
+
+def _load(config: LoaderConfig, root: str, spark) -> LoadSummary:
+    t0 = time.monotonic()
     run = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     summary = LoadSummary(run)
     summary.recovered = finish_interrupted(root)

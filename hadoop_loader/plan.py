@@ -66,6 +66,15 @@ class Plan:
         return sum(u.size for u in self.units)
 
 
+def topic_filter(whitelist: str = ".*", blacklist: str = ""):
+    """The topics a load takes: whole names matching the whitelist and not
+    the blacklist; never the audit topic."""
+    allow = re.compile(whitelist)
+    deny = re.compile(blacklist) if blacklist else None
+    return lambda topic: (topic != AUDIT_TOPIC and allow.fullmatch(topic) is not None
+                          and not (deny and deny.fullmatch(topic)))
+
+
 def split_range(start: int, end: int, boundaries: list[int], max_bytes: int) -> list[tuple[int, int]]:
     """[start, end) cut at ``boundaries`` (message boundaries inside it) so
     that each piece is at most ``max_bytes`` when the boundaries allow."""
@@ -89,8 +98,7 @@ def plan(zookeeper: str, committed: dict[str, int], *, whitelist: str = ".*",
     import time
     if on_retention_gap not in ("fail", "skip"):
         raise ValueError("on_retention_gap is 'fail' or 'skip'")
-    allow = re.compile(whitelist)
-    deny = re.compile(blacklist) if blacklist else None
+    loaded = topic_filter(whitelist, blacklist)
     client = make_client(zookeeper)
     try:
         start_client(client, zookeeper, timeout=10.0, what="loader")
@@ -105,8 +113,7 @@ def plan(zookeeper: str, committed: dict[str, int], *, whitelist: str = ".*",
         admins: dict[str, AdminClient] = {}
         try:
             for topic in view.topics():
-                if topic == AUDIT_TOPIC or not allow.fullmatch(topic) or \
-                        (deny and deny.fullmatch(topic)):
+                if not loaded(topic):
                     continue
                 for bp in view.partitions(topic):
                     broker_id, partition = parse_broker_partition(bp)

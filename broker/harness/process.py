@@ -73,6 +73,23 @@ def _all_stats() -> list[tuple[int, ProcStat]]:
     return stats
 
 
+def command_lines() -> list[tuple[int, list[bytes]]]:
+    """(pid, argv) of every live (not zombie) process."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue            # it ended while we looked
+        stat = proc_stat(int(entry))
+        if stat is not None and stat.state not in "ZX":
+            found.append((int(entry), argv[:-1] if argv and argv[-1] == b"" else argv))
+    return found
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes of the process group ``pgid``."""
     return [pid for pid, stat in _all_stats() if stat.pgid == pgid and stat.state not in "ZX"]

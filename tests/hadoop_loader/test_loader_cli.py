@@ -38,10 +38,12 @@ def test_config_file_lists_every_setting_with_its_default():
     import dataclasses
 
     from broker import settings
-    from hadoop_loader.config import LoaderConfig
-    values = settings.read_toml("config/loader.toml")["loader"]
-    fields = {f.name: f for f in dataclasses.fields(LoaderConfig)}
-    assert set(values) == set(fields)
-    for name, f in fields.items():
-        if f.default is not dataclasses.MISSING and name != "output":
-            assert values[name] == f.default, name
+    from hadoop_loader.config import LoaderConfig, WarehouseConfig
+    document = settings.read_toml("config/loader.toml")
+    for table, cls in (("loader", LoaderConfig), ("warehouse", WarehouseConfig)):
+        values = document[table]
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert set(values) == set(fields), table
+        for name, f in fields.items():
+            if f.default is not dataclasses.MISSING and name != "output":
+                assert values[name] == f.default, name

@@ -12,6 +12,7 @@ from kazoo.protocol.states import KazooState
 from broker.harness import (ZooKeeperEnsemble, ZooKeeperNotFoundError, ZooKeeperStartError,
                             find_classpath)
 from broker.harness.kazoo_faults import drop_connection, expire_session
+from broker.harness.process import command_lines
 
 
 def _client(hosts: str) -> KazooClient:
@@ -22,17 +23,7 @@ def _client(hosts: str) -> KazooClient:
 
 def _our_processes(marker: str) -> list[int]:
     """Pids of live processes whose command line mentions ``marker``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    pids.append(int(entry))
-        except OSError:
-            continue     # it ended while we looked
-    return pids
+    return [pid for pid, argv in command_lines() if marker.encode() in b"\0".join(argv)]
 
 
 def test_single_server_is_up_and_answers(zookeeper):

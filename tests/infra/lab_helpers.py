@@ -3,13 +3,12 @@ look like from outside (/proc), for checking that none is left, and a
 producer that keeps sending through a load balancer (``Sender``)."""
 from __future__ import annotations
 
-import os
 import threading
 
 from broker.client.admin import AdminClient
 from broker.client.producer import Producer
 from broker_helpers import connect, read_partition
-from broker.harness.process import proc_stat
+from broker.harness.process import command_lines, proc_stat
 from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology
 
 # Brokers that flush often (acks=flushed answers quickly) and whose ZooKeeper
@@ -41,16 +40,10 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
     """Live processes (not zombies) whose command line contains ``text`` (a
     lab's state directory appears in the command of each of its processes)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline and running(int(entry)):
-            found.append((int(entry), cmdline))
+    for pid, argv in command_lines():
+        cmdline = b" ".join(argv).decode(errors="replace")
+        if text in cmdline:
+            found.append((pid, cmdline))
     return found
 
 

@@ -1,0 +1,148 @@
+"""Is an hour ready to load? The audit's answer for the warehouse load.
+
+The warehouse loads an hour of a topic once the audit shows that every
+message the producers delivered in that hour has reached the tier the
+warehouse reads from (the analysis cluster: tier ``cluster``, cluster
+``analysis``). This module turns the audit service's verdicts
+(``GET /api/verdicts``, audit/remote.py) into that answer, and, after the
+load, compares the rows written with what the producers delivered. It is
+pure: verdicts in, answer out.
+
+An hour is, per topic (the topics the producers delivered to in that hour):
+
+* ``ready``: at the chosen tier, every window the producers reported is
+  ``complete`` or ``duplicated`` (at-least-once: copies are expected and
+  loaded; nothing is missing);
+* ``waiting``: some window is ``pending`` (its grace period has not ended),
+  or the tier has not reported it at all yet;
+* ``lost``: some window is ``lost`` or ``lost_and_duplicated``: fewer
+  messages reached the tier than the producers delivered, past the grace.
+
+An hour with no producer windows at all is ``ready`` (nothing to load) only
+once it ended more than the audit's grace period ago: before that, the
+producers' monitoring events may still be on their way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HOUR_MS = 3_600_000
+READY, WAITING, LOST = "ready", "waiting", "lost"
+_PASSING = ("complete", "duplicated")
+_LOSING = ("lost", "lost_and_duplicated")
+
+
+@dataclass
+class TopicHour:
+    """One topic's hour at the chosen tier, summed over its windows."""
+    topic: str
+    state: str
+    produced: int = 0
+    count: int = 0
+    missing: int = 0
+    duplicated: int = 0
+    windows: int = 0
+    pending_windows: int = 0
+    unreported_windows: int = 0
+    lost_windows: list[int] = field(default_factory=list)
+
+    def line(self) -> str:
+        text = (f"{self.topic}: {self.state}; produced {self.produced:,}, counted "
+                f"{self.count:,} at the tier, missing {self.missing:,}, duplicated "
+                f"{self.duplicated:,} over {self.windows} windows")
+        if self.pending_windows:
+            text += f"; {self.pending_windows} windows still pending"
+        if self.unreported_windows:
+            text += f"; {self.unreported_windows} windows not reported by the tier yet"
+        if self.lost_windows:
+            from audit.web import iso
+            text += "; lost in windows " + ", ".join(iso(w) for w in self.lost_windows)
+        return text
+
+
+@dataclass
+class HourCheck:
+    hour_ms: int
+    tier: str
+    cluster: str
+    state: str
+    topics: dict[str, TopicHour]
+
+    def lines(self) -> list[str]:
+        from audit.web import iso
+        head = (f"hour {iso(self.hour_ms)} at tier {self.tier} (cluster {self.cluster}): "
+                f"{self.state}")
+        if not self.topics:
+            head += " (no producer reported messages in this hour)"
+        return [head] + ["  " + t.line() for t in sorted(self.topics.values(),
+                                                         key=lambda t: t.topic)]
+
+    def produced(self) -> dict[str, int]:
+        return {t: h.produced for t, h in self.topics.items()}
+
+
+def check_hour(verdicts: list[dict], hour_ms: int, now_ms: int, grace_ms: int,
+               tier: str = "cluster", cluster: str = "analysis",
+               topics=None) -> HourCheck:
+    """The hour beginning at ``hour_ms`` from the verdicts of its windows
+    (dicts as ``/api/verdicts`` gives them). ``topics``: a predicate on topic
+    names (the loader's whitelist), or None for all."""
+    if hour_ms % HOUR_MS:
+        raise ValueError("hour_ms must be the start of an hour")
+    in_hour = [v for v in verdicts if hour_ms <= v["window_begin_ms"] < hour_ms + HOUR_MS
+               and (topics is None or topics(v["topic"]))]
+    producers: dict[str, dict[int, int]] = {}
+    for v in in_hour:
+        if v["tier"] == "producer" and v["produced"] > 0:
+            windows = producers.setdefault(v["topic"], {})
+            windows[v["window_begin_ms"]] = windows.get(v["window_begin_ms"], 0) + v["produced"]
+    result: dict[str, TopicHour] = {}
+    for topic, windows in producers.items():
+        hour = TopicHour(topic, READY, produced=sum(windows.values()), windows=len(windows))
+        at_tier = {v["window_begin_ms"]: v for v in in_hour
+                   if v["topic"] == topic and v["tier"] == tier and v["cluster"] == cluster}
+        for begin in sorted(windows):
+            v = at_tier.get(begin)
+            if v is None:
+                hour.unreported_windows += 1
+                continue
+            hour.count += v["count"]
+            hour.missing += v["missing"]
+            hour.duplicated += v["duplicated"]
+            if v["state"] == "pending":
+                hour.pending_windows += 1
+            elif v["state"] in _LOSING:
+                hour.lost_windows.append(begin)
+            elif v["state"] not in _PASSING:
+                hour.unreported_windows += 1
+        if hour.lost_windows:
+            hour.state = LOST
+        elif hour.pending_windows or hour.unreported_windows:
+            hour.state = WAITING
+        result[topic] = hour
+    if not result:
+        state = READY if now_ms >= hour_ms + HOUR_MS + grace_ms else WAITING
+    elif any(t.state == LOST for t in result.values()):
+        state = LOST
+    elif any(t.state == WAITING for t in result.values()):
+        state = WAITING
+    else:
+        state = READY
+    return HourCheck(hour_ms, tier, cluster, state, result)
+
+
+@dataclass
+class Shortfall:
+    topic: str
+    produced: int
+    loaded: int
+
+    def line(self) -> str:
+        return (f"{self.topic}: {self.loaded:,} rows loaded, {self.produced:,} produced "
+                f"({self.produced - self.loaded:,} short)")
+
+
+def shortfalls(produced: dict[str, int], loaded: dict[str, int]) -> list[Shortfall]:
+    """Topics with fewer rows loaded than the producers delivered."""
+    return [Shortfall(t, n, loaded.get(t, 0)) for t, n in sorted(produced.items())
+            if loaded.get(t, 0) < n]

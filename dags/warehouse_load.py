@@ -1,0 +1,58 @@
+"""warehouse_load: every hour, load the analysis cluster's topics into the
+Parquet warehouse once the audit says the hour is complete.
+
+    audit_complete  (sensor, reschedule mode) the audit shows every message the
+                    producers delivered in the hour at the analysis tier
+    load            spark-submit of the loader (everything new: offsets are
+                    kept with the output, so a re-run adds nothing)
+    validate        rows per topic in the hour's partitions >= the producers'
+                    counts in the audit (fails loudly on a shortfall)
+    mark_success    _SUCCESS in each topic's date=/hour= partition
+
+Wiring only: the steps are hadoop_loader/dag_steps.py; the settings are the
+[loader] and [warehouse] tables of the file SAMSA_WAREHOUSE_CONFIG names
+(config/loader.toml documents them). docs/loader.md has the whole story.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import DAG, task
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+from hadoop_loader import dag_steps
+
+settings = dag_steps.dag_settings()
+
+with DAG(
+    dag_id="warehouse_load",
+    description="Load each hour into Parquet once the audit says it is complete",
+    schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
+    start_date=dag_steps.start_date(settings),
+    catchup=settings.catchup,
+    max_active_runs=1,                   # one load of the output at a time, hours in order
+    default_args=dag_steps.default_args(settings),
+    tags=["samsa", "warehouse"],
+    doc_md=__doc__,
+) as dag:
+
+    @task.sensor(mode="reschedule", poke_interval=settings.sensor_poke_s,
+                 timeout=settings.sensor_timeout_s, retries=0)
+    def audit_complete(data_interval_start=None, data_interval_end=None) -> bool:
+        return dag_steps.audit_gate(data_interval_start, data_interval_end)
+
+    @task(execution_timeout=dt.timedelta(seconds=settings.load_timeout_s))
+    def load() -> int:
+        return dag_steps.load()
+
+    @task
+    def validate(data_interval_start=None, data_interval_end=None) -> dict:
+        return dag_steps.validate(data_interval_start, data_interval_end)
+
+    @task
+    def mark_success(validated: dict, data_interval_start=None, data_interval_end=None) -> list:
+        return dag_steps.mark_success(data_interval_start, data_interval_end, validated)
+
+    checked = validate()
+    audit_complete() >> load() >> checked
+    mark_success(checked)

@@ -1,0 +1,238 @@
+"""The steps the warehouse DAGs run (dags/warehouse_load.py and
+dags/audit_report.py hold only their wiring): ask the audit whether an hour
+is complete, run the load with spark-submit, check the rows written against
+what the producers delivered, mark the hour's partitions done, keep the
+day's audit report.
+
+Every step takes the data interval Airflow gives the run, never the clock:
+re-running an interval does the same thing (idempotent), and catchup and
+backfill run old hours as they would have run then. Settings come from one
+file (``[loader]`` and ``[warehouse]`` tables, config/loader.toml), named
+by the environment variable SAMSA_WAREHOUSE_CONFIG.
+
+Light to import (the DAG files import it while Airflow parses them): the
+heavy modules (the client, Spark, pyarrow) are imported inside the steps.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import sys
+
+from hadoop_loader.config import LoaderConfig, WarehouseConfig
+
+CONFIG_ENV = "SAMSA_WAREHOUSE_CONFIG"
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+SUCCESS_MARKER = "_SUCCESS"
+
+log = logging.getLogger("samsa.warehouse")
+
+
+class StepFailed(RuntimeError):
+    """A step found something wrong that a retry will not change (a
+    shortfall, a loss): the DAG run fails at once, with the numbers."""
+
+
+# ------------------------------------------------------------------ settings
+
+def config_path() -> str:
+    path = os.environ.get(CONFIG_ENV)
+    if path:
+        return path
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(root, "config", "loader.toml")
+
+
+def read_settings(path: str | None = None, overrides=()) -> tuple[LoaderConfig, WarehouseConfig]:
+    """The ``[loader]`` and ``[warehouse]`` settings of the file (with
+    ``--set``-style loader overrides)."""
+    from broker import settings
+    from broker.settings import parse_overrides
+    document = settings.read_toml(path or config_path())
+    loader_values = settings.apply_overrides(dict(document.get("loader", {})),
+                                             parse_overrides(list(overrides)))
+    return (settings.build(LoaderConfig, loader_values, "loader."),
+            settings.build(WarehouseConfig, document.get("warehouse", {}), "warehouse."))
+
+
+def dag_settings() -> WarehouseConfig:
+    """The ``[warehouse]`` settings, at DAG parse time (the schedule, the
+    sensor's timing, retries)."""
+    return read_settings()[1]
+
+
+def start_date(warehouse: WarehouseConfig) -> dt.datetime:
+    value = dt.datetime.fromisoformat(warehouse.start_date)
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
+def default_args(warehouse: WarehouseConfig) -> dict:
+    """Every task's retries: the delay doubles each time, up to the cap."""
+    return {"retries": warehouse.retries,
+            "retry_delay": dt.timedelta(seconds=warehouse.retry_delay_s),
+            "retry_exponential_backoff": True,
+            "max_retry_delay": dt.timedelta(seconds=warehouse.max_retry_delay_s)}
+
+
+def _fail(message: str) -> Exception:
+    """An exception that fails the task without retries: Airflow's, when
+    the step runs inside Airflow (which has imported it; importing Airflow
+    anywhere else would initialise it there), else StepFailed."""
+    if "airflow.sdk" in sys.modules:
+        from airflow.sdk.exceptions import AirflowFailException
+        return AirflowFailException(message)
+    return StepFailed(message)
+
+
+def _ms(moment) -> int:
+    return int(round(moment.timestamp() * 1000))
+
+
+def interval_hour(interval_start, interval_end) -> int:
+    """The hour (start, ms) of a one-hour data interval."""
+    begin, end = _ms(interval_start), _ms(interval_end)
+    if end - begin != HOUR_MS or begin % HOUR_MS:
+        raise _fail(f"the data interval {interval_start} to {interval_end} is not one whole "
+                    f"hour: warehouse_load's timetable must be hourly")
+    return begin
+
+
+def hour_directory(root: str, topic: str, hour_ms: int) -> str:
+    t = dt.datetime.fromtimestamp(hour_ms / 1000, dt.timezone.utc)
+    return os.path.join(root, topic, f"date={t:%Y-%m-%d}", f"hour={t:%H}")
+
+
+# ------------------------------------------------------------------ warehouse_load
+
+def _hour_check(loader: LoaderConfig, warehouse: WarehouseConfig, hour_ms: int):
+    from audit.gate import check_hour
+    from audit.remote import fetch_verdicts
+    from hadoop_loader.plan import topic_filter
+    answer = fetch_verdicts(warehouse.audit_url, hour_ms, hour_ms + HOUR_MS)
+    return check_hour(answer["verdicts"], hour_ms, answer["now_ms"], answer["grace_ms"],
+                      tier=warehouse.audit_tier,
+                      cluster=warehouse.audit_cluster or loader.cluster_name,
+                      topics=topic_filter(loader.whitelist, loader.blacklist))
+
+
+def audit_gate(interval_start, interval_end, path: str | None = None) -> bool:
+    """One poke of the sensor: True once the audit says the hour is complete
+    at the configured tier. Every poke logs the audit's numbers per topic; a
+    loss is logged as an error and the sensor goes on waiting (a lagging
+    tier may still catch up) until its timeout fails the run."""
+    from audit.gate import LOST, READY
+    from audit.remote import AuditUnavailable
+    loader, warehouse = read_settings(path)
+    hour = interval_hour(interval_start, interval_end)
+    try:
+        check = _hour_check(loader, warehouse, hour)
+    except AuditUnavailable as exc:
+        log.warning("%s; asking again at the next poke", exc)
+        return False
+    report = log.error if check.state == LOST else log.info
+    for line in check.lines():
+        report("%s", line)
+    if check.state == LOST:
+        log.error("the audit shows messages LOST before the %s tier in this hour: it is not "
+                  "loaded until they arrive (the sensor times out after %g s)",
+                  warehouse.audit_tier, warehouse.sensor_timeout_s)
+    return check.state == READY
+
+
+def load(path: str | None = None) -> int:
+    """Run the loader with spark-submit, its output in the task's log. A
+    failed or killed job commits nothing: the retry loads the same ranges
+    (and finishes an interrupted publish first), so each message lands once."""
+    from hadoop_loader import submit
+    loader, warehouse = read_settings(path)
+    argv = submit.command(path or config_path(), spark_submit=warehouse.spark_submit,
+                          master=loader.master, py_files=warehouse.py_files,
+                          spark_args=warehouse.spark_args, app_name=loader.app_name)
+    log.info("running %s", " ".join(argv))
+    rc = submit.run(argv, line=lambda text: log.info("%s", text))
+    if rc != 0:
+        raise RuntimeError(f"the load failed (spark-submit exit status {rc}); nothing of it "
+                           f"was committed, the retry loads the same ranges")
+    return rc
+
+
+def rows_in_hour(root: str, topic: str, hour_ms: int) -> int:
+    """Rows of a topic's hour partition, from the Parquet files' footers."""
+    import pyarrow.parquet as pq
+    directory = hour_directory(root, topic, hour_ms)
+    if not os.path.isdir(directory):
+        return 0
+    return sum(pq.ParquetFile(os.path.join(directory, name)).metadata.num_rows
+               for name in sorted(os.listdir(directory)) if name.endswith(".parquet"))
+
+
+def validate(interval_start, interval_end, path: str | None = None) -> dict[str, dict]:
+    """The hour's rows per topic against the producers' counts in the audit:
+    ``{topic: {"produced": n, "loaded": m}}``; fails (no retry) on a
+    shortfall. More rows than produced are at-least-once copies: logged."""
+    from audit.gate import shortfalls
+    loader, warehouse = read_settings(path)
+    hour = interval_hour(interval_start, interval_end)
+    produced = _hour_check(loader, warehouse, hour).produced()
+    root = loader.output_dir
+    loaded = {topic: rows_in_hour(root, topic, hour) for topic in produced}
+    result = {t: {"produced": n, "loaded": loaded[t]} for t, n in sorted(produced.items())}
+    for topic, counts in result.items():
+        extra = counts["loaded"] - counts["produced"]
+        log.info("%s: %d rows loaded, %d produced%s", topic, counts["loaded"],
+                 counts["produced"], f" ({extra} copies: at-least-once delivery)"
+                 if extra > 0 else "")
+    short = shortfalls(produced, loaded)
+    if short:
+        raise _fail("rows missing in the warehouse for this hour: "
+                    + "; ".join(s.line() for s in short))
+    return result
+
+
+def mark_success(interval_start, interval_end, validated: dict[str, dict],
+                 path: str | None = None) -> list[str]:
+    """A ``_SUCCESS`` marker in each validated topic's hour partition (with
+    the counts, as JSON), written last: readers wait for it."""
+    loader, _ = read_settings(path)
+    hour = interval_hour(interval_start, interval_end)
+    written = []
+    for topic, counts in sorted(validated.items()):
+        directory = hour_directory(loader.output_dir, topic, hour)
+        os.makedirs(directory, exist_ok=True)
+        marker = os.path.join(directory, SUCCESS_MARKER)
+        with open(marker + ".tmp", "w") as f:
+            json.dump({"topic": topic, "hour_ms": hour, **counts}, f)
+        os.replace(marker + ".tmp", marker)
+        written.append(marker)
+        log.info("marked %s", marker)
+    return written
+
+
+# ------------------------------------------------------------------ audit_report
+
+def report_directory(loader: LoaderConfig, warehouse: WarehouseConfig, day_ms: int) -> str:
+    t = dt.datetime.fromtimestamp(day_ms / 1000, dt.timezone.utc)
+    base = warehouse.report_dir or os.path.join(loader.output_dir, "_audit")
+    return os.path.join(base, f"date={t:%Y-%m-%d}")
+
+
+def audit_report(interval_start, interval_end, path: str | None = None) -> dict:
+    """The day's audit report (HTML and JSON) kept beside the data; fails
+    (no retry) when it shows a loss, with the lost windows in the log."""
+    from audit.remote import save_report
+    loader, warehouse = read_settings(path)
+    begin, end = _ms(interval_start), _ms(interval_end)
+    if end - begin != DAY_MS or begin % DAY_MS:
+        raise _fail(f"the data interval {interval_start} to {interval_end} is not one whole "
+                    f"day (UTC): audit_report's timetable must be daily")
+    saved = save_report(warehouse.audit_url, begin, end,
+                        report_directory(loader, warehouse, begin))
+    for line in saved.lines():
+        (log.error if line.lstrip().startswith("LOSS") else log.info)("%s", line)
+    if saved.losses:
+        raise _fail(f"the audit shows {len(saved.losses)} windows with lost messages on "
+                    f"this day (report: {saved.html_path})")
+    return {"html": saved.html_path, "json": saved.json_path, "summary": saved.summary}

@@ -1,0 +1,131 @@
+"""The warehouse DAGs' steps (hadoop_loader/dag_steps.py) against a real
+audit service over HTTP (its database filled with monitoring events as the
+tiers would publish them), outside Airflow: the shortfall, the markers, the
+gate when the audit cannot be asked, the day's report."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from audit.config import ServeConfig
+from audit.counting import CounterConfig, TierCounter
+from audit.service import AuditService
+from hadoop_loader import dag_steps
+from hadoop_loader.dag_steps import StepFailed
+
+HOUR = 3_600_000
+WINDOW = 600_000
+
+
+def envelope(eid: bytes) -> bytes:
+    return b"\x00\x00\x00\x00\x01\x02\x00\x00" + eid
+
+
+def tier_events(tier, cluster, ids, at_ms, now_ms, topic="page_views") -> list[dict]:
+    counter = TierCounter(CounterConfig(tier=tier, datacenter=cluster, cluster=cluster,
+                                        window_ms=WINDOW, dedup_ids=tier != "producer"))
+    counter.add_values(topic, [envelope(i) for i in ids], at_ms, now_ms=now_ms)
+    return counter.drain(now_ms=now_ms)
+
+
+@pytest.fixture
+def audit(zookeeper, zk_chroot, tmp_path):
+    service = AuditService(ServeConfig(zookeeper=zookeeper.connect_string(zk_chroot),
+                                       http_port=0, data_dir=str(tmp_path), grace_ms=60_000))
+    port = service.serve_http()
+    yield service, f"http://127.0.0.1:{port}"
+    service.close()
+
+
+def settings_file(tmp_path, audit_url: str, output) -> str:
+    path = tmp_path / "warehouse.toml"
+    path.write_text(f'[loader]\nzookeeper = "127.0.0.1:1/none"\noutput = "{output}"\n'
+                    f'cluster_name = "analysis"\n[warehouse]\naudit_url = "{audit_url}"\n')
+    return str(path)
+
+
+def at(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+
+
+def write_rows(output, topic: str, hour_ms: int, n: int) -> None:
+    directory = dag_steps.hour_directory(str(output), topic, hour_ms)
+    os.makedirs(directory, exist_ok=True)
+    pq.write_table(pa.table({"member_id": list(range(n))}),
+                   os.path.join(directory, f"part-{uuid.uuid4().hex}.parquet"))
+
+
+def test_validate_fails_on_a_shortfall_and_marks_nothing(audit, tmp_path):
+    service, url = audit
+    now = dag_steps._ms(dt.datetime.now(dt.timezone.utc))
+    hour = now - now % HOUR - 3 * HOUR
+    ids = [uuid.uuid4().bytes for _ in range(20)]
+    search_ids = [uuid.uuid4().bytes for _ in range(4)]
+    events = (tier_events("producer", "dc-a", ids, hour + 1, now)
+              + tier_events("cluster", "analysis", ids, hour + 1, now)
+              + tier_events("producer", "dc-a", search_ids, hour + WINDOW, now, "searches")
+              + tier_events("cluster", "analysis", search_ids, hour + WINDOW, now, "searches"))
+    service.store.add_events(events, now)
+    output = tmp_path / "wh"
+    config = settings_file(tmp_path, url, output)
+    write_rows(output, "page_views", hour, 15)
+    write_rows(output, "page_views", hour, 3)          # two files of the hour: 18 rows
+    write_rows(output, "searches", hour, 4)
+    write_rows(output, "page_views", hour + HOUR, 50)   # the next hour does not count
+
+    assert dag_steps.audit_gate(at(hour), at(hour + HOUR), config) is True
+    with pytest.raises(StepFailed, match=r"page_views: 18 rows loaded, 20 produced \(2 short\)"):
+        dag_steps.validate(at(hour), at(hour + HOUR), config)
+    assert not os.path.exists(os.path.join(dag_steps.hour_directory(str(output), "page_views",
+                                                                    hour), "_SUCCESS"))
+
+    write_rows(output, "page_views", hour, 3)          # duplicates are fine: 21 >= 20
+    counts = dag_steps.validate(at(hour), at(hour + HOUR), config)
+    assert counts == {"page_views": {"produced": 20, "loaded": 21},
+                      "searches": {"produced": 4, "loaded": 4}}
+    markers = dag_steps.mark_success(at(hour), at(hour + HOUR), counts, config)
+    assert len(markers) == 2
+    assert json.load(open(markers[0])) == {"topic": "page_views", "hour_ms": hour,
+                                           "produced": 20, "loaded": 21}
+
+
+def test_the_gate_waits_while_the_audit_cannot_be_asked(tmp_path, caplog):
+    config = settings_file(tmp_path, "http://127.0.0.1:9", tmp_path / "wh")   # discard port
+    hour = 1_800_000_000_000 - 1_800_000_000_000 % HOUR
+    assert dag_steps.audit_gate(at(hour), at(hour + HOUR), config) is False
+    assert "cannot be asked" in caplog.text
+    with pytest.raises(StepFailed, match="not one whole hour"):
+        dag_steps.audit_gate(at(hour), at(hour + 2 * HOUR), config)
+
+
+def test_the_day_report_is_kept_beside_the_data_and_a_loss_fails_it(audit, tmp_path):
+    service, url = audit
+    now = dag_steps._ms(dt.datetime.now(dt.timezone.utc))
+    day = now - now % (24 * HOUR) - 24 * HOUR            # yesterday (UTC)
+    ids = [uuid.uuid4().bytes for _ in range(30)]
+    service.store.add_events(tier_events("producer", "dc-a", ids, day + 5 * HOUR, now)
+                             + tier_events("cluster", "analysis", ids, day + 5 * HOUR, now), now)
+    output = tmp_path / "wh"
+    config = settings_file(tmp_path, url, output)
+    result = dag_steps.audit_report(at(day), at(day + 24 * HOUR), config)
+    assert result["summary"]["complete"] >= 2 and result["summary"]["lost"] == 0
+    folder = output / "_audit" / f"date={at(day):%Y-%m-%d}"
+    assert json.loads((folder / "report.json").read_text())["verdicts"]
+    assert "page_views" in (folder / "report.html").read_text()
+
+    lost = [uuid.uuid4().bytes for _ in range(10)]
+    service.store.add_events(tier_events("producer", "dc-a", lost, day + 7 * HOUR, now)
+                             + tier_events("cluster", "analysis", lost[3:], day + 7 * HOUR,
+                                           now), now)
+    with pytest.raises(StepFailed, match="1 windows with lost messages"):
+        dag_steps.audit_report(at(day), at(day + 24 * HOUR), config)
+    report = json.loads((folder / "report.json").read_text())
+    assert report["summary"]["lost"] == 1
+    with pytest.raises(StepFailed, match="not one whole day"):
+        dag_steps.audit_report(at(day), at(day + HOUR), config)
