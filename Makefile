@@ -4,7 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit clean help
+.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader \
+	airflow-up airflow-status airflow-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
 # and zlib's headers): a missing one then fails the suite instead of skipping
@@ -26,6 +27,10 @@ help:
 	@echo "make lab-down    stop the lab (PURGE=1 also deletes its logs and data)"
 	@echo "make bench-mirror two DCs mirrored into the analysis cluster: throughput, latency"
 	@echo "make bench-audit  Avro rows/s, the audit's counting consumer, the audited producer"
+	@echo "make bench-loader the warehouse loader's rows/s into Parquet (Spark local[2])"
+	@echo "make airflow-up  a real Airflow (UI on 127.0.0.1:$(AIRFLOW_PORT)) with dags/: warehouse_load,"
+	@echo "             audit_report; WAREHOUSE_CONFIG=file names their settings (config/loader.toml)"
+	@echo "make airflow-status / airflow-down  its processes and login / stop it"
 
 setup: $(STAMP)
 
@@ -95,8 +100,26 @@ lab-status: setup
 lab-down: setup
 	$(PY) -m infra.local down --dir $(LAB_DIR) $(if $(PURGE),--purge)
 
+# A real Airflow with the project's DAGs (docs/loader.md); outlives make.
+AIRFLOW_DIR  ?= .airflow
+AIRFLOW_PORT ?= 8080
+WAREHOUSE_CONFIG ?= config/loader.toml
+
+airflow-up: setup
+	$(PY) -m infra.local.airflow_stack up --dir $(AIRFLOW_DIR) --port $(AIRFLOW_PORT) \
+	    --warehouse-config $(WAREHOUSE_CONFIG)
+
+airflow-status: setup
+	$(PY) -m infra.local.airflow_stack status --dir $(AIRFLOW_DIR)
+
+airflow-down: setup
+	$(PY) -m infra.local.airflow_stack down --dir $(AIRFLOW_DIR)
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis broker/protocol/*.so
 
 bench-audit: setup
 	$(PY) -m bench.audit_bench --runs 5
+
+bench-loader: setup
+	$(PY) -m bench.loader_bench --runs 3
