@@ -8,6 +8,7 @@ registered is self-contained.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -17,6 +18,23 @@ from fastavro.schema import load_schema, load_schema_ordered
 from schemas.registry import RegisteredSchema, SchemaParseError, SchemaRegistry, check_structure
 
 AVSC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "avsc")
+
+
+@functools.lru_cache(maxsize=1)
+def avsc_dir() -> str:
+    """The shipped schemas' directory: AVSC_DIR, or, when the package is
+    imported from a zip (Spark's --py-files), a copy of its files in a
+    temporary directory (fastavro reads schemas from files)."""
+    if os.path.isdir(AVSC_DIR):
+        return AVSC_DIR
+    import importlib.resources
+    import tempfile
+    target = tempfile.mkdtemp(prefix="samsa-avsc-")
+    for entry in (importlib.resources.files("schemas") / "avsc").iterdir():
+        if entry.name.endswith(".avsc"):
+            with open(os.path.join(target, entry.name), "wb") as f:
+                f.write(entry.read_bytes())
+    return target
 
 HEADER = "samsa.events.EventHeader"
 MONITORING_EVENT = "samsa.audit.MonitoringEvent"
@@ -33,11 +51,11 @@ TOPIC_SCHEMAS = {
 
 def names() -> list[str]:
     """Every shipped schema file's name without ``.avsc`` (versions included)."""
-    return sorted(n[:-5] for n in os.listdir(AVSC_DIR) if n.endswith(".avsc"))
+    return sorted(n[:-5] for n in os.listdir(avsc_dir()) if n.endswith(".avsc"))
 
 
 def path_of(name: str) -> str:
-    path = os.path.join(AVSC_DIR, name + ".avsc")
+    path = os.path.join(avsc_dir(), name + ".avsc")
     if not os.path.exists(path):
         raise SchemaParseError(f"no shipped schema {name!r}; there are: {', '.join(names())}")
     return path
@@ -67,7 +85,7 @@ def _load_with_shipped(path: str) -> Any:
     try:
         return load_schema(path, _write_hint=False)
     except Exception as first:    # fastavro's errors for an unknown name or a bad schema
-        if os.path.dirname(os.path.abspath(path)) == AVSC_DIR:
+        if os.path.dirname(os.path.abspath(path)) == avsc_dir():
             raise SchemaParseError(f"{path}: {first}") from None
     # a file elsewhere may refer to the shipped header (or the other shipped types)
     try:
