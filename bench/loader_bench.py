@@ -12,6 +12,7 @@ machine's 2 cores.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--messages", type=int, default=1_000_000)
+    p.add_argument("--ab", action="store_true",
+                   help="alternate runs: the default (no shuffle) and one_file_per_hour")
     a = p.parse_args(argv)
     log(f"machine: {machine_info()}")
     with tempfile.TemporaryDirectory(prefix="samsa-loader-bench-") as work:
@@ -65,28 +68,34 @@ def main(argv: list[str] | None = None) -> int:
             spark.sparkContext.setLogLevel("ERROR")
             startup = time.monotonic() - t0
             log(f"Spark start-up {startup:.1f} s")
-            rates, phases = [], []
-            for run in range(a.runs):
+            rates, phases = {}, {}
+            variants = {"default (no shuffle)": config,
+                        "one file per hour (a shuffle)": dataclasses.replace(
+                            config, one_file_per_hour=True)}
+            for run in range(a.runs * (len(variants) if a.ab else 1)):
+                name = list(variants)[run % len(variants)] if a.ab else list(variants)[0]
                 base = int(time.time() * 1000) - 5 * HOUR
                 produce(broker.address, make_values(registry, a.messages, base), base)
-                summary = job.load(config, spark)
+                summary = job.load(variants[name], spark)
                 rate = summary.messages / summary.seconds
-                rates.append(rate)
-                log(f"run {run + 1}: {summary.messages:,} messages in {summary.seconds:.1f} s "
+                rates.setdefault(name, []).append(rate)
+                log(f"run {run + 1} ({name}): {summary.messages:,} messages in "
+                    f"{summary.seconds:.1f} s "
                     f"= {rate:,.0f} rows/s ({summary.units} work units); " + ", ".join(
                         f"{k} {v:.1f} s" for k, v in summary.phases.items()))
-                phases.append(summary.phases)
+                phases.setdefault(name, []).append(summary.phases)
             spark.stop()
             registry.close()
         finally:
             broker.stop()
             zk.stop()
-    print(f"\nloader rows/s, median of {a.runs}: {statistics.median(rates):,.0f}  "
-          f"[{' '.join(f'{r:,.0f}' for r in rates)}]; Spark start-up {startup:.1f} s")
-    for name in phases[0]:
-        values = [p[name] for p in phases]
-        print(f"  {name}: median {statistics.median(values):.2f} s  "
-              f"[{' '.join(f'{v:.2f}' for v in values)}]")
+    for name, got in rates.items():
+        print(f"\n{name}: loader rows/s, median of {len(got)}: {statistics.median(got):,.0f}  "
+              f"[{' '.join(f'{r:,.0f}' for r in got)}]; Spark start-up {startup:.1f} s")
+        for phase in phases[name][0]:
+            values = [p[phase] for p in phases[name]]
+            print(f"  {phase}: median {statistics.median(values):.2f} s  "
+                  f"[{' '.join(f'{v:.2f}' for v in values)}]")
     return 0
 
 

@@ -33,6 +33,12 @@ class LoaderConfig:
     datacenter: str = ""
     """Where the loader runs (default: the cluster's name)."""
     audit_window_ms: int = 600_000
+    one_file_per_hour: bool = False
+    """False: no shuffle; a run writes at most ceil(staged Avro bytes of the
+    topic / target_file_bytes) files per hour. True: exactly one file per
+    topic and hour per run (Spark shuffles the rows by hour: slower)."""
+    target_file_bytes: int = 128 << 20
+    """Staged Avro per Spark write partition when one_file_per_hour is false."""
     progress_interval_s: float = 10.0
     """A progress line this often while the tasks pull (work units done, MB, MB/s)."""
     lock_timeout_s: float = 600.0
@@ -45,15 +51,16 @@ class LoaderConfig:
     def __post_init__(self) -> None:
         if self.on_retention_gap not in ("fail", "skip"):
             raise ValueError("on_retention_gap is 'fail' or 'skip'")
-        if self.max_unit_bytes <= 0 or self.fetch_bytes <= 0:
-            raise ValueError("max_unit_bytes and fetch_bytes must be positive")
+        if self.max_unit_bytes <= 0 or self.fetch_bytes <= 0 or self.target_file_bytes <= 0:
+            raise ValueError("max_unit_bytes, fetch_bytes and target_file_bytes must be "
+                             "positive")
 
     @property
     def output_dir(self) -> str:
         path = self.output[len("file://"):] if self.output.startswith("file://") else self.output
         if "://" in path:
-            raise ValueError(f"output {self.output}: only local paths (file://) are supported "
-                             f"so far")
+            raise ValueError(f"output {self.output}: only local paths (file://) are supported; "
+                             f"hdfs:// and s3a:// outputs are not built yet (docs/loader.md)")
         return os.path.abspath(path)
 
     @property

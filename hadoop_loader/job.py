@@ -7,8 +7,9 @@ publish, commit the offsets last.
 3. Per topic, Spark reads the staged files with the topic's latest reader
    schema (the JVM's Avro reader resolves every writer schema to it) and
    writes Parquet partitioned by event ``date`` and ``hour`` (from the
-   header's time, UTC; a late event goes to its own hour), one file per hour
-   per run, into the staging directory.
+   header's time, UTC; a late event goes to its own hour) into the staging
+   directory: at most ceil(staged bytes / target_file_bytes) files per hour
+   per run (no shuffle), or exactly one (one_file_per_hour: a shuffle).
 4. Publish: a manifest of every move and of the new offsets is written
    (``_samsa/publishing/<run>.json``), the files are moved into
    ``<output>/<topic>/date=D/hour=H/``, then the offsets are committed (the
@@ -304,10 +305,23 @@ def _write_parquet(spark, config: LoaderConfig, staging: str) -> dict[str, dict[
             df = df.withColumn("date", F.date_format(ts, "yyyy-MM-dd")) \
                 .withColumn("hour", F.date_format(ts, "HH"))
             target = os.path.join(staging, "parquet", topic)
-            df.repartition("date", "hour").write.mode("overwrite") \
-                .partitionBy("date", "hour").parquet(target)
+            if config.one_file_per_hour:
+                df = df.repartition("date", "hour")     # a shuffle: one writer per hour
+            else:
+                # no shuffle: each of at most ceil(staged bytes / target_file_bytes)
+                # partitions writes the hours it holds, a writer per hour open
+                # at once instead of a sort
+                staged = _tree_bytes(os.path.join(avro_root, topic))
+                df = df.coalesce(max(1, -(-staged // config.target_file_bytes)))
+                spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "64")
+            df.write.mode("overwrite").partitionBy("date", "hour").parquet(target)
             rows[topic] = _rows_per_hour(target)
     return rows
+
+
+def _tree_bytes(directory: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(directory)
+               for f in files)
 
 
 def _rows_per_hour(directory: str) -> dict[str, int]:

@@ -32,6 +32,14 @@ def test_load_exactly_once_with_errors(analysis, spark, tmp_path, caplog):
     assert rows_per_hour(rows) == want
     assert sum(first.rows["page_views"].values()) == 300
     assert sum(1 for r in rows if r["session_id"] == "") == 150       # v1 rows: the default
+    # files per hour bounded by the staged bytes (a few KB here: one), not by
+    # the work units (each task stages files of its own)
+    assert first.units >= 2
+    hour_dirs = [d for d, _, files in os.walk(config.output_dir)
+                 if os.path.basename(d).startswith("hour=")]
+    assert len(hour_dirs) == 3
+    assert all(len([f for f in os.listdir(d) if f.endswith(".parquet")]) == 1
+               for d in hour_dirs)
     # the hadoop tier's counts: what was written, not the errors
     assert first.audit_events > 0
     from audit.counting import AUDIT_TOPIC
