@@ -33,6 +33,9 @@ class LoaderConfig:
     datacenter: str = ""
     """Where the loader runs (default: the cluster's name)."""
     audit_window_ms: int = 600_000
+    staging_codec: str = "null"
+    """The staged Avro container files' codec: "null" (the fastest: the files
+    live for one run) or "deflate" (less disk, CPU to compress and inflate)."""
     one_file_per_hour: bool = False
     """False: no shuffle; a run writes at most ceil(staged Avro bytes of the
     topic / target_file_bytes) files per hour. True: exactly one file per
@@ -49,6 +52,8 @@ class LoaderConfig:
     log_format: str = "text"
 
     def __post_init__(self) -> None:
+        if self.staging_codec not in ("null", "deflate"):
+            raise ValueError("staging_codec is 'null' or 'deflate'")
         if self.on_retention_gap not in ("fail", "skip"):
             raise ValueError("on_retention_gap is 'fail' or 'skip'")
         if self.max_unit_bytes <= 0 or self.fetch_bytes <= 0 or self.target_file_bytes <= 0:

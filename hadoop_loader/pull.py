@@ -53,7 +53,7 @@ def pull_unit(unit, fetch_bytes: int, timeout_s: float = 120.0
 
 
 def stage_units(units, staging: str, registry_url: str, fetch_bytes: int,
-                window_ms: int | None = None):
+                window_ms: int | None = None, codec: str = "null"):
     """The body of a Spark task (mapPartitions): pull, frame, stage; a stats
     row per unit. With ``window_ms``, the row carries the audit's tallies
     (audit/tally.py) of the messages staged for the warehouse (not of those
@@ -78,7 +78,7 @@ def stage_units(units, staging: str, registry_url: str, fetch_bytes: int,
                 os.makedirs(directory, exist_ok=True)
                 path = os.path.join(directory, f"{name}-{sid}.avro")
                 with open(path, "wb") as f:
-                    write_container(f, schema, bodies, codec="deflate",
+                    write_container(f, schema, bodies, codec=codec,
                                     metadata={"samsa.schema_id": str(sid)})
                 staged[sid] = len(bodies)
             if bad:

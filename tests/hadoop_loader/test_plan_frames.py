@@ -135,3 +135,15 @@ def test_framed_container_files_read_back_with_apache_avro(tmp_path):
             assert reader.get_meta("samsa.schema_id") == str(sid).encode()
             buf.seek(0)
             assert list(fastavro.reader(buf)) == want
+
+
+@pytest.mark.parametrize("staged, parallelism, partitions", [
+    (10, 2, 1),                 # a small load: one file per hour
+    (300 << 20, 2, 4),          # 3 wanted, 2 cores: 4 (two whole waves)
+    (300 << 20, 200, 3),        # a big cluster does not multiply the files of a small load
+    (4 << 30, 8, 32),
+    (0, 2, 1),
+])
+def test_write_partitions(staged, parallelism, partitions):
+    from hadoop_loader.job import write_partitions
+    assert write_partitions(staged, 128 << 20, parallelism) == partitions
