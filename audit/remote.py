@@ -1,9 +1,8 @@
 """The audit service's HTTP API, as its clients (the warehouse DAGs) use it:
-the verdicts of a period, and the report of a period kept as files."""
+the verdicts of a period, and the report of a period (its page and JSON)."""
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -43,16 +42,27 @@ def fetch_verdicts(audit_url: str, begin_ms: int, end_ms: int,
 
 
 @dataclass
-class SavedReport:
-    html_path: str
-    json_path: str
-    summary: dict[str, int]
-    losses: list[dict]             # the verdicts in a loss state
+class Report:
+    """A period's report: the heatmap page (HTML) and every verdict (JSON)."""
+    html: bytes
+    answer: dict
+
+    @property
+    def summary(self) -> dict[str, int]:
+        return self.answer["summary"]
+
+    @property
+    def losses(self) -> list[dict]:
+        """The verdicts in a loss state."""
+        return [v for v in self.answer["verdicts"] if v["state"] in LOSS_STATES]
+
+    def json_bytes(self) -> bytes:
+        return json.dumps(self.answer, indent=1).encode()
 
     def lines(self) -> list[str]:
         from audit.web import iso
-        out = [f"report: {self.html_path} and {self.json_path}",
-               "summary: " + ", ".join(f"{n} {s}" for s, n in self.summary.items() if n)]
+        out = ["summary: " + (", ".join(f"{n} {s}" for s, n in self.summary.items() if n)
+                              or "no windows")]
         for v in self.losses:
             out.append(f"  LOSS {v['topic']} window {iso(v['window_begin_ms'])} tier "
                        f"{v['tier']} {v['datacenter']}/{v['cluster']}: {v['state']}, produced "
@@ -60,21 +70,8 @@ class SavedReport:
         return out
 
 
-def save_report(audit_url: str, begin_ms: int, end_ms: int, directory: str,
-                timeout_s: float = 60.0) -> SavedReport:
-    """The period's report from the audit service, kept as ``report.html``
-    (the heatmap page) and ``report.json`` (every verdict) in ``directory``
-    (written under temporary names and renamed: a reader never sees half)."""
+def fetch_report(audit_url: str, begin_ms: int, end_ms: int, timeout_s: float = 60.0) -> Report:
+    """The period's report from the audit service."""
     answer = fetch_verdicts(audit_url, begin_ms, end_ms, timeout_s)
     page = _get(audit_url, "/", {"from": begin_ms, "to": end_ms}, timeout_s)
-    os.makedirs(directory, exist_ok=True)
-    paths = []
-    for name, data in (("report.html", page),
-                       ("report.json", json.dumps(answer, indent=1).encode())):
-        path = os.path.join(directory, name)
-        with open(path + ".tmp", "wb") as f:
-            f.write(data)
-        os.replace(path + ".tmp", path)
-        paths.append(path)
-    losses = [v for v in answer["verdicts"] if v["state"] in LOSS_STATES]
-    return SavedReport(paths[0], paths[1], answer["summary"], losses)
+    return Report(page, answer)

@@ -17,9 +17,9 @@ kept with the output (after Camus).
 * config.py: its settings, and the DAGs';
 * cli.py: ``python -m hadoop_loader``; submit.py: the same by spark-submit,
   and the zip of the code for --py-files;
-* dag_steps.py: the steps of the Airflow DAGs in dags/.
-
-Not built: hdfs:// and s3a:// outputs (docs/loader.md).
+* dag_steps.py: the steps of the Airflow DAGs in dags/;
+* outputfs.py: the output's file system (local, hdfs://, s3a://) through
+  pyarrow.fs, and the URIs Spark is given.
 
 Uses the client, the schemas and the audit's counting; never broker internals.
 """

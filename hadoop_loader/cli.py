@@ -62,10 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     setup_logging(config.log_level, config.log_format)
     from hadoop_loader import job
+    from hadoop_loader.outputfs import OutputError
     from hadoop_loader.plan import PlanError
     try:
         summary = job.load(config)
-    except (PlanError, job.LoadBusy, OSError, ValueError) as exc:
+    except (PlanError, OutputError, job.LoadBusy, OSError, ValueError) as exc:
         print(f"error: the load failed, nothing was committed: {exc}", file=sys.stderr)
         return 1
     if args.json:

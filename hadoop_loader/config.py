@@ -12,7 +12,8 @@ class LoaderConfig:
     zookeeper: str
     """The analysis cluster's ZooKeeper connect string with its chroot."""
     output: str = "warehouse"
-    """Where the Parquet goes: a local path or file:// URI (the embedded default)."""
+    """Where the Parquet goes: a local path or file:// URI (the embedded
+    default), hdfs://namenode:port/path or s3a://bucket/path (outputfs.py)."""
     registry: str = ""
     """Schema registry URL (default: zookeeper://<zookeeper>)."""
     whitelist: str = ".*"
@@ -62,10 +63,10 @@ class LoaderConfig:
 
     @property
     def output_dir(self) -> str:
+        """The directory of a local output (for tools and tests)."""
         path = self.output[len("file://"):] if self.output.startswith("file://") else self.output
         if "://" in path:
-            raise ValueError(f"output {self.output}: only local paths (file://) are supported; "
-                             f"hdfs:// and s3a:// outputs are not built yet (docs/loader.md)")
+            raise ValueError(f"output {self.output} is not a local path")
         return os.path.abspath(path)
 
     @property

@@ -16,12 +16,12 @@ heavy modules (the client, Spark, pyarrow) are imported inside the steps.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import sys
 
 from hadoop_loader.config import LoaderConfig, WarehouseConfig
+from hadoop_loader.outputfs import OutputFS
 
 CONFIG_ENV = "SAMSA_WAREHOUSE_CONFIG"
 HOUR_MS = 3_600_000
@@ -100,9 +100,10 @@ def interval_hour(interval_start, interval_end) -> int:
     return begin
 
 
-def hour_directory(root: str, topic: str, hour_ms: int) -> str:
+def hour_partition(topic: str, hour_ms: int) -> str:
+    """A topic's hour partition, relative to the output root."""
     t = dt.datetime.fromtimestamp(hour_ms / 1000, dt.timezone.utc)
-    return os.path.join(root, topic, f"date={t:%Y-%m-%d}", f"hour={t:%H}")
+    return f"{topic}/date={t:%Y-%m-%d}/hour={t:%H}"
 
 
 # ------------------------------------------------------------------ warehouse_load
@@ -159,14 +160,10 @@ def load(path: str | None = None) -> int:
     return rc
 
 
-def rows_in_hour(root: str, topic: str, hour_ms: int) -> int:
+def rows_in_hour(out, topic: str, hour_ms: int) -> int:
     """Rows of a topic's hour partition, from the Parquet files' footers."""
-    import pyarrow.parquet as pq
-    directory = hour_directory(root, topic, hour_ms)
-    if not os.path.isdir(directory):
-        return 0
-    return sum(pq.ParquetFile(os.path.join(directory, name)).metadata.num_rows
-               for name in sorted(os.listdir(directory)) if name.endswith(".parquet"))
+    return sum(out.parquet_rows(path) for path, _size in out.files(hour_partition(topic, hour_ms))
+               if path.endswith(".parquet"))
 
 
 def validate(interval_start, interval_end, path: str | None = None) -> dict[str, dict]:
@@ -177,8 +174,8 @@ def validate(interval_start, interval_end, path: str | None = None) -> dict[str,
     loader, warehouse = read_settings(path)
     hour = interval_hour(interval_start, interval_end)
     produced = _hour_check(loader, warehouse, hour).produced()
-    root = loader.output_dir
-    loaded = {topic: rows_in_hour(root, topic, hour) for topic in produced}
+    out = OutputFS(loader.output)
+    loaded = {topic: rows_in_hour(out, topic, hour) for topic in produced}
     result = {t: {"produced": n, "loaded": loaded[t]} for t, n in sorted(produced.items())}
     for topic, counts in result.items():
         extra = counts["loaded"] - counts["produced"]
@@ -198,41 +195,45 @@ def mark_success(interval_start, interval_end, validated: dict[str, dict],
     the counts, as JSON), written last: readers wait for it."""
     loader, _ = read_settings(path)
     hour = interval_hour(interval_start, interval_end)
+    out = OutputFS(loader.output)
     written = []
     for topic, counts in sorted(validated.items()):
-        directory = hour_directory(loader.output_dir, topic, hour)
-        os.makedirs(directory, exist_ok=True)
-        marker = os.path.join(directory, SUCCESS_MARKER)
-        with open(marker + ".tmp", "w") as f:
-            json.dump({"topic": topic, "hour_ms": hour, **counts}, f)
-        os.replace(marker + ".tmp", marker)
-        written.append(marker)
-        log.info("marked %s", marker)
+        marker = (hour_partition(topic, hour), SUCCESS_MARKER)
+        out.write_json(marker, {"topic": topic, "hour_ms": hour, **counts})
+        written.append(out.path(*marker))
+        log.info("marked %s", out.path(*marker))
     return written
 
 
 # ------------------------------------------------------------------ audit_report
 
-def report_directory(loader: LoaderConfig, warehouse: WarehouseConfig, day_ms: int) -> str:
+def report_location(loader: LoaderConfig, warehouse: WarehouseConfig, day_ms: int):
+    """(file system, the day's directory in it) of the audit report."""
     t = dt.datetime.fromtimestamp(day_ms / 1000, dt.timezone.utc)
-    base = warehouse.report_dir or os.path.join(loader.output_dir, "_audit")
-    return os.path.join(base, f"date={t:%Y-%m-%d}")
+    if warehouse.report_dir:
+        return OutputFS(warehouse.report_dir), f"date={t:%Y-%m-%d}"
+    return OutputFS(loader.output), f"_audit/date={t:%Y-%m-%d}"
 
 
 def audit_report(interval_start, interval_end, path: str | None = None) -> dict:
-    """The day's audit report (HTML and JSON) kept beside the data; fails
-    (no retry) when it shows a loss, with the lost windows in the log."""
-    from audit.remote import save_report
+    """The day's audit report (``report.html`` and ``report.json``) kept
+    beside the data; fails (no retry) when it shows a loss, with the lost
+    windows in the log."""
+    from audit.remote import fetch_report
     loader, warehouse = read_settings(path)
     begin, end = _ms(interval_start), _ms(interval_end)
     if end - begin != DAY_MS or begin % DAY_MS:
         raise _fail(f"the data interval {interval_start} to {interval_end} is not one whole "
                     f"day (UTC): audit_report's timetable must be daily")
-    saved = save_report(warehouse.audit_url, begin, end,
-                        report_directory(loader, warehouse, begin))
-    for line in saved.lines():
+    report = fetch_report(warehouse.audit_url, begin, end)
+    out, directory = report_location(loader, warehouse, begin)
+    for name, data in (("report.html", report.html), ("report.json", report.json_bytes())):
+        out.write_bytes((directory, name), data)
+    html, json_path = out.path(directory, "report.html"), out.path(directory, "report.json")
+    log.info("report: %s and %s", html, json_path)
+    for line in report.lines():
         (log.error if line.lstrip().startswith("LOSS") else log.info)("%s", line)
-    if saved.losses:
-        raise _fail(f"the audit shows {len(saved.losses)} windows with lost messages on "
-                    f"this day (report: {saved.html_path})")
-    return {"html": saved.html_path, "json": saved.json_path, "summary": saved.summary}
+    if report.losses:
+        raise _fail(f"the audit shows {len(report.losses)} windows with lost messages on "
+                    f"this day (report: {html})")
+    return {"html": html, "json": json_path, "summary": report.summary}

@@ -25,8 +25,8 @@ import fcntl
 import json
 import logging
 import os
+import posixpath
 import sys
-import shutil
 import threading
 import time
 import uuid
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from hadoop_loader import state
 from hadoop_loader.config import LoaderConfig
+from hadoop_loader.outputfs import OutputFS
 from hadoop_loader.plan import Plan, plan
 from hadoop_loader.pull import stage_units
 
@@ -68,42 +69,29 @@ def spark_session(config: LoaderConfig):
             .getOrCreate())
 
 
-def _publishing_dir(root: str) -> str:
-    return os.path.join(root, "_samsa", "publishing")
+PUBLISHING = "_samsa/publishing"
+STAGING = "_samsa/staging"
 
 
-def finish_interrupted(root: str) -> int:
+def finish_interrupted(out: OutputFS) -> int:
     """Finish the publish of a run killed during its moves; the moves done."""
-    directory = _publishing_dir(root)
-    if not os.path.isdir(directory):
-        return 0
     done = 0
-    for name in sorted(os.listdir(directory)):
+    for name in out.listdir(PUBLISHING):
         if not name.endswith(".json"):
             continue
-        path = os.path.join(directory, name)
-        with open(path) as f:
-            manifest = json.load(f)
-        done += _move_all(root, manifest["moves"])
-        state.OffsetStore(root).commit(manifest["offsets"], run=manifest["run"],
-                                       extra={"recovered": True})
-        os.unlink(path)
-        shutil.rmtree(os.path.join(root, "_samsa", "staging", manifest["run"]),
-                      ignore_errors=True)
+        manifest = json.loads(out.read_text(PUBLISHING, name))
+        done += _move_all(out, manifest["moves"])
+        state.OffsetStore(out).commit(manifest["offsets"], run=manifest["run"],
+                                      extra={"recovered": True})
+        out.delete_file(PUBLISHING, name)
+        out.delete_dir(STAGING, manifest["run"])
         log.warning("finished the publish of interrupted run %s (%d files moved now)",
                     manifest["run"], done)
     return done
 
 
-def _move_all(root: str, moves: list[list[str]]) -> int:
-    moved = 0
-    for source, target in moves:
-        src, dst = os.path.join(root, source), os.path.join(root, target)
-        if os.path.exists(src):
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            os.replace(src, dst)
-            moved += 1
-    return moved
+def _move_all(out: OutputFS, moves: list[list[str]]) -> int:
+    return sum(1 for source, target in moves if out.move(source, target))
 
 
 class LoadBusy(RuntimeError):
@@ -111,10 +99,19 @@ class LoadBusy(RuntimeError):
 
 
 @contextlib.contextmanager
-def output_lock(root: str, timeout_s: float):
+def output_lock(out: OutputFS | str, timeout_s: float):
     """One load at a time per output: an exclusive ``flock`` on
     ``<root>/_samsa/lock`` (released by the kernel when its holder dies, even
-    by kill -9), waited for up to ``timeout_s``."""
+    by kill -9), waited for up to ``timeout_s``. Only a local output can be
+    locked so; on HDFS and S3 one load at a time comes from the scheduler
+    (warehouse_load runs one DAG run at a time)."""
+    out = out if isinstance(out, OutputFS) else OutputFS(out)
+    root = out.root
+    if out.kind != "local":
+        log.info("%s: no lock on a %s output (one load at a time is the scheduler's)",
+                 out.output, out.kind)
+        yield
+        return
     path = os.path.join(root, "_samsa", "lock")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -144,18 +141,18 @@ def output_lock(root: str, timeout_s: float):
 
 def load(config: LoaderConfig, spark=None) -> LoadSummary:
     """One load of everything new (one at a time per output); its summary."""
-    root = config.output_dir
-    os.makedirs(root, exist_ok=True)
-    with output_lock(root, config.lock_timeout_s):
-        return _load(config, root, spark)
+    out = OutputFS(config.output)
+    out.makedirs()
+    with output_lock(out, config.lock_timeout_s):
+        return _load(config, out, spark)
 
 
-def _load(config: LoaderConfig, root: str, spark) -> LoadSummary:
+def _load(config: LoaderConfig, out: OutputFS, spark) -> LoadSummary:
     t0 = time.monotonic()
     run = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     summary = LoadSummary(run)
-    summary.recovered = finish_interrupted(root)
-    offsets = state.OffsetStore(root)
+    summary.recovered = finish_interrupted(out)
+    offsets = state.OffsetStore(out)
     mark = time.monotonic()
     work: Plan = plan(config.zookeeper, offsets.offsets(), whitelist=config.whitelist,
                       blacklist=config.blacklist, max_unit_bytes=config.max_unit_bytes,
@@ -173,7 +170,7 @@ def _load(config: LoaderConfig, root: str, spark) -> LoadSummary:
         return summary
     own_session = spark is None
     spark = spark or spark_session(config)
-    staging = os.path.join(root, "_samsa", "staging", run)
+    staging = f"{STAGING}/{run}"
     try:
         mark = time.monotonic()
         stats = _stage(spark, config, work, staging)
@@ -185,29 +182,23 @@ def _load(config: LoaderConfig, root: str, spark) -> LoadSummary:
         log.info("run %s: %d messages (%d bytes) pulled by %d tasks, %d to the error output",
                  run, summary.messages, summary.bytes, len(work.units), summary.errors)
         mark = time.monotonic()
-        summary.rows = _write_parquet(spark, config, staging)
+        summary.rows = _write_parquet(spark, config, out, staging)
         summary.phases["decode_and_write_parquet"] = time.monotonic() - mark
         mark = time.monotonic()
-        moves = _plan_moves(root, staging, run)
-        manifest_dir = _publishing_dir(root)
-        os.makedirs(manifest_dir, exist_ok=True)
-        manifest = os.path.join(manifest_dir, f"{run}.json")
-        with open(manifest + ".tmp", "w") as f:
-            json.dump({"run": run, "moves": moves, "offsets": work.ends}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(manifest + ".tmp", manifest)
-        _move_all(root, moves)
+        moves = _plan_moves(out, staging, run)
+        out.write_json((PUBLISHING, f"{run}.json"),
+                       {"run": run, "moves": moves, "offsets": work.ends})
+        _move_all(out, moves)
         offsets.commit(work.ends, run=run, extra={"rows": summary.rows,
                                                   "errors": summary.errors})
-        os.unlink(manifest)
+        out.delete_file(PUBLISHING, f"{run}.json")
         summary.phases["publish_and_commit"] = time.monotonic() - mark
         if config.audit:
             mark = time.monotonic()
             summary.audit_events = publish_counts(config, stats)
             summary.phases["audit_counts"] = time.monotonic() - mark
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        out.delete_dir(staging)
         if own_session:
             spark.stop()
     summary.seconds = time.monotonic() - t0
@@ -230,8 +221,10 @@ def _stage(spark, config: LoaderConfig, work: Plan, staging: str) -> list[dict]:
     reporter.start()
     try:
         rdd = sc.parallelize(units, len(units))
+        output = config.output
         return rdd.mapPartitions(
-            lambda part: stage_units(part, staging, registry, fetch, window, codec)).collect()
+            lambda part: stage_units(part, output, staging, registry, fetch, window, codec)
+        ).collect()
     finally:
         done.set()
         reporter.join(5)
@@ -287,41 +280,39 @@ def publish_counts(config: LoaderConfig, stats: list[dict]) -> int:
         return 0
 
 
-def _write_parquet(spark, config: LoaderConfig, staging: str) -> dict[str, dict[str, int]]:
+def _write_parquet(spark, config: LoaderConfig, out: OutputFS,
+                   staging: str) -> dict[str, dict[str, int]]:
     """Staged Avro -> staged Parquet per topic; rows per topic and date/hour."""
     from pyspark.sql import functions as F
     from schemas.registry import SchemaRegistry
-    avro_root = os.path.join(staging, "avro")
+    avro_root = f"{staging}/avro"
     rows: dict[str, dict[str, int]] = {}
-    if not os.path.isdir(avro_root):
+    topics = out.listdir(avro_root)
+    if not topics:
         return rows
     with SchemaRegistry.open(config.effective_registry) as registry:
-        for topic in sorted(os.listdir(avro_root)):
-            mark = time.monotonic()
+        for topic in topics:
             reader = json.dumps(registry.get(topic).schema)
             df = spark.read.format(AVRO_FORMAT).option("avroSchema", reader) \
-                .load(os.path.join(avro_root, topic))
+                .load(out.spark_uri(avro_root, topic))
             ts = (F.col("header.time_ms") / 1000).cast("timestamp")
             df = df.withColumn("date", F.date_format(ts, "yyyy-MM-dd")) \
                 .withColumn("hour", F.date_format(ts, "HH"))
-            target = os.path.join(staging, "parquet", topic)
+            target = f"{staging}/parquet/{topic}"
             if config.one_file_per_hour:
                 df = df.repartition("date", "hour")     # a shuffle: one writer per hour
             else:
                 # no shuffle: each of at most ceil(staged bytes / target_file_bytes)
                 # partitions writes the hours it holds, a writer per hour open
                 # at once instead of a sort
-                staged = _tree_bytes(os.path.join(avro_root, topic))
+                staged = sum(size for _, size in out.files(avro_root, topic))
                 df = df.coalesce(write_partitions(staged, config.target_file_bytes,
                                                   spark.sparkContext.defaultParallelism))
                 spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "64")
             # a fresh directory of this run: no overwrite mode (a dynamic
             # partition overwrite stages and renames every file once more)
-            df.write.partitionBy("date", "hour").parquet(target)
-            written = time.monotonic()
-            rows[topic] = _rows_per_hour(target)
-            log.info("%s: Avro decoded and Parquet written in %.2f s, rows counted from the "
-                     "footers in %.2f s", topic, written - mark, time.monotonic() - written)
+            df.write.partitionBy("date", "hour").parquet(out.spark_uri(target))
+            rows[topic] = _rows_per_hour(out, target)
     return rows
 
 
@@ -336,42 +327,40 @@ def write_partitions(staged_bytes: int, target_bytes: int, parallelism: int) -> 
     return wanted
 
 
-def _tree_bytes(directory: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(directory)
-               for f in files)
+def _hour_of(path: str) -> str | None:
+    """"date/hour" of a path with date=D/hour=H parts, else None."""
+    parts = dict(p.split("=", 1) for p in path.split("/") if "=" in p)
+    if "date" in parts and "hour" in parts:
+        return f"{parts['date']}/{parts['hour']}"
+    return None
 
 
-def _rows_per_hour(directory: str) -> dict[str, int]:
+def _rows_per_hour(out: OutputFS, directory: str) -> dict[str, int]:
     """Rows per "date/hour" of written Parquet, from the files' footers (no
     second pass over the data)."""
-    import pyarrow.parquet as pq
-    out: dict[str, int] = {}
-    for dirpath, _dirs, files in os.walk(directory):
-        parts = dict(p.split("=", 1) for p in os.path.relpath(dirpath, directory).split(os.sep)
-                     if "=" in p)
-        if "date" not in parts or "hour" not in parts:
-            continue
-        n = sum(pq.ParquetFile(os.path.join(dirpath, f)).metadata.num_rows
-                for f in files if f.endswith(".parquet"))
-        key = f"{parts['date']}/{parts['hour']}"
-        out[key] = out.get(key, 0) + n
-    return out
+    rows: dict[str, int] = {}
+    for path, _size in out.files(directory):
+        key = _hour_of(path)
+        if key is not None and path.endswith(".parquet"):
+            rows[key] = rows.get(key, 0) + out.parquet_rows(path)
+    return rows
 
 
-def _plan_moves(root: str, staging: str, run: str) -> list[list[str]]:
+def _plan_moves(out: OutputFS, staging: str, run: str) -> list[list[str]]:
     """(staged path, final path), relative to the output root."""
     moves = []
-    parquet = os.path.join(staging, "parquet")
-    for topic in sorted(os.listdir(parquet)) if os.path.isdir(parquet) else []:
-        base = os.path.join(parquet, topic)
-        for dirpath, _dirs, files in os.walk(base):
-            for i, name in enumerate(sorted(f for f in files if f.endswith(".parquet"))):
-                relative = os.path.relpath(dirpath, base)      # date=D/hour=H
-                target = os.path.join(topic, relative, f"part-{run}-{i:05d}.parquet")
-                moves.append([os.path.relpath(os.path.join(dirpath, name), root), target])
-    errors = os.path.join(staging, "errors")
-    for topic in sorted(os.listdir(errors)) if os.path.isdir(errors) else []:
-        for name in sorted(os.listdir(os.path.join(errors, topic))):
-            moves.append([os.path.relpath(os.path.join(errors, topic, name), root),
-                          os.path.join("_errors", topic, f"{run}-{name}")])
+    parquet = f"{staging}/parquet"
+    for topic in out.listdir(parquet):
+        per_directory: dict[str, int] = {}
+        for path, _size in out.files(parquet, topic):
+            if not path.endswith(".parquet") or _hour_of(path) is None:
+                continue
+            directory = posixpath.dirname(posixpath.relpath(path, f"{parquet}/{topic}"))
+            i = per_directory.get(directory, 0)
+            per_directory[directory] = i + 1
+            moves.append([path, f"{topic}/{directory}/part-{run}-{i:05d}.parquet"])
+    errors = f"{staging}/errors"
+    for topic in out.listdir(errors):
+        for name in out.listdir(errors, topic):
+            moves.append([f"{errors}/{topic}/{name}", f"_errors/{topic}/{run}-{name}"])
     return moves

@@ -11,7 +11,6 @@ publishes the run's staging directory once every task has succeeded.
 from __future__ import annotations
 
 import json
-import os
 
 from broker.client.consumer import Consumer
 
@@ -52,13 +51,16 @@ def pull_unit(unit, fetch_bytes: int, timeout_s: float = 120.0
     return values, offsets, stamps
 
 
-def stage_units(units, staging: str, registry_url: str, fetch_bytes: int,
+def stage_units(units, output: str, staging: str, registry_url: str, fetch_bytes: int,
                 window_ms: int | None = None, codec: str = "null"):
-    """The body of a Spark task (mapPartitions): pull, frame, stage; a stats
-    row per unit. With ``window_ms``, the row carries the audit's tallies
-    (audit/tally.py) of the messages staged for the warehouse (not of those
-    sent to the error output): the hadoop tier's counts."""
+    """The body of a Spark task (mapPartitions): pull, frame, stage under
+    ``staging`` (relative to the ``output`` root, on its file system); a
+    stats row per unit. With ``window_ms``, the row carries the audit's
+    tallies (audit/tally.py) of the messages staged for the warehouse (not of
+    those sent to the error output): the hadoop tier's counts."""
+    from hadoop_loader.outputfs import OutputFS
     from schemas.registry import SchemaRegistry
+    out = OutputFS(output)
     registry = SchemaRegistry.open(registry_url)
     try:
         for unit in units:
@@ -74,18 +76,13 @@ def stage_units(units, staging: str, registry_url: str, fetch_bytes: int,
                         if len(v) >= 5 and v[0] == 0 and int.from_bytes(v[1:5], "big") == sid:
                             bad.append((i, f"unknown schema id {sid}: {exc}"))
                     continue
-                directory = os.path.join(staging, "avro", unit.topic)
-                os.makedirs(directory, exist_ok=True)
-                path = os.path.join(directory, f"{name}-{sid}.avro")
-                with open(path, "wb") as f:
+                with out.open_output(staging, "avro", unit.topic, f"{name}-{sid}.avro") as f:
                     write_container(f, schema, bodies, codec=codec,
                                     metadata={"samsa.schema_id": str(sid)})
                 staged[sid] = len(bodies)
             if bad:
-                directory = os.path.join(staging, "errors", unit.topic)
-                os.makedirs(directory, exist_ok=True)
                 import fastavro
-                with open(os.path.join(directory, f"{name}.avro"), "wb") as f:
+                with out.open_output(staging, "errors", unit.topic, f"{name}.avro") as f:
                     fastavro.writer(f, fastavro.parse_schema(ERROR_SCHEMA), [
                         {"topic": unit.topic, "broker_partition": f"{unit.broker_id}-"
                          f"{unit.partition}", "offset": offsets[i], "error": why,

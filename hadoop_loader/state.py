@@ -5,9 +5,9 @@ Layout under the output root::
 
     _samsa/offsets/00000000000000000042.json   a commit: {"run": ..., "offsets": {...}}
 
-A commit is one new file, written under a temporary name and renamed into
-place (atomic on a POSIX file system, and what Hadoop file systems offer
-for a single file); its sequence number is one more than the last. The
+A commit is one new file, created only if absent (outputfs.py: a hard link
+of a written temporary file locally; a new object on S3); its sequence
+number is one more than the last. The
 newest commit is the loader's position; older ones are kept (a short
 history) and pruned beyond ``keep``. The offsets are keyed by
 ``"topic/broker_id-partition"`` (a broker-partition, as the consumer names
@@ -21,12 +21,11 @@ lands in the output once.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
 
-OFFSETS_DIR = os.path.join("_samsa", "offsets")
+OFFSETS_DIR = "_samsa/offsets"
 
 
 class StateError(RuntimeError):
@@ -52,40 +51,29 @@ def parse_key(text: str) -> tuple[str, int, int]:
     return topic, int(broker), int(partition)
 
 
-def local_path(output: str) -> str:
-    """The local directory of a ``file://`` output (or a plain path)."""
-    if output.startswith("file://"):
-        return output[len("file://"):]
-    if "://" in output:
-        raise StateError(f"{output}: only file:// outputs are handled here (others go through "
-                         f"the Spark job's Hadoop file system)")
-    return output
-
-
 class OffsetStore:
-    """The commits of one output root (a local directory)."""
+    """The commits of one output root (any file system outputfs.py serves)."""
 
-    def __init__(self, output: str, keep: int = 20) -> None:
-        self.root = local_path(output)
-        self.directory = os.path.join(self.root, OFFSETS_DIR)
+    def __init__(self, output, keep: int = 20) -> None:
+        from hadoop_loader.outputfs import OutputFS
+        self.fs = output if isinstance(output, OutputFS) else OutputFS(output)
         self.keep = keep
 
+    def _name(self, sequence: int) -> tuple[str, str]:
+        return (OFFSETS_DIR, f"{sequence:020d}.json")
+
     def _sequences(self) -> list[int]:
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return []
+        names = self.fs.listdir(OFFSETS_DIR)
         return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
     def latest(self) -> Commit | None:
         """The newest commit, None before the first load."""
         for sequence in reversed(self._sequences()):
-            path = os.path.join(self.directory, f"{sequence:020d}.json")
             try:
-                with open(path) as f:
-                    data = json.load(f)
+                data = json.loads(self.fs.read_text(*self._name(sequence)))
             except (OSError, ValueError) as exc:
-                raise StateError(f"unreadable offsets commit {path}: {exc}") from None
+                raise StateError(f"unreadable offsets commit "
+                                 f"{self.fs.path(*self._name(sequence))}: {exc}") from None
             return Commit(sequence, data["run"], {k: int(v) for k, v in data["offsets"].items()},
                           int(data["committed_ms"]), data.get("extra", {}))
         return None
@@ -97,7 +85,6 @@ class OffsetStore:
     def commit(self, offsets: dict[str, int], run: str | None = None,
                extra: dict | None = None) -> Commit:
         """Write a new commit holding ``offsets`` merged over the last one's."""
-        os.makedirs(self.directory, exist_ok=True)
         last = self.latest()
         merged = dict(last.offsets) if last else {}
         for k, v in offsets.items():
@@ -106,28 +93,15 @@ class OffsetStore:
             merged[k] = v
         commit = Commit((last.sequence + 1) if last else 1, run or uuid.uuid4().hex,
                         merged, int(time.time() * 1000), dict(extra or {}))
-        path = os.path.join(self.directory, f"{commit.sequence:020d}.json")
-        if os.path.exists(path):
-            raise StateError(f"{path} exists: another load committed at the same time")
-        tmp = os.path.join(self.directory, f".{commit.sequence:020d}.{commit.run}.tmp")
-        with open(tmp, "w") as f:
-            json.dump({"run": commit.run, "offsets": merged, "committed_ms": commit.committed_ms,
-                       "extra": commit.extra}, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)          # fails if another commit took the sequence
-        except FileExistsError:
-            raise StateError(f"{path} exists: another load committed at the same time") \
-                from None
-        finally:
-            os.unlink(tmp)
+        text = json.dumps({"run": commit.run, "offsets": merged,
+                           "committed_ms": commit.committed_ms, "extra": commit.extra},
+                          indent=1, sort_keys=True)
+        if not self.fs.create_new(self._name(commit.sequence), text):
+            raise StateError(f"{self.fs.path(*self._name(commit.sequence))} exists: another "
+                             f"load committed at the same time")
         self._prune()
         return commit
 
     def _prune(self) -> None:
         for sequence in self._sequences()[:-self.keep]:
-            try:
-                os.unlink(os.path.join(self.directory, f"{sequence:020d}.json"))
-            except FileNotFoundError:
-                pass
+            self.fs.delete_file(*self._name(sequence))

@@ -55,7 +55,7 @@ def at(ms: int) -> dt.datetime:
 
 
 def write_rows(output, topic: str, hour_ms: int, n: int) -> None:
-    directory = dag_steps.hour_directory(str(output), topic, hour_ms)
+    directory = os.path.join(str(output), dag_steps.hour_partition(topic, hour_ms))
     os.makedirs(directory, exist_ok=True)
     pq.write_table(pa.table({"member_id": list(range(n))}),
                    os.path.join(directory, f"part-{uuid.uuid4().hex}.parquet"))
@@ -82,8 +82,9 @@ def test_validate_fails_on_a_shortfall_and_marks_nothing(audit, tmp_path):
     assert dag_steps.audit_gate(at(hour), at(hour + HOUR), config) is True
     with pytest.raises(StepFailed, match=r"page_views: 18 rows loaded, 20 produced \(2 short\)"):
         dag_steps.validate(at(hour), at(hour + HOUR), config)
-    assert not os.path.exists(os.path.join(dag_steps.hour_directory(str(output), "page_views",
-                                                                    hour), "_SUCCESS"))
+    assert not os.path.exists(os.path.join(str(output), dag_steps.hour_partition("page_views",
+                                                                                 hour),
+                                           "_SUCCESS"))
 
     write_rows(output, "page_views", hour, 3)          # duplicates are fine: 21 >= 20
     counts = dag_steps.validate(at(hour), at(hour + HOUR), config)

@@ -75,18 +75,19 @@ def test_a_publish_interrupted_midway_is_finished_by_the_next_run(analysis, spar
     want = produce(cluster, registry, 90, base)
     config = LoaderConfig(zookeeper=cluster.connect, output=str(tmp_path / "wh"),
                           whitelist="page_views")
-    real_replace = os.replace
+    from hadoop_loader.outputfs import OutputFS
+    real_move = OutputFS.move
     moved = []
 
-    def dying_replace(src, dst):
-        if "/_samsa/staging/" in str(src) and str(src).endswith(".parquet"):
+    def dying_move(self, source, target):
+        if "_samsa/staging/" in source and source.endswith(".parquet"):
             if moved:
                 raise KeyboardInterrupt("killed during the publish")
-            moved.append(dst)
-        return real_replace(src, dst)
+            moved.append(target)
+        return real_move(self, source, target)
 
-    monkeypatch.setattr(job.os, "replace", dying_replace)
-    monkeypatch.setattr(job.shutil, "rmtree", lambda *a, **k: None)   # a kill cleans nothing
+    monkeypatch.setattr(OutputFS, "move", dying_move)
+    monkeypatch.setattr(OutputFS, "delete_dir", lambda *a, **k: None)   # a kill cleans nothing
     with pytest.raises(KeyboardInterrupt):
         job.load(config, spark)
     monkeypatch.undo()

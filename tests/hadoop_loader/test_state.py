@@ -49,6 +49,7 @@ def test_a_commit_is_atomic_and_a_racing_one_is_refused(tmp_path, monkeypatch):
     assert not [n for n in os.listdir(tmp_path / "_samsa" / "offsets") if n.endswith(".tmp")]
 
 
-def test_other_file_systems_are_not_handled_here(tmp_path):
-    with pytest.raises(StateError, match="only file://"):
+def test_an_hdfs_output_without_hadoop_s_client_fails_clearly(tmp_path):
+    from hadoop_loader.outputfs import OutputError
+    with pytest.raises(OutputError, match="HDFS cannot be reached from here.*libhdfs"):
         OffsetStore("hdfs://namenode:8020/warehouse")

@@ -1,0 +1,198 @@
+"""The loader's output file system: a local path (``file://``, the embedded
+default), ``hdfs://namenode:port/path`` or ``s3a://bucket/path``, through
+``pyarrow.fs`` in the driver and in the tasks, and as the URI Spark reads and
+writes (Spark's own Hadoop file systems).
+
+Every file operation of the loader goes through this module, with paths
+relative to the output root ("/"-separated), so the code that the tests run
+on the local file system is the code that runs on the others. What differs,
+and matters for exactly-once:
+
+* local and HDFS: a rename is atomic, and a new commit file is claimed by
+  a create-if-absent (a hard link locally; HDFS's rename refuses an existing
+  target); a load holds a lock (``flock``) locally;
+* S3: a new object appears whole (so a commit is one PUT), but a "move" is
+  a copy and a delete: the publish manifest makes a move interrupted
+  half-way finishable; there is no lock (one load at a time comes from the
+  scheduler: warehouse_load runs one DAG run at a time).
+
+HDFS needs Hadoop's native client library (libhdfs.so, ARROW_LIBHDFS_DIR)
+and its jars on the CLASSPATH (``hadoop classpath --glob``) on the driver and
+every executor, as pyarrow's documentation says; S3 takes credentials from
+the usual AWS environment and files. Neither can be run on the machines this
+project is developed on (docs/loader.md): only the local file system is
+tested.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import urllib.parse
+import uuid
+
+
+class OutputError(RuntimeError):
+    """The output cannot be used (a bad URI, a file system not reachable)."""
+
+
+class OutputFS:
+    def __init__(self, output: str) -> None:
+        self.output = output
+        parsed = urllib.parse.urlsplit(output)
+        scheme = parsed.scheme if "://" in output else ""
+        import pyarrow.fs as pafs
+        if scheme in ("", "file"):
+            path = output[len("file://"):] if scheme == "file" else output
+            self.kind = "local"
+            self.fs = pafs.LocalFileSystem()
+            self.root = os.path.abspath(path)
+            self._spark_root = self.root
+        elif scheme == "hdfs":
+            self.kind = "hdfs"
+            try:
+                self.fs = pafs.HadoopFileSystem(parsed.hostname or "default", parsed.port or 0)
+            except OSError as exc:
+                raise OutputError(f"output {output}: HDFS cannot be reached from here: {exc} "
+                                  f"(it needs Hadoop's libhdfs.so and CLASSPATH; see "
+                                  f"docs/loader.md)") from None
+            self.root = parsed.path or "/"
+            self._spark_root = output.rstrip("/")
+        elif scheme in ("s3a", "s3"):
+            self.kind = "s3"
+            self.fs = pafs.S3FileSystem()
+            self.root = f"{parsed.netloc}{parsed.path}".rstrip("/")
+            self._spark_root = f"s3a://{self.root}"
+        else:
+            raise OutputError(f"output {output}: a local path, file://, hdfs:// or s3a:// URI")
+        self.atomic_rename = self.kind != "s3"
+
+    # ------------------------------------------------------------ paths
+
+    def path(self, *parts: str) -> str:
+        """The file system's path of ``parts`` (relative to the root)."""
+        return posixpath.join(self.root, *parts) if parts else self.root
+
+    def spark_uri(self, *parts: str) -> str:
+        """What Spark reads or writes for ``parts``."""
+        return posixpath.join(self._spark_root, *parts) if parts else self._spark_root
+
+    def local_path(self, *parts: str) -> str | None:
+        return self.path(*parts) if self.kind == "local" else None
+
+    # ------------------------------------------------------------ queries
+
+    def _info(self, *parts: str):
+        return self.fs.get_file_info(self.path(*parts))
+
+    def exists(self, *parts: str) -> bool:
+        import pyarrow.fs as pafs
+        return self._info(*parts).type != pafs.FileType.NotFound
+
+    def is_dir(self, *parts: str) -> bool:
+        import pyarrow.fs as pafs
+        return self._info(*parts).type == pafs.FileType.Directory
+
+    def listdir(self, *parts: str) -> list[str]:
+        """Names in a directory, sorted; [] when it does not exist."""
+        import pyarrow.fs as pafs
+        selector = pafs.FileSelector(self.path(*parts), allow_not_found=True)
+        return sorted(posixpath.basename(i.path) for i in self.fs.get_file_info(selector))
+
+    def files(self, *parts: str) -> list[tuple[str, int]]:
+        """(path relative to the root, size) of every file under a directory."""
+        import pyarrow.fs as pafs
+        selector = pafs.FileSelector(self.path(*parts), recursive=True, allow_not_found=True)
+        root = self.root.rstrip("/") + "/"
+        return sorted((i.path[len(root):] if i.path.startswith(root) else i.path, i.size)
+                      for i in self.fs.get_file_info(selector) if i.type == pafs.FileType.File)
+
+    def read_text(self, *parts: str) -> str:
+        with self.fs.open_input_stream(self.path(*parts)) as f:
+            return f.read().decode()
+
+    def parquet_rows(self, *parts: str) -> int:
+        """Rows of a Parquet file, from its footer."""
+        import pyarrow.parquet as pq
+        with self.fs.open_input_file(self.path(*parts)) as f:
+            return pq.ParquetFile(f).metadata.num_rows
+
+    # ------------------------------------------------------------ changes
+
+    def makedirs(self, *parts: str) -> None:
+        self.fs.create_dir(self.path(*parts), recursive=True)
+
+    def open_output(self, *parts: str):
+        """A new file (its directory made first), as a writable stream."""
+        self.makedirs(*parts[:-1]) if len(parts) > 1 else None
+        return self.fs.open_output_stream(self.path(*parts))
+
+    def write_bytes(self, parts: tuple[str, ...], data: bytes) -> None:
+        """Replace a file whole: written aside and renamed where renames are
+        atomic (a reader never sees half of it), one PUT on S3."""
+        directory, name = parts[:-1], parts[-1]
+        self.makedirs(*directory)
+        if not self.atomic_rename:
+            with self.fs.open_output_stream(self.path(*parts)) as f:
+                f.write(data)
+            return
+        tmp = (*directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        if self.kind == "local":
+            with open(self.path(*tmp), "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            with self.fs.open_output_stream(self.path(*tmp)) as f:
+                f.write(data)
+        self.fs.move(self.path(*tmp), self.path(*parts))
+
+    def write_text(self, parts: tuple[str, ...], text: str) -> None:
+        self.write_bytes(parts, text.encode())
+
+    def create_new(self, parts: tuple[str, ...], text: str) -> bool:
+        """Create a file only if none is there; False if one was. Locally a
+        hard link of a written temporary file (atomic); elsewhere a check
+        then a write (two loads at once are kept apart by the scheduler)."""
+        directory, name = parts[:-1], parts[-1]
+        self.makedirs(*directory)
+        if self.kind == "local":
+            tmp = self.path(*directory, f".{name}.{uuid.uuid4().hex}.tmp")
+            with open(tmp, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, self.path(*parts))
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+        if self.exists(*parts):
+            return False
+        self.write_text(parts, text)
+        return True
+
+    def move(self, source: str, target: str) -> bool:
+        """Move a file (paths relative to the root), making the target's
+        directory; False if the source is gone (moved before)."""
+        if not self.exists(source):
+            return False
+        self.makedirs(posixpath.dirname(target))
+        self.fs.move(self.path(source), self.path(target))
+        return True
+
+    def delete_file(self, *parts: str) -> None:
+        try:
+            self.fs.delete_file(self.path(*parts))
+        except FileNotFoundError:
+            pass
+
+    def delete_dir(self, *parts: str) -> None:
+        if self.exists(*parts):
+            self.fs.delete_dir(self.path(*parts))
+
+    def write_json(self, parts: tuple[str, ...], data) -> None:
+        self.write_text(parts, json.dumps(data, indent=1, sort_keys=True))
+
