@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
+import subprocess
 import time
 import urllib.request
 
@@ -59,6 +61,15 @@ def test_airflow_up_runs_the_project_dags_and_down_stops_it(zookeeper, zk_chroot
                                                "password": password})["access_token"]
         dags = {d["dag_id"] for d in call(f"{url}/api/v2/dags", token)["dags"]}
         assert {"warehouse_load", "audit_report"} <= dags
+        # a backfill of three hours plans three hourly runs (dry run: nothing is run)
+        env = airflow_stack.environment(state_dir, port, str(config))
+        out = subprocess.run([airflow_stack.airflow_bin(), "backfill", "create", "--dag-id",
+                              "warehouse_load", "--from-date", "2026-11-01T10:00:00+00:00",
+                              "--to-date", "2026-11-01T12:00:00+00:00", "--dry-run"],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        planned = re.findall(r"\| 2026-11-01 (\d\d):00:00\+00:00 \|", out.stdout)
+        assert planned == ["10", "11", "12"], out.stdout[-3000:]
 
         day = dt.datetime.now(dt.timezone.utc).replace(hour=0, minute=0, second=0,
                                                        microsecond=0) - dt.timedelta(days=2)
