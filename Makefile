@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader \
-	airflow-up airflow-status airflow-down clean help
+	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
 # and zlib's headers): a missing one then fails the suite instead of skipping
@@ -31,6 +31,9 @@ help:
 	@echo "make airflow-up  a real Airflow (UI on 127.0.0.1:$(AIRFLOW_PORT)) with dags/: warehouse_load,"
 	@echo "             audit_report; WAREHOUSE_CONFIG=file names their settings (config/loader.toml)"
 	@echo "make airflow-status / airflow-down  its processes and login / stop it"
+	@echo "make tf-local-up  terraform apply of infra/terraform/environments/local: the multi-DC"
+	@echo "             environment, audit and Airflow as real processes (TF_VARS='-var brokers_per_dc=3')"
+	@echo "make tf-local-down  terraform destroy of it"
 
 setup: $(STAMP)
 
@@ -114,6 +117,20 @@ airflow-status: setup
 
 airflow-down: setup
 	$(PY) -m infra.local.airflow_stack down --dir $(AIRFLOW_DIR)
+
+# The local Terraform environment (infra/terraform/environments/local): the
+# same shape as the cloud environments, each component a resource that starts
+# real processes; TF_VARS passes -var options.
+TF_LOCAL := infra/terraform/environments/local
+TF_VARS  ?=
+TF       := TF_CLI_CONFIG_FILE=/dev/null terraform -chdir=$(TF_LOCAL)
+
+tf-local-up: setup
+	$(TF) init -input=false
+	$(TF) apply -auto-approve -input=false -var python=$(abspath $(PY)) $(TF_VARS)
+
+tf-local-down: setup
+	$(TF) destroy -auto-approve -input=false -var python=$(abspath $(PY)) $(TF_VARS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis broker/protocol/*.so

@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how long each step may take to be ready (default 60)")
     up.add_argument("--no-mirrors", action="store_true",
                     help="leave the mirrors out (start only ZooKeeper, brokers, load balancers)")
+    up.add_argument("--only", metavar="COMPONENT",
+                    help="start one component of the topology in this state directory: "
+                         "zookeeper, cluster:NAME (its brokers and load balancer) or "
+                         "mirror:NAME; the others run from state directories of their own "
+                         "(how Terraform's local environment runs each as a resource)")
 
     status = sub.add_parser(
         "status", parents=[common], help="show what runs and how it is doing",
@@ -87,8 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_up(args: argparse.Namespace) -> int:
     topology = load_topology(args.topology, settings.parse_overrides(args.set))
     lab = Lab(topology, args.dir)
-    lab.up(timeout=args.timeout, mirrors=not args.no_mirrors)
-    print(render_status(lab.status()))
+    lab.up(timeout=args.timeout, mirrors=not args.no_mirrors, only=args.only)
+    if args.only:
+        print(f"{args.only} is up: {len(lab.records)} processes, state in {lab.state_dir}")
+    else:
+        print(render_status(lab.status()))
     return 0
 
 

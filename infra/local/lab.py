@@ -155,6 +155,16 @@ def busy_ports(topology: Topology) -> list[tuple[int, str]]:
     return busy
 
 
+def _belongs(what: str, component: tuple[str, str]) -> bool:
+    """Whether a port's label (Topology.ports) is ``component``'s."""
+    kind, name = component
+    if kind == "zookeeper":
+        return what.startswith("ZooKeeper ")
+    if kind == "cluster":
+        return what.startswith(f"{name} ")
+    return what.startswith(f"mirror {name} ")
+
+
 # ------------------------------------------------------------------ the lab
 
 class Lab:
@@ -372,10 +382,15 @@ class Lab:
 
     # ---------------------------------------------------------------- up
 
-    def up(self, timeout: float = 60.0, mirrors: bool = True) -> "Lab":
+    def up(self, timeout: float = 60.0, mirrors: bool = True, only: str | None = None) -> "Lab":
         """Start the whole topology; each step waits up to ``timeout`` seconds.
-        With ``mirrors=False`` the mirrors are left out. On failure everything
-        started is taken down and LabError says what failed."""
+        With ``mirrors=False`` the mirrors are left out. With ``only``, one
+        component of it: ``zookeeper``, ``cluster:NAME`` (its brokers and load
+        balancer) or ``mirror:NAME`` (its processes), the rest being run from
+        other state directories (Terraform's local environment starts each
+        component as a resource of its own). On failure everything started is
+        taken down and LabError says what failed."""
+        component = self._component(only)
         if self.records and self.is_running():
             running = [f"{n} (pid {self.records[n].pid})" for n in self.records if self.alive(n)]
             raise LabError(f"a lab is already running in {self.state_dir}: "
@@ -384,12 +399,14 @@ class Lab:
         if self.records:
             log.warning("the lab in %s had stopped without `down`: starting afresh",
                         self.state_dir)
-        busy = busy_ports(self.topology)
+        busy = [(port, what) for port, what in busy_ports(self.topology)
+                if component is None or _belongs(what, component)]
         if busy:
             raise LabError("ports of the topology are in use: "
                            + "; ".join(f"{port} ({what})" for port, what in busy)
                            + ". Stop what uses them or move the lab (--set base_port=...)")
-        if any(c.load_balancer for c in self.topology.clusters()):
+        if any(c.load_balancer for c in self.topology.clusters()
+               if component in (None, ("cluster", c.name))):
             try:
                 haproxy.find_haproxy()
             except haproxy.HAProxyError as exc:
@@ -401,11 +418,21 @@ class Lab:
         self._write_state()
         started = time.monotonic()
         try:
-            self._start_zookeeper(timeout)
-            self._start_brokers(timeout)
-            self._start_load_balancers(timeout)
-            if mirrors:
-                self._start_mirrors(timeout)
+            if component is None:
+                self._start_zookeeper(timeout)
+                self._start_brokers(timeout)
+                self._start_load_balancers(timeout)
+                if mirrors:
+                    self._start_mirrors(timeout)
+            elif component[0] == "zookeeper":
+                self._start_zookeeper(timeout)
+            elif component[0] == "cluster":
+                name = component[1]
+                self._start_brokers(timeout, only=[(name, i) for i in
+                                                   range(self.topology.cluster(name).brokers)])
+                self._start_load_balancers(timeout, only=name)
+            else:
+                self._start_mirrors(timeout, only=component[1])
         except BaseException as exc:
             log.error("lab start failed: taking down what was started")
             try:
@@ -418,6 +445,20 @@ class Lab:
         log.info("lab %s is up in %.1f s: %d processes, state in %s", self.topology.name,
                  time.monotonic() - started, len(self.records), self.state_dir)
         return self
+
+    def _component(self, only: str | None) -> tuple[str, str] | None:
+        if only is None:
+            return None
+        kind, _, name = only.partition(":")
+        if kind == "zookeeper" and not name:
+            return ("zookeeper", "")
+        if kind == "cluster" and name in {c.name for c in self.topology.clusters()}:
+            return ("cluster", name)
+        if kind == "mirror" and name in {m.name for m in self.topology.mirrors}:
+            return ("mirror", name)
+        raise LabError(f"no component {only!r}: zookeeper, cluster:NAME (one of "
+                       f"{', '.join(c.name for c in self.topology.clusters())}) or mirror:NAME "
+                       f"(one of {', '.join(m.name for m in self.topology.mirrors) or 'none'})")
 
     def _start_zookeeper(self, timeout: float) -> None:
         t = self.topology
@@ -524,10 +565,10 @@ class Lab:
     def _broker_node(self, cluster: str, index: int) -> str:
         return self.topology.cluster(cluster).zk_chroot + paths.broker_id_path(index)
 
-    def _start_load_balancers(self, timeout: float) -> None:
+    def _start_load_balancers(self, timeout: float, only: str | None = None) -> None:
         names = []
         for cluster in self.topology.clusters():
-            if cluster.load_balancer is None:
+            if cluster.load_balancer is None or only not in (None, cluster.name):
                 continue
             directory = self.path("haproxy", cluster.name)
             os.makedirs(directory, exist_ok=True)
@@ -558,9 +599,11 @@ class Lab:
         self._wait_ready("its stats socket and every broker UP in its backend", names, all_up,
                          timeout)
 
-    def _start_mirrors(self, timeout: float) -> None:
+    def _start_mirrors(self, timeout: float, only: str | None = None) -> None:
         names = []
         for mirror in self.topology.mirrors:
+            if only not in (None, mirror.name):
+                continue
             for i in range(mirror.processes):
                 config = mirror_config(self.topology, mirror, i)
                 path = self.path("mirror", f"{mirror.name}-{i}.toml")

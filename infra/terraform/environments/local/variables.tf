@@ -1,0 +1,101 @@
+# The environment's shape, named as the cloud environments name it.
+
+variable "datacenters" {
+  description = "Producer datacenters: one Samsa cluster behind a load balancer each."
+  type        = list(string)
+  default     = ["dc-a", "dc-b"]
+  validation {
+    condition     = length(var.datacenters) >= 1 && alltrue([for d in var.datacenters : can(regex("^[a-z][a-z0-9-]*$", d))]) && !contains(var.datacenters, "analysis")
+    error_message = "datacenters: one or more names of lower-case letters, digits and '-', not \"analysis\"."
+  }
+}
+
+variable "brokers_per_dc" {
+  description = "Brokers in each producer datacenter's cluster."
+  type        = number
+  default     = 2
+  validation {
+    condition     = var.brokers_per_dc >= 1 && var.brokers_per_dc <= 40
+    error_message = "brokers_per_dc must be between 1 and 40 (the port layout's limit)."
+  }
+}
+
+variable "analysis_brokers" {
+  description = "Brokers in the analysis cluster."
+  type        = number
+  default     = 2
+  validation {
+    condition     = var.analysis_brokers >= 1 && var.analysis_brokers <= 40
+    error_message = "analysis_brokers must be between 1 and 40."
+  }
+}
+
+variable "partitions" {
+  description = "Partitions per broker of an automatically created topic (default_partitions)."
+  type        = number
+  default     = 2
+  validation {
+    condition     = var.partitions >= 1
+    error_message = "partitions must be at least 1."
+  }
+}
+
+variable "retention_hours" {
+  description = "How long brokers keep messages (log.retention_ms)."
+  type        = number
+  default     = 168
+  validation {
+    condition     = var.retention_hours > 0
+    error_message = "retention_hours must be positive."
+  }
+}
+
+variable "mirror_whitelist" {
+  description = "Topics the mirror copies into the analysis cluster (a regular expression over whole names)."
+  type        = string
+  default     = ".*"
+}
+
+variable "mirror_processes" {
+  description = "Mirror processes sharing the copy (one consumer group)."
+  type        = number
+  default     = 2
+  validation {
+    condition     = var.mirror_processes >= 1 && var.mirror_processes <= 10
+    error_message = "mirror_processes must be between 1 and 10."
+  }
+}
+
+variable "airflow" {
+  description = "Run a local Airflow with the warehouse DAGs (make airflow-up's)."
+  type        = bool
+  default     = true
+}
+
+variable "base_port" {
+  description = "Every port of the environment is laid out from here (infra/topology.py)."
+  type        = number
+  default     = 21000
+  validation {
+    condition     = var.base_port >= 1024 && var.base_port <= 60000
+    error_message = "base_port must be between 1024 and 60000."
+  }
+}
+
+variable "state_dir" {
+  description = "Where the processes keep their state, logs and data (default .tf-local in the checkout)."
+  type        = string
+  default     = ""
+}
+
+variable "python" {
+  description = "The Python with Samsa installed (make tf-local-up passes the checkout's .venv)."
+  type        = string
+  default     = "python3"
+}
+
+variable "project_dir" {
+  description = "The Samsa checkout the commands run in (default: four levels above this directory)."
+  type        = string
+  default     = ""
+}
