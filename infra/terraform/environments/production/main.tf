@@ -1,0 +1,110 @@
+# Production: two producer datacenters (regions) and the analysis datacenter,
+# their VPCs peered so that the analysis region's mirrors pull from each
+# datacenter's brokers. The brokers' settings are rendered from topology.toml
+# (python -m infra.render: rendered/), the one source of truth with the lab.
+
+provider "aws" {
+  alias  = "dc_us_east"
+  region = var.datacenters["dc-us-east"]
+}
+
+provider "aws" {
+  alias  = "dc_eu_west"
+  region = var.datacenters["dc-eu-west"]
+}
+
+provider "aws" {
+  alias  = "analysis"
+  region = var.analysis_region
+}
+
+data "aws_availability_zones" "dc_us_east" {
+  provider = aws.dc_us_east
+  state    = "available"
+}
+
+data "aws_availability_zones" "dc_eu_west" {
+  provider = aws.dc_eu_west
+  state    = "available"
+}
+
+data "aws_availability_zones" "analysis" {
+  provider = aws.analysis
+  state    = "available"
+}
+
+locals {
+  analysis_cidr = "10.30.0.0/16"
+  # the mirrors run in the analysis VPC's private subnets and pull from every datacenter
+  mirror_clients = { mirror = local.analysis_cidr }
+}
+
+module "dc_us_east" {
+  source              = "../../modules/datacenter"
+  providers           = { aws = aws.dc_us_east }
+  name                = "samsa-prod-use1"
+  cluster             = "dc-us-east"
+  cidr                = "10.10.0.0/16"
+  availability_zones  = slice(data.aws_availability_zones.dc_us_east.names, 0, 3)
+  brokers             = var.brokers_per_dc
+  remote_client_cidrs = local.mirror_clients
+  broker_config_toml  = file("${path.module}/rendered/broker-dc-us-east.toml")
+  samsa_wheel_url     = var.samsa_wheel_url
+  write_mb_per_s      = var.write_mb_per_s
+  retention_hours     = var.retention_hours
+  ami_id              = var.ami_ids[var.datacenters["dc-us-east"]]
+  tags                = var.tags
+}
+
+module "dc_eu_west" {
+  source              = "../../modules/datacenter"
+  providers           = { aws = aws.dc_eu_west }
+  name                = "samsa-prod-euw1"
+  cluster             = "dc-eu-west"
+  cidr                = "10.20.0.0/16"
+  availability_zones  = slice(data.aws_availability_zones.dc_eu_west.names, 0, 3)
+  brokers             = var.brokers_per_dc
+  remote_client_cidrs = local.mirror_clients
+  broker_config_toml  = file("${path.module}/rendered/broker-dc-eu-west.toml")
+  samsa_wheel_url     = var.samsa_wheel_url
+  write_mb_per_s      = var.write_mb_per_s
+  retention_hours     = var.retention_hours
+  ami_id              = var.ami_ids[var.datacenters["dc-eu-west"]]
+  tags                = var.tags
+}
+
+module "analysis" {
+  source             = "../../modules/datacenter"
+  providers          = { aws = aws.analysis }
+  name               = "samsa-prod-analysis"
+  cluster            = "analysis"
+  cidr               = local.analysis_cidr
+  availability_zones = slice(data.aws_availability_zones.analysis.names, 0, 3)
+  brokers            = var.analysis_brokers
+  load_balancer      = false
+  broker_config_toml = file("${path.module}/rendered/broker-analysis.toml")
+  samsa_wheel_url    = var.samsa_wheel_url
+  write_mb_per_s     = var.write_mb_per_s * length(var.datacenters)
+  retention_hours    = var.retention_hours
+  ami_id             = var.ami_ids[var.analysis_region]
+  tags               = var.tags
+}
+
+# cross-region peering: analysis <-> each producer datacenter
+module "peering_us_east" {
+  source    = "../../modules/peering"
+  providers = { aws.requester = aws.analysis, aws.accepter = aws.dc_us_east }
+  name      = "samsa-prod-analysis-use1"
+  requester = { vpc_id = module.analysis.vpc_id, cidr = module.analysis.vpc_cidr, route_table_ids = module.analysis.private_route_table_ids }
+  accepter  = { vpc_id = module.dc_us_east.vpc_id, cidr = module.dc_us_east.vpc_cidr, route_table_ids = module.dc_us_east.private_route_table_ids, region = var.datacenters["dc-us-east"] }
+  tags      = var.tags
+}
+
+module "peering_eu_west" {
+  source    = "../../modules/peering"
+  providers = { aws.requester = aws.analysis, aws.accepter = aws.dc_eu_west }
+  name      = "samsa-prod-analysis-euw1"
+  requester = { vpc_id = module.analysis.vpc_id, cidr = module.analysis.vpc_cidr, route_table_ids = module.analysis.private_route_table_ids }
+  accepter  = { vpc_id = module.dc_eu_west.vpc_id, cidr = module.dc_eu_west.vpc_cidr, route_table_ids = module.dc_eu_west.private_route_table_ids, region = var.datacenters["dc-eu-west"] }
+  tags      = var.tags
+}

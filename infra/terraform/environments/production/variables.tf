@@ -1,0 +1,77 @@
+# Named as the local environment names them (environments/local).
+
+variable "datacenters" {
+  description = "The producer datacenters and their AWS regions (fixed by the provider blocks in main.tf)."
+  type        = map(string)
+  default     = { "dc-us-east" = "us-east-1", "dc-eu-west" = "eu-west-1" }
+}
+
+variable "analysis_region" {
+  description = "The analysis datacenter's AWS region."
+  type        = string
+  default     = "us-east-2"
+}
+
+variable "brokers_per_dc" {
+  description = "Brokers in each producer datacenter's cluster (topology.toml says the same)."
+  type        = number
+  default     = 3
+  validation {
+    condition     = var.brokers_per_dc >= 1
+    error_message = "brokers_per_dc must be at least 1."
+  }
+}
+
+variable "analysis_brokers" {
+  description = "Brokers in the analysis cluster."
+  type        = number
+  default     = 4
+  validation {
+    condition     = var.analysis_brokers >= 1
+    error_message = "analysis_brokers must be at least 1."
+  }
+}
+
+variable "partitions" {
+  description = "Partitions per broker of an automatically created topic (rendered into the brokers' settings from topology.toml)."
+  type        = number
+  default     = 8
+}
+
+variable "retention_hours" {
+  description = "How long brokers keep messages (rendered from topology.toml; sizes the data volumes)."
+  type        = number
+  default     = 168
+}
+
+variable "mirror_whitelist" {
+  description = "Topics mirrored into the analysis cluster."
+  type        = string
+  default     = ".*"
+}
+
+variable "write_mb_per_s" {
+  description = "Expected write rate per producer datacenter (MB/s); the analysis cluster receives their sum."
+  type        = number
+  default     = 20
+}
+
+variable "ami_ids" {
+  description = "A Debian 12 AMI per region (Debian publishes them: https://wiki.debian.org/Cloud/AmazonEC2Image)."
+  type        = map(string)
+}
+
+variable "samsa_wheel_url" {
+  description = "The Samsa wheel the instances install (an s3:// URI in the artifact bucket)."
+  type        = string
+  validation {
+    condition     = can(regex("^(s3|https)://", var.samsa_wheel_url))
+    error_message = "samsa_wheel_url must be an s3:// or https:// URL."
+  }
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = { "samsa:environment" = "production" }
+}

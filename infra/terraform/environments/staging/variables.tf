@@ -1,0 +1,69 @@
+# Named as the local and production environments name them.
+
+variable "datacenters" {
+  description = "The producer datacenter and its AWS region."
+  type        = map(string)
+  default     = { "dc-staging" = "us-east-1" }
+}
+
+variable "analysis_region" {
+  description = "The analysis datacenter's AWS region (the same region in staging)."
+  type        = string
+  default     = "us-east-1"
+}
+
+variable "brokers_per_dc" {
+  description = "Brokers in the producer datacenter's cluster (topology.toml says the same)."
+  type        = number
+  default     = 2
+}
+
+variable "analysis_brokers" {
+  description = "Brokers in the analysis cluster."
+  type        = number
+  default     = 2
+}
+
+variable "partitions" {
+  description = "Partitions per broker of an automatically created topic (rendered from topology.toml)."
+  type        = number
+  default     = 4
+}
+
+variable "retention_hours" {
+  description = "How long brokers keep messages (rendered from topology.toml)."
+  type        = number
+  default     = 72
+}
+
+variable "mirror_whitelist" {
+  description = "Topics mirrored into the analysis cluster."
+  type        = string
+  default     = ".*"
+}
+
+variable "write_mb_per_s" {
+  description = "Expected write rate into the producer datacenter (MB/s)."
+  type        = number
+  default     = 2
+}
+
+variable "ami_ids" {
+  description = "A Debian 12 AMI per region."
+  type        = map(string)
+}
+
+variable "samsa_wheel_url" {
+  description = "The Samsa wheel the instances install (s3:// or https://)."
+  type        = string
+  validation {
+    condition     = can(regex("^(s3|https)://", var.samsa_wheel_url))
+    error_message = "samsa_wheel_url must be an s3:// or https:// URL."
+  }
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = { "samsa:environment" = "staging" }
+}

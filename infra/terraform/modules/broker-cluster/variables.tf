@@ -1,0 +1,151 @@
+variable "name" {
+  description = "Name prefix of every resource (e.g. \"samsa-prod-dc-a\")."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,40}$", var.name))
+    error_message = "name: 2-41 lower-case letters, digits and '-', starting with a letter."
+  }
+}
+
+variable "cluster" {
+  description = "The cluster's name in the topology (its ZooKeeper chroot is /<cluster>)."
+  type        = string
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_.-]+$", var.cluster))
+    error_message = "cluster: letters, digits, '_', '.', '-'."
+  }
+}
+
+variable "brokers" {
+  description = "Brokers in the cluster; broker i has id i (kept across replacements: its data volume is its own)."
+  type        = number
+  default     = 3
+  validation {
+    condition     = var.brokers >= 1 && var.brokers <= 100
+    error_message = "brokers must be between 1 and 100."
+  }
+}
+
+variable "vpc_id" {
+  description = "The datacenter's VPC."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets; broker i goes to subnet i modulo their number."
+  type        = list(string)
+  validation {
+    condition     = length(var.subnet_ids) >= 1
+    error_message = "Give at least one private subnet."
+  }
+}
+
+variable "zookeeper_connect" {
+  description = "The ensemble's connect string without chroot (module zookeeper's connect_string)."
+  type        = string
+}
+
+variable "client_security_group_ids" {
+  description = "Who may connect to the brokers' port, by name: the load balancer, the mirror, the loader (security group ids). Nothing else is admitted."
+  type        = map(string)
+}
+
+variable "client_cidrs" {
+  description = "Clients in other regions, by name (e.g. the analysis region's mirror subnets): security groups cannot be referenced across regions, so these admit address ranges. Never 0.0.0.0/0."
+  type        = map(string)
+  default     = {}
+  validation {
+    condition     = !contains(values(var.client_cidrs), "0.0.0.0/0")
+    error_message = "client_cidrs must not admit the whole internet."
+  }
+}
+
+variable "metrics_cidrs" {
+  description = "Who may scrape the brokers' /metrics (port 9093), e.g. the Prometheus subnet."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = !contains(var.metrics_cidrs, "0.0.0.0/0")
+    error_message = "metrics_cidrs must not admit the whole internet."
+  }
+}
+
+variable "broker_config_toml" {
+  description = "The brokers' settings file, rendered from the topology model (python -m infra.render): every setting but the id, host and ZooKeeper, which start-up adds."
+  type        = string
+}
+
+variable "samsa_wheel_url" {
+  description = "Where instances fetch the Samsa wheel at start-up (an S3 URI the role may read, or https)."
+  type        = string
+}
+
+variable "write_mb_per_s" {
+  description = "Expected write rate into this cluster, all producers together, in MB/s (sizes the data volumes)."
+  type        = number
+  validation {
+    condition     = var.write_mb_per_s > 0
+    error_message = "write_mb_per_s must be positive."
+  }
+}
+
+variable "retention_hours" {
+  description = "How long messages are kept (log.retention_ms of the rendered config; sizes the data volumes)."
+  type        = number
+  default     = 168
+  validation {
+    condition     = var.retention_hours > 0
+    error_message = "retention_hours must be positive."
+  }
+}
+
+variable "partitions_per_broker" {
+  description = "Partitions a broker holds (each keeps up to one open segment past retention)."
+  type        = number
+  default     = 8
+}
+
+variable "segment_gb" {
+  description = "Segment size in GB (segment.bytes of the rendered config)."
+  type        = number
+  default     = 1
+}
+
+variable "headroom" {
+  description = "Spare fraction of the data volume over the retained data (0.3 = 30 %)."
+  type        = number
+  default     = 0.3
+  validation {
+    condition     = var.headroom >= 0.1 && var.headroom <= 3
+    error_message = "headroom must be between 0.1 and 3."
+  }
+}
+
+variable "data_volume_gb" {
+  description = "Override of the computed data volume size (null: computed, see README)."
+  type        = number
+  default     = null
+}
+
+variable "instance_type" {
+  description = "EC2 instance type of a broker."
+  type        = string
+  default     = "m6i.xlarge"
+}
+
+variable "ami_id" {
+  description = "A Debian 12 (bookworm) AMI."
+  type        = string
+}
+
+variable "kms_key_arn" {
+  description = "KMS key encrypting the volumes (null: the account's default EBS key)."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,66 @@
+# One datacenter: its network, ZooKeeper ensemble, broker cluster and (for a
+# producer datacenter) the load balancer in front of it.
+
+locals {
+  tags = merge(var.tags, { "samsa:datacenter" = var.cluster })
+}
+
+resource "aws_kms_key" "volumes" {
+  description         = "${var.name}: Samsa volumes"
+  enable_key_rotation = true
+  tags                = local.tags
+}
+
+module "network" {
+  source             = "../network"
+  name               = var.name
+  cidr               = var.cidr
+  availability_zones = var.availability_zones
+  tags               = local.tags
+}
+
+module "zookeeper" {
+  source       = "../zookeeper"
+  name         = var.name
+  size         = var.zookeeper_size
+  vpc_id       = module.network.vpc_id
+  subnet_ids   = module.network.private_subnet_ids
+  client_cidrs = [module.network.vpc_cidr]
+  ami_id       = var.ami_id
+  kms_key_arn  = aws_kms_key.volumes.arn
+  tags         = local.tags
+}
+
+module "load_balancer" {
+  source             = "../load-balancer"
+  count              = var.load_balancer ? 1 : 0
+  name               = var.name
+  vpc_id             = module.network.vpc_id
+  subnet_ids         = module.network.private_subnet_ids
+  broker_private_ips = module.brokers.broker_private_ips
+  producer_cidrs     = length(var.producer_cidrs) > 0 ? var.producer_cidrs : [module.network.vpc_cidr]
+  tags               = local.tags
+}
+
+module "brokers" {
+  source            = "../broker-cluster"
+  name              = var.name
+  cluster           = var.cluster
+  brokers           = var.brokers
+  vpc_id            = module.network.vpc_id
+  subnet_ids        = module.network.private_subnet_ids
+  zookeeper_connect = module.zookeeper.connect_string
+  client_security_group_ids = merge(
+    var.local_client_security_group_ids,
+    var.load_balancer ? { load_balancer = module.load_balancer[0].security_group_id } : {},
+  )
+  client_cidrs       = var.remote_client_cidrs
+  broker_config_toml = var.broker_config_toml
+  samsa_wheel_url    = var.samsa_wheel_url
+  write_mb_per_s     = var.write_mb_per_s
+  retention_hours    = var.retention_hours
+  instance_type      = var.broker_instance_type
+  ami_id             = var.ami_id
+  kms_key_arn        = aws_kms_key.volumes.arn
+  tags               = local.tags
+}

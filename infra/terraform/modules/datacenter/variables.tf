@@ -1,0 +1,97 @@
+variable "name" {
+  description = "Name prefix of the datacenter's resources (≤ 27 characters, e.g. \"samsa-prod-use1\")."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,26}$", var.name))
+    error_message = "name: 2-27 lower-case letters, digits and '-', starting with a letter."
+  }
+}
+
+variable "cluster" {
+  description = "The datacenter's cluster name in the topology (topology.toml), e.g. \"dc-us-east\"."
+  type        = string
+}
+
+variable "cidr" {
+  description = "The datacenter VPC's IPv4 range (distinct across datacenters: they are peered)."
+  type        = string
+}
+
+variable "availability_zones" {
+  description = "Availability zones of the region to spread the datacenter over."
+  type        = list(string)
+}
+
+variable "zookeeper_size" {
+  description = "ZooKeeper ensemble members."
+  type        = number
+  default     = 3
+}
+
+variable "brokers" {
+  description = "Brokers in the datacenter's cluster (brokers_per_dc of the environment)."
+  type        = number
+  default     = 3
+}
+
+variable "load_balancer" {
+  description = "Whether producers reach the cluster through a load balancer (every producer datacenter has one; the analysis cluster needs none)."
+  type        = bool
+  default     = true
+}
+
+variable "producer_cidrs" {
+  description = "Where the datacenter's producers run (default: the VPC itself)."
+  type        = list(string)
+  default     = []
+}
+
+variable "remote_client_cidrs" {
+  description = "Clients of the brokers in other regions, by name (the analysis region's mirror subnets)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "local_client_security_group_ids" {
+  description = "Clients of the brokers in this region, by name (the mirror, the loader: their security groups)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "broker_config_toml" {
+  description = "The brokers' rendered settings (rendered/broker-<cluster>.toml, python -m infra.render)."
+  type        = string
+}
+
+variable "samsa_wheel_url" {
+  description = "Where instances fetch the Samsa wheel."
+  type        = string
+}
+
+variable "write_mb_per_s" {
+  description = "Expected write rate into the cluster, MB/s (sizes the data volumes)."
+  type        = number
+}
+
+variable "retention_hours" {
+  description = "Retention of the brokers (must match log.retention_ms in the rendered settings)."
+  type        = number
+  default     = 168
+}
+
+variable "broker_instance_type" {
+  description = "EC2 instance type of a broker."
+  type        = string
+  default     = "m6i.xlarge"
+}
+
+variable "ami_id" {
+  description = "A Debian 12 AMI of the region."
+  type        = string
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}

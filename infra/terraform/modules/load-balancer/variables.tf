@@ -1,0 +1,64 @@
+variable "name" {
+  description = "Name prefix (an NLB name is at most 32 characters: keep it short, e.g. \"samsa-prod-dc-a\")."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,26}$", var.name))
+    error_message = "name: 2-27 lower-case letters, digits and '-', starting with a letter."
+  }
+}
+
+variable "vpc_id" {
+  description = "The datacenter's VPC."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets the load balancer listens in (producers reach it inside the datacenter)."
+  type        = list(string)
+}
+
+variable "broker_private_ips" {
+  description = "The brokers' addresses (module broker-cluster), registered as targets."
+  type        = list(string)
+}
+
+variable "producer_cidrs" {
+  description = "Who may connect: the producers' networks. Never 0.0.0.0/0."
+  type        = list(string)
+  validation {
+    condition     = length(var.producer_cidrs) > 0 && !contains(var.producer_cidrs, "0.0.0.0/0")
+    error_message = "producer_cidrs must be given and must not admit the whole internet."
+  }
+}
+
+variable "port" {
+  description = "The port producers connect to (the brokers' port behind it is 9092)."
+  type        = number
+  default     = 9092
+}
+
+variable "health_check" {
+  description = "TCP health check of each broker, as the lab's HAProxy has it (infra/topology.py LoadBalancerSpec): interval, fall (failures to mark DOWN), rise (successes to mark UP). AWS allows intervals of 5 s and more: the lab's 0.5 s becomes 5 s."
+  type = object({
+    interval_seconds = number
+    fall             = number
+    rise             = number
+  })
+  default = { interval_seconds = 5, fall = 2, rise = 2 }
+  validation {
+    condition     = var.health_check.interval_seconds >= 5 && var.health_check.interval_seconds <= 300 && var.health_check.fall >= 2 && var.health_check.fall <= 10 && var.health_check.rise >= 2 && var.health_check.rise <= 10
+    error_message = "health_check: interval 5-300 s, fall and rise 2-10 (the NLB's limits)."
+  }
+}
+
+variable "idle_timeout_seconds" {
+  description = "How long an idle connection stays open: above the brokers' longest long-poll (max_fetch_wait_ms, 30 s); the lab's HAProxy allows 60 s."
+  type        = number
+  default     = 350
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,40 @@
+# One IAM role per service, for its EC2 instances: SSM sessions instead of
+# SSH, the CloudWatch agent, and only what the service itself needs.
+
+data "aws_iam_policy_document" "assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "this" {
+  name               = var.name
+  assume_role_policy = data.aws_iam_policy_document.assume.json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "managed" {
+  for_each = toset([
+    "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+    "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
+  ])
+  role       = aws_iam_role.this.name
+  policy_arn = each.value
+}
+
+resource "aws_iam_role_policy" "extra" {
+  count  = var.extra_policy_json == null ? 0 : 1
+  name   = "service"
+  role   = aws_iam_role.this.id
+  policy = var.extra_policy_json
+}
+
+resource "aws_iam_instance_profile" "this" {
+  name = var.name
+  role = aws_iam_role.this.name
+  tags = var.tags
+}

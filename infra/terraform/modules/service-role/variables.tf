@@ -1,0 +1,20 @@
+variable "name" {
+  description = "The role's name (one role per service: \"samsa-prod-dc-a-broker\")."
+  type        = string
+  validation {
+    condition     = can(regex("^[A-Za-z0-9+=,.@_-]{1,58}$", var.name))
+    error_message = "name: 1-58 characters allowed in an IAM role name."
+  }
+}
+
+variable "extra_policy_json" {
+  description = "An IAM policy document with what this service alone needs (e.g. reading one secret); null: none."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,74 @@
+variable "name" {
+  description = "Name prefix of every resource (e.g. \"samsa-prod-dc-a\")."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,40}$", var.name))
+    error_message = "name: 2-41 lower-case letters, digits and '-', starting with a letter."
+  }
+}
+
+variable "size" {
+  description = "Ensemble members: an odd number (3 tolerates one failure, 5 two)."
+  type        = number
+  default     = 3
+  validation {
+    condition     = contains([1, 3, 5, 7], var.size)
+    error_message = "size must be 1, 3, 5 or 7 (an even quorum tolerates no more failures than the odd one below it)."
+  }
+}
+
+variable "vpc_id" {
+  description = "The datacenter's VPC (module network)."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets; member i goes to subnet i modulo their number (spread over availability zones)."
+  type        = list(string)
+  validation {
+    condition     = length(var.subnet_ids) >= 1
+    error_message = "Give at least one private subnet."
+  }
+}
+
+variable "client_cidrs" {
+  description = "Who may connect to the client port (2181): the VPC's range (brokers, mirror, loader, audit run there). Never 0.0.0.0/0."
+  type        = list(string)
+  validation {
+    condition     = length(var.client_cidrs) > 0 && !contains(var.client_cidrs, "0.0.0.0/0")
+    error_message = "client_cidrs must be given and must not admit the whole internet."
+  }
+}
+
+variable "instance_type" {
+  description = "EC2 instance type of a member."
+  type        = string
+  default     = "m6i.large"
+}
+
+variable "data_volume_gb" {
+  description = "Encrypted gp3 volume for ZooKeeper's snapshots and transaction log."
+  type        = number
+  default     = 50
+  validation {
+    condition     = var.data_volume_gb >= 10
+    error_message = "data_volume_gb must be at least 10."
+  }
+}
+
+variable "ami_id" {
+  description = "A Debian 12 (bookworm) AMI; ZooKeeper comes from Debian's package (Java 17)."
+  type        = string
+}
+
+variable "kms_key_arn" {
+  description = "KMS key encrypting the volumes (null: the account's default EBS key)."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}
