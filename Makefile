@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+CHECKOV := .venv-checkov/bin/checkov
 
 .PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
@@ -37,7 +38,7 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py broker/protocol/_speedups.c audit/_tally.c scripts/ensure-system-packages.sh
+$(STAMP): Makefile pyproject.toml setup.py broker/protocol/_speedups.c audit/_tally.c scripts/ensure-system-packages.sh
 	@scripts/ensure-system-packages.sh
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Samsa needs Python >= 3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +47,10 @@ $(STAMP): pyproject.toml setup.py broker/protocol/_speedups.c audit/_tally.c scr
 	@# pip -e may keep an old build of the extension: build it in place from the source
 	@$(PY) setup.py --quiet build_ext --inplace 2>/dev/null || true
 	@scripts/check-codec.sh $(PY)
+	@# checkov checks the Terraform modules in the tests; it downgrades packages the
+	@# project needs, so it gets a virtualenv of its own
+	@test -x $(CHECKOV) || ($(PYTHON) -m venv .venv-checkov && \
+	    .venv-checkov/bin/pip install --quiet 'checkov>=3.2,<4')
 	@touch $(STAMP)
 
 demo: setup
@@ -133,7 +138,7 @@ tf-local-down: setup
 	$(TF) destroy -auto-approve -input=false -var python=$(abspath $(PY)) $(TF_VARS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis broker/protocol/*.so
+	rm -rf $(VENV) .venv-checkov build *.egg-info .pytest_cache .hypothesis broker/protocol/*.so
 
 bench-audit: setup
 	$(PY) -m bench.audit_bench --runs 5

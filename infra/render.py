@@ -10,7 +10,9 @@ cluster, mirrors and their settings, as the lab's file); this writes
 ``rendered/broker-<cluster>.toml`` for each cluster: every broker setting
 with its value (the code's defaults included), but for what each instance
 adds at start-up (its id, its address, ``zookeeper`` with the cluster's
-chroot). The cloud's fixed ports and data directory replace the lab's port
+chroot); and ``rendered/mirror-<mirror>.toml`` for each mirror, every
+mirror setting with each cluster's ZooKeeper left as a template variable
+(``${zookeeper.<cluster>}``) that Terraform fills in. The cloud's fixed ports and data directory replace the lab's port
 layout. The rendered files are committed beside the environment and read by
 its Terraform (``file(...)``); ``--check`` (run by the tests) fails when a
 default changed in the code and the files were not rendered again, so what
@@ -24,7 +26,7 @@ import os
 import sys
 
 from broker.settings import to_toml
-from infra.topology import Topology, load_topology
+from infra.topology import Topology, load_topology, mirror_config
 
 #: what the cloud's instances use instead of the lab's port layout
 CLOUD_BROKER = {"port": 9092, "metrics_port": 9093, "data_dir": "/var/lib/samsa/log",
@@ -44,11 +46,37 @@ def broker_toml(topology: Topology, cluster: str) -> str:
     return "\n".join(head + lines).rstrip() + "\n"
 
 
+#: the mirror's /metrics port on its instances
+CLOUD_MIRROR_METRICS_PORT = 9095
+
+
+def zookeeper_placeholder(cluster: str) -> str:
+    """Where a cluster's ZooKeeper connect string goes in a rendered mirror
+    file: a template variable Terraform fills (``templatestring``)."""
+    return "${zookeeper.%s}" % cluster.replace("-", "_").replace(".", "_")
+
+
+def mirror_toml(topology: Topology, mirror: str) -> str:
+    config = dataclasses.replace(mirror_config(topology, mirror, 0), metrics_host="0.0.0.0",
+                                 metrics_port=CLOUD_MIRROR_METRICS_PORT)
+    text = to_toml(config)
+    # the model's (lab) connect strings give way to the cloud's, known at apply time
+    for ref in (*config.sources, config.target):
+        text = text.replace(f'"{ref.zookeeper}"', f'"{zookeeper_placeholder(ref.name)}"')
+    head = [f"# Samsa mirror settings of mirror {mirror!r}, rendered by python -m infra.render "
+            f"from topology.toml:",
+            "# do not edit; Terraform fills in each cluster's ZooKeeper (templatestring)."]
+    return "\n".join(head + text.splitlines()).rstrip() + "\n"
+
+
 def render(environment: str) -> dict[str, str]:
     """The rendered files of an environment directory: {relative path: text}."""
     topology = load_topology(os.path.join(environment, "topology.toml"))
-    return {os.path.join("rendered", f"broker-{c.name}.toml"): broker_toml(topology, c.name)
-            for c in topology.clusters()}
+    files = {os.path.join("rendered", f"broker-{c.name}.toml"): broker_toml(topology, c.name)
+             for c in topology.clusters()}
+    for m in topology.mirrors:
+        files[os.path.join("rendered", f"mirror-{m.name}.toml")] = mirror_toml(topology, m.name)
+    return files
 
 
 def main(argv: list[str] | None = None) -> int:

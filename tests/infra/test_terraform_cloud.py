@@ -98,7 +98,7 @@ def test_every_cloud_module_is_used_by_an_environment():
 @pytest.mark.parametrize("environment", CLOUD_ENVIRONMENTS)
 def test_an_environment_gives_the_outputs_users_need(environment):
     outputs = blocks(os.path.join(TF, "environments", environment), "output")
-    assert {"load_balancers", "zookeeper_connect"} <= set(outputs)
+    assert {"load_balancers", "zookeeper_connect", "audit_url", "airflow_url"} <= set(outputs)
 
 
 def test_security_posture():
@@ -110,7 +110,12 @@ def test_security_posture():
             if rtype == "aws_ebs_volume":
                 assert body.get("encrypted") is True, where
             if rtype == "aws_instance":
+                # every service's instances are made in one place, the way below
+                assert module == "service-instances", f"{where}: use module service-instances"
                 assert body.get("associate_public_ip_address") is False, where
+                for dynamic in body.get("dynamic", []):
+                    for name, block in dynamic.items():
+                        assert block["content"][0]["encrypted"] is True, f"{where} {name}"
                 assert body["metadata_options"][0]["http_tokens"] == "required", where
                 for device in ("root_block_device", "ebs_block_device"):
                     for volume in body.get(device, []):
@@ -169,6 +174,7 @@ def test_variables_say_what_the_topology_says(environment):
     retention = {c.broker_config(0).log.retention_ms for c in topology.clusters()}
     assert retention == {variables["retention_hours"] * 3_600_000}
     assert {m.whitelist for m in topology.mirrors} == {variables["mirror_whitelist"]}
+    assert {m.processes for m in topology.mirrors} == {variables["mirror_processes"]}
 
 
 def test_the_local_environment_uses_the_same_variable_names():

@@ -82,6 +82,11 @@ module "analysis" {
   availability_zones = slice(data.aws_availability_zones.analysis.names, 0, 3)
   brokers            = var.analysis_brokers
   load_balancer      = false
+  local_client_security_group_ids = {
+    mirror = module.mirror.security_group_id
+    audit  = module.audit.security_group_id
+    loader = module.analysis_stack.security_group_id
+  }
   broker_config_toml = file("${path.module}/rendered/broker-analysis.toml")
   samsa_wheel_url    = var.samsa_wheel_url
   write_mb_per_s     = var.write_mb_per_s * length(var.datacenters)
@@ -107,4 +112,55 @@ module "peering_eu_west" {
   requester = { vpc_id = module.analysis.vpc_id, cidr = module.analysis.vpc_cidr, route_table_ids = module.analysis.private_route_table_ids }
   accepter  = { vpc_id = module.dc_eu_west.vpc_id, cidr = module.dc_eu_west.vpc_cidr, route_table_ids = module.dc_eu_west.private_route_table_ids, region = var.datacenters["dc-eu-west"] }
   tags      = var.tags
+}
+
+# the analysis datacenter's services: the mirror, the audit service, Airflow and the loader
+module "mirror" {
+  source                 = "../../modules/mirror"
+  providers              = { aws = aws.analysis }
+  name                   = "samsa-prod-analysis"
+  processes              = var.mirror_processes
+  vpc_id                 = module.analysis.vpc_id
+  subnet_ids             = module.analysis.private_subnet_ids
+  mirror_config_template = file("${path.module}/rendered/mirror-to-analysis.toml")
+  zookeeper_connect = {
+    dc_us_east = module.dc_us_east.zookeeper_connect,
+    dc_eu_west = module.dc_eu_west.zookeeper_connect,
+    analysis   = module.analysis.zookeeper_connect
+  }
+  samsa_wheel_url = var.samsa_wheel_url
+  ami_id          = var.ami_ids[var.analysis_region]
+  kms_key_arn     = module.analysis.kms_key_arn
+  tags            = var.tags
+}
+
+module "audit" {
+  source            = "../../modules/audit"
+  providers         = { aws = aws.analysis }
+  name              = "samsa-prod-analysis"
+  vpc_id            = module.analysis.vpc_id
+  subnet_ids        = module.analysis.private_subnet_ids
+  zookeeper_connect = module.analysis.zookeeper_connect
+  reader_cidrs      = concat([module.analysis.vpc_cidr], var.operator_cidrs)
+  db_multi_az       = true
+  samsa_wheel_url   = var.samsa_wheel_url
+  ami_id            = var.ami_ids[var.analysis_region]
+  kms_key_arn       = module.analysis.kms_key_arn
+  tags              = var.tags
+}
+
+module "analysis_stack" {
+  source            = "../../modules/analysis-stack"
+  providers         = { aws = aws.analysis }
+  name              = "samsa-prod-analysis"
+  vpc_id            = module.analysis.vpc_id
+  subnet_ids        = module.analysis.private_subnet_ids
+  zookeeper_connect = module.analysis.zookeeper_connect
+  audit_url         = module.audit.url
+  ui_cidrs          = length(var.operator_cidrs) > 0 ? var.operator_cidrs : [module.analysis.vpc_cidr]
+  warehouse_bucket  = var.warehouse_bucket
+  samsa_wheel_url   = var.samsa_wheel_url
+  ami_id            = var.ami_ids[var.analysis_region]
+  kms_key_arn       = module.analysis.kms_key_arn
+  tags              = var.tags
 }

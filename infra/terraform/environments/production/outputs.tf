@@ -23,3 +23,18 @@ output "broker_data_volume_gb" {
     "analysis"   = module.analysis.data_volume_gb
   }
 }
+
+output "audit_url" {
+  description = "The audit report (inside the VPC; operator_cidrs may reach it)."
+  value       = module.audit.url
+}
+
+output "airflow_url" {
+  description = "The Airflow UI (inside the VPC; operator_cidrs may reach it)."
+  value       = module.analysis_stack.airflow_url
+}
+
+output "warehouse" {
+  description = "Where the loader writes the Parquet."
+  value       = module.analysis_stack.warehouse
+}

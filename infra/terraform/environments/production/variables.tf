@@ -75,3 +75,24 @@ variable "tags" {
   type        = map(string)
   default     = { "samsa:environment" = "production" }
 }
+
+variable "mirror_processes" {
+  description = "Mirror processes (instances) in the analysis datacenter."
+  type        = number
+  default     = 2
+}
+
+variable "operator_cidrs" {
+  description = "The operators' networks: they may open the audit report and the Airflow UI (both stay inside the VPCs otherwise)."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = !contains(var.operator_cidrs, "0.0.0.0/0")
+    error_message = "operator_cidrs must not admit the whole internet."
+  }
+}
+
+variable "warehouse_bucket" {
+  description = "Name of the S3 bucket made for the warehouse (Parquet, offsets, audit reports)."
+  type        = string
+}

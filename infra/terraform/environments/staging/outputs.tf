@@ -10,3 +10,18 @@ output "zookeeper_connect" {
     "analysis"   = module.analysis.zookeeper_connect
   }
 }
+
+output "audit_url" {
+  description = "The audit report (inside the VPC; operator_cidrs may reach it)."
+  value       = module.audit.url
+}
+
+output "airflow_url" {
+  description = "The Airflow UI (inside the VPC; operator_cidrs may reach it)."
+  value       = module.analysis_stack.airflow_url
+}
+
+output "warehouse" {
+  description = "Where the loader writes the Parquet."
+  value       = module.analysis_stack.warehouse
+}

@@ -1,16 +1,16 @@
 output "security_group_id" {
   description = "The brokers' security group."
-  value       = aws_security_group.broker.id
+  value       = module.service.security_group_id
 }
 
 output "broker_private_ips" {
   description = "The brokers' private addresses, broker i at index i (targets of the load balancer)."
-  value       = aws_instance.broker[*].private_ip
+  value       = module.service.private_ips
 }
 
 output "instance_ids" {
   description = "The brokers' instances, broker i at index i."
-  value       = aws_instance.broker[*].id
+  value       = module.service.instance_ids
 }
 
 output "zookeeper_connect" {

@@ -5,9 +5,26 @@ locals {
   tags = merge(var.tags, { "samsa:datacenter" = var.cluster })
 }
 
+data "aws_caller_identity" "current" {}
+
+# the account administers the key through IAM; the services use it through
+# their roles' policies and the grants EC2 and RDS make
+data "aws_iam_policy_document" "volumes_key" {
+  statement {
+    sid       = "AccountAdministers"
+    actions   = ["kms:*"]
+    resources = ["*"] # in a key policy, "*" is this key
+    principals {
+      type        = "AWS"
+      identifiers = ["arn:aws:iam::${data.aws_caller_identity.current.account_id}:root"]
+    }
+  }
+}
+
 resource "aws_kms_key" "volumes" {
-  description         = "${var.name}: Samsa volumes"
+  description         = "${var.name}: Samsa volumes, databases, secrets, the warehouse"
   enable_key_rotation = true
+  policy              = data.aws_iam_policy_document.volumes_key.json
   tags                = local.tags
 }
 

@@ -32,3 +32,13 @@ output "data_volume_gb" {
   description = "Each broker's data volume size."
   value       = module.brokers.data_volume_gb
 }
+
+output "private_subnet_ids" {
+  description = "The datacenter's private subnets (for the services placed beside the cluster)."
+  value       = module.network.private_subnet_ids
+}
+
+output "kms_key_arn" {
+  description = "The datacenter's KMS key (volumes, database)."
+  value       = aws_kms_key.volumes.arn
+}

@@ -29,7 +29,7 @@ variable "availability_zones" {
 variable "flow_log_retention_days" {
   description = "How long the VPC flow logs are kept in CloudWatch Logs."
   type        = number
-  default     = 90
+  default     = 365
   validation {
     condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653], var.flow_log_retention_days)
     error_message = "flow_log_retention_days must be a CloudWatch Logs retention value."

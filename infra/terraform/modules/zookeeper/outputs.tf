@@ -5,10 +5,10 @@ output "connect_string" {
 
 output "security_group_id" {
   description = "The members' security group."
-  value       = aws_security_group.zookeeper.id
+  value       = module.service.security_group_id
 }
 
 output "instance_ids" {
   description = "The members' instances, member i + 1 at index i."
-  value       = aws_instance.member[*].id
+  value       = module.service.instance_ids
 }

@@ -1,0 +1,83 @@
+variable "name" {
+  description = "Name prefix (e.g. \"samsa-prod-analysis\")."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,40}$", var.name))
+    error_message = "name: 2-41 lower-case letters, digits and '-', starting with a letter."
+  }
+}
+
+variable "vpc_id" {
+  description = "The analysis datacenter's VPC."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets of the analysis VPC (≥ 2: the metadata database spans them)."
+  type        = list(string)
+  validation {
+    condition     = length(var.subnet_ids) >= 2
+    error_message = "Give at least two private subnets."
+  }
+}
+
+variable "zookeeper_connect" {
+  description = "The analysis cluster's ZooKeeper connect string with chroot (what the loader loads)."
+  type        = string
+}
+
+variable "audit_url" {
+  description = "The audit service's URL (module audit's url): the DAGs' gate."
+  type        = string
+}
+
+variable "ui_cidrs" {
+  description = "Who may open the Airflow UI (port 8080): the operators' network. Never 0.0.0.0/0."
+  type        = list(string)
+  validation {
+    condition     = length(var.ui_cidrs) > 0 && !contains(var.ui_cidrs, "0.0.0.0/0")
+    error_message = "ui_cidrs must be given and must not admit the whole internet."
+  }
+}
+
+variable "warehouse_bucket" {
+  description = "Name of the S3 bucket made for the warehouse (Parquet, the loader's offsets, the audit reports)."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9][a-z0-9.-]{2,62}$", var.warehouse_bucket))
+    error_message = "warehouse_bucket must be a valid S3 bucket name."
+  }
+}
+
+variable "instance_type" {
+  description = "EC2 instance type running Airflow and the loader's Spark (local[*]: size it to the hourly volume)."
+  type        = string
+  default     = "r6i.2xlarge"
+}
+
+variable "db_instance_class" {
+  description = "Airflow's metadata database (PostgreSQL) instance class."
+  type        = string
+  default     = "db.t4g.small"
+}
+
+variable "samsa_wheel_url" {
+  description = "Where the instance fetches the Samsa wheel (installed with its airflow extra)."
+  type        = string
+}
+
+variable "ami_id" {
+  description = "A Debian 12 AMI of the analysis region."
+  type        = string
+}
+
+variable "kms_key_arn" {
+  description = "KMS key encrypting the volume, the database, its secret and the bucket."
+  type        = string
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}

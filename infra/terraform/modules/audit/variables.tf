@@ -1,0 +1,91 @@
+variable "name" {
+  description = "Name prefix (e.g. \"samsa-prod-analysis\")."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,40}$", var.name))
+    error_message = "name: 2-41 lower-case letters, digits and '-', starting with a letter."
+  }
+}
+
+variable "vpc_id" {
+  description = "The analysis datacenter's VPC."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets of the analysis VPC (the database spans them)."
+  type        = list(string)
+  validation {
+    condition     = length(var.subnet_ids) >= 2
+    error_message = "A database subnet group needs at least two subnets."
+  }
+}
+
+variable "zookeeper_connect" {
+  description = "The analysis cluster's ZooKeeper connect string with chroot (the audit topic arrives there)."
+  type        = string
+}
+
+variable "reader_cidrs" {
+  description = "Who may open the report pages and the API (port 8090): the analysis VPC (the DAGs) and the operators' network. Never 0.0.0.0/0."
+  type        = list(string)
+  validation {
+    condition     = length(var.reader_cidrs) > 0 && !contains(var.reader_cidrs, "0.0.0.0/0")
+    error_message = "reader_cidrs must be given and must not admit the whole internet."
+  }
+}
+
+variable "db_instance_class" {
+  description = "The PostgreSQL instance class."
+  type        = string
+  default     = "db.t4g.medium"
+}
+
+variable "db_allocated_gb" {
+  description = "Database storage (monitoring events: a few KB per topic, window and tier)."
+  type        = number
+  default     = 50
+}
+
+variable "db_multi_az" {
+  description = "A standby in another availability zone."
+  type        = bool
+  default     = true
+}
+
+variable "db_backup_days" {
+  description = "Days of automated backups."
+  type        = number
+  default     = 14
+  validation {
+    condition     = var.db_backup_days >= 1 && var.db_backup_days <= 35
+    error_message = "db_backup_days must be 1-35."
+  }
+}
+
+variable "samsa_wheel_url" {
+  description = "Where the instance fetches the Samsa wheel."
+  type        = string
+}
+
+variable "instance_type" {
+  description = "EC2 instance type of the audit service."
+  type        = string
+  default     = "m6i.large"
+}
+
+variable "ami_id" {
+  description = "A Debian 12 AMI of the analysis region."
+  type        = string
+}
+
+variable "kms_key_arn" {
+  description = "KMS key encrypting the volumes and the database."
+  type        = string
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}

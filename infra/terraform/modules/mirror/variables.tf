@@ -1,0 +1,76 @@
+variable "name" {
+  description = "Name prefix (e.g. \"samsa-prod-analysis\")."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,40}$", var.name))
+    error_message = "name: 2-41 lower-case letters, digits and '-', starting with a letter."
+  }
+}
+
+variable "processes" {
+  description = "Mirror processes (instances) sharing the copy as one consumer group."
+  type        = number
+  default     = 2
+  validation {
+    condition     = var.processes >= 1 && var.processes <= 20
+    error_message = "processes must be between 1 and 20."
+  }
+}
+
+variable "vpc_id" {
+  description = "The analysis datacenter's VPC (the mirror pulls from the producer datacenters over peering)."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets of the analysis VPC."
+  type        = list(string)
+}
+
+variable "mirror_config_template" {
+  description = "The mirror's rendered settings (rendered/mirror-<name>.toml, python -m infra.render), with each cluster's ZooKeeper as a template variable zookeeper.<cluster>."
+  type        = string
+}
+
+variable "zookeeper_connect" {
+  description = "Each cluster's ZooKeeper connect string with its chroot, keyed by cluster name with '-' as '_' (\"dc_us_east\", \"analysis\")."
+  type        = map(string)
+}
+
+variable "metrics_cidrs" {
+  description = "Who may scrape the mirror's /metrics (port 9095)."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = !contains(var.metrics_cidrs, "0.0.0.0/0")
+    error_message = "metrics_cidrs must not admit the whole internet."
+  }
+}
+
+variable "samsa_wheel_url" {
+  description = "Where instances fetch the Samsa wheel."
+  type        = string
+}
+
+variable "instance_type" {
+  description = "EC2 instance type of a mirror process."
+  type        = string
+  default     = "c6i.large"
+}
+
+variable "ami_id" {
+  description = "A Debian 12 AMI of the analysis region."
+  type        = string
+}
+
+variable "kms_key_arn" {
+  description = "KMS key encrypting the root volumes (null: the account's default EBS key)."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}

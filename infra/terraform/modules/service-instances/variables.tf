@@ -1,0 +1,90 @@
+variable "name" {
+  description = "The service's name prefix: instances are \"<name>-<i>\", the security group and role \"<name>\"."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,50}$", var.name))
+    error_message = "name: lower-case letters, digits and '-', starting with a letter."
+  }
+}
+
+variable "description" {
+  description = "What the service is (the security group's description)."
+  type        = string
+}
+
+variable "instances" {
+  description = "How many instances (instance i in subnet i modulo their number)."
+  type        = number
+  default     = 1
+  validation {
+    condition     = var.instances >= 1
+    error_message = "instances must be at least 1."
+  }
+}
+
+variable "vpc_id" {
+  description = "The VPC."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets to spread the instances over."
+  type        = list(string)
+}
+
+variable "private_ips" {
+  description = "Fixed private addresses, instance i at index i (empty: assigned by AWS)."
+  type        = list(string)
+  default     = []
+}
+
+variable "user_data" {
+  description = "Each instance's start-up script, instance i at index i (one entry: the same for all)."
+  type        = list(string)
+}
+
+variable "root_volume_gb" {
+  description = "The encrypted root volume's size."
+  type        = number
+  default     = 20
+}
+
+variable "data_volume_gb" {
+  description = "An encrypted data volume attached as /dev/xvdb, deleted with the instance (null: none; a service whose data must outlive its instance attaches its own)."
+  type        = number
+  default     = null
+}
+
+variable "instance_type" {
+  description = "EC2 instance type."
+  type        = string
+}
+
+variable "ami_id" {
+  description = "A Debian 12 AMI."
+  type        = string
+}
+
+variable "kms_key_arn" {
+  description = "KMS key encrypting the volumes (null: the account's default EBS key)."
+  type        = string
+  default     = null
+}
+
+variable "policy_json" {
+  description = "What this service alone may do (an IAM policy document; null: nothing more)."
+  type        = string
+  default     = null
+}
+
+variable "wheel_url" {
+  description = "The Samsa wheel its instances install (read access to that s3:// object)."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}
