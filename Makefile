@@ -132,10 +132,10 @@ TF       := TF_CLI_CONFIG_FILE=/dev/null terraform -chdir=$(TF_LOCAL)
 
 tf-local-up: setup
 	$(TF) init -input=false
-	$(TF) apply -auto-approve -input=false -var python=$(abspath $(PY)) $(TF_VARS)
+	$(TF) apply -auto-approve -input=false $(TF_VARS)
 
 tf-local-down: setup
-	$(TF) destroy -auto-approve -input=false -var python=$(abspath $(PY)) $(TF_VARS)
+	$(TF) destroy -auto-approve -input=false $(TF_VARS)
 
 clean:
 	rm -rf $(VENV) .venv-checkov build *.egg-info .pytest_cache .hypothesis broker/protocol/*.so

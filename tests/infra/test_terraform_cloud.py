@@ -81,9 +81,9 @@ def test_terraform_and_providers_are_pinned(directory):
             assert spec["version"].startswith("~>"), f"{directory}: {name} not pinned"
 
 
-def test_every_cloud_module_is_used_by_an_environment():
+def test_every_module_is_used_by_an_environment():
     used: set[str] = set()
-    pending = [os.path.join(TF, "environments", e) for e in CLOUD_ENVIRONMENTS]
+    pending = [os.path.join(TF, "environments", e) for e in CLOUD_ENVIRONMENTS + ["local"]]
     while pending:
         directory = pending.pop()
         for body in blocks(directory, "module").values():
@@ -92,7 +92,7 @@ def test_every_cloud_module_is_used_by_an_environment():
             if name not in used:
                 used.add(name)
                 pending.append(target)
-    assert set(CLOUD_MODULES) <= used, set(CLOUD_MODULES) - used
+    assert set(MODULES) <= used, set(MODULES) - used
 
 
 @pytest.mark.parametrize("environment", CLOUD_ENVIRONMENTS)
@@ -183,3 +183,16 @@ def test_the_local_environment_uses_the_same_variable_names():
     for environment in CLOUD_ENVIRONMENTS + ["local"]:
         names = set(blocks(os.path.join(TF, "environments", environment), "variable"))
         assert shared <= names, (environment, shared - names)
+
+
+@pytest.mark.parametrize("environment", CLOUD_ENVIRONMENTS)
+def test_the_load_balancers_check_brokers_as_the_topology_says(environment):
+    """The lab's HAProxy checks (LoadBalancerSpec) and the cloud's NLB checks
+    are the same settings: the environment's topology and the module's default."""
+    topology = load_topology(os.path.join(TF, "environments", environment, "topology.toml"))
+    default = blocks(os.path.join(TF, "modules", "load-balancer"), "variable")["health_check"]
+    check = default["default"]
+    for dc in topology.datacenters:
+        lb = dc.load_balancer
+        assert (lb.health_check_ms / 1000, lb.fall, lb.rise) == \
+            (check["interval_seconds"], check["fall"], check["rise"]), dc.name

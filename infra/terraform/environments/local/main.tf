@@ -8,10 +8,13 @@
 
 locals {
   project_dir = var.project_dir != "" ? var.project_dir : abspath("${path.module}/../../../..")
-  state_dir   = var.state_dir != "" ? abspath(var.state_dir) : "${local.project_dir}/.tf-local"
-  topology    = "${local.state_dir}/topology.toml"
-  warehouse   = "${local.state_dir}/warehouse.toml"
-  clusters    = concat(var.datacenters, ["analysis"])
+  python = var.python != "" ? var.python : (
+    fileexists("${local.project_dir}/.venv/bin/python") ? "${local.project_dir}/.venv/bin/python" : "python3"
+  )
+  state_dir = var.state_dir != "" ? abspath(var.state_dir) : "${local.project_dir}/.tf-local"
+  topology  = "${local.state_dir}/topology.toml"
+  warehouse = "${local.state_dir}/warehouse.toml"
+  clusters  = concat(var.datacenters, ["analysis"])
 
   # infra/topology.py's port layout (tests/infra/test_terraform_local.py holds
   # these to what the model computes): cluster c from base + 100 * (c + 1)
@@ -38,8 +41,8 @@ locals {
     audit_url = local.audit_url
   })
 
-  lab  = "${var.python} -m infra.local"
-  down = "${var.python} -m infra.local down -q --dir"
+  lab  = "${local.python} -m infra.local"
+  down = "${local.python} -m infra.local down -q --dir"
 }
 
 # The topology and the DAGs' settings, rendered into the state directory: the
@@ -119,8 +122,8 @@ module "audit" {
   source       = "../../modules/local-service"
   name         = "audit service"
   working_dir  = local.project_dir
-  up_command   = "${var.python} -m infra.local.daemon up --dir ${local.state_dir}/audit --name audit --ready-url ${local.audit_url}/healthz -- ${var.python} -m audit serve --zookeeper ${local.zookeeper}/analysis --http-port ${local.audit_port}"
-  down_command = "${var.python} -m infra.local.daemon down --dir ${local.state_dir}/audit"
+  up_command   = "${local.python} -m infra.local.daemon up --dir ${local.state_dir}/audit --name audit --ready-url ${local.audit_url}/healthz -- ${local.python} -m audit serve --zookeeper ${local.zookeeper}/analysis --http-port ${local.audit_port}"
+  down_command = "${local.python} -m infra.local.daemon down --dir ${local.state_dir}/audit"
   triggers     = { port = tostring(local.audit_port), zookeeper = "${local.zookeeper}/analysis" }
   depends_on   = [terraform_data.config, module.analysis]
 }
@@ -130,8 +133,8 @@ module "airflow" {
   count        = var.airflow ? 1 : 0
   name         = "airflow"
   working_dir  = local.project_dir
-  up_command   = "${var.python} -m infra.local.airflow_stack up --dir ${local.state_dir}/airflow --port ${local.airflow_port} --warehouse-config ${local.warehouse}"
-  down_command = "${var.python} -m infra.local.airflow_stack down --dir ${local.state_dir}/airflow"
+  up_command   = "${local.python} -m infra.local.airflow_stack up --dir ${local.state_dir}/airflow --port ${local.airflow_port} --warehouse-config ${local.warehouse}"
+  down_command = "${local.python} -m infra.local.airflow_stack down --dir ${local.state_dir}/airflow"
   triggers     = { port = tostring(local.airflow_port) }
   depends_on   = [terraform_data.config, module.audit]
 }

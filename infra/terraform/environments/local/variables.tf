@@ -89,9 +89,9 @@ variable "state_dir" {
 }
 
 variable "python" {
-  description = "The Python with Samsa installed (make tf-local-up passes the checkout's .venv)."
+  description = "The Python with Samsa installed (default: the checkout's .venv/bin/python, which make setup makes; else python3)."
   type        = string
-  default     = "python3"
+  default     = ""
 }
 
 variable "project_dir" {

@@ -37,12 +37,14 @@ module "network" {
 }
 
 module "zookeeper" {
-  source       = "../zookeeper"
-  name         = var.name
-  size         = var.zookeeper_size
-  vpc_id       = module.network.vpc_id
-  subnet_ids   = module.network.private_subnet_ids
-  client_cidrs = [module.network.vpc_cidr]
+  source     = "../zookeeper"
+  name       = var.name
+  size       = var.zookeeper_size
+  vpc_id     = module.network.vpc_id
+  subnet_ids = module.network.private_subnet_ids
+  # its own VPC, and the other-region clients (the mirror's consumer group
+  # coordinates in each source cluster's ZooKeeper)
+  client_cidrs = concat([module.network.vpc_cidr], values(var.remote_client_cidrs))
   ami_id       = var.ami_id
   kms_key_arn  = aws_kms_key.volumes.arn
   tags         = local.tags

@@ -47,7 +47,7 @@ variable "producer_cidrs" {
 }
 
 variable "remote_client_cidrs" {
-  description = "Clients of the brokers in other regions, by name (the analysis region's mirror subnets)."
+  description = "Clients of the brokers and ZooKeeper in other regions, by name (the analysis VPC's range: the mirror)."
   type        = map(string)
   default     = {}
 }
