@@ -5,6 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CHECKOV := .venv-checkov/bin/checkov
 
+
+.PHONY: demo-down demo-broker demo-lab
 .PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
@@ -14,8 +16,9 @@ REQUIRE_SPEEDUPS := $(shell command -v cc >/dev/null 2>&1 && test -f /usr/includ
 
 help:
 	@echo "make setup   create .venv and install Samsa with its test tools"
-	@echo "make demo    a broker and the console tools; a ZooKeeper cluster and a consumer group;"
-	@echo "             the multi-DC lab: producers behind HAProxy, mirrored into the analysis cluster"
+	@echo "make demo    the whole pipeline: two datacenters behind HAProxy, the mirror into analysis,"
+	@echo "             the audit, Airflow loading Parquet hour by hour, a summary (DEMO_ARGS=--keep-up)"
+	@echo "make demo-down  stop a demo left up; make demo-broker / demo-lab: the smaller demos"
 	@echo "make test    run the whole test suite"
 	@echo "make test-fast  the suite without the tests marked slow"
 	@echo "make test-asan  the codec's and the audit kernel's tests against the C code built with"
@@ -53,8 +56,23 @@ $(STAMP): Makefile pyproject.toml setup.py broker/protocol/_speedups.c audit/_ta
 	    .venv-checkov/bin/pip install --quiet 'checkov>=3.2,<4')
 	@touch $(STAMP)
 
+# The whole pipeline (infra/local/pipeline.py): two datacenters behind HAProxy,
+# the mirror, the audit, Airflow's warehouse load, a summary; stops it all at
+# the end unless DEMO_ARGS=--keep-up (then make demo-down).
+DEMO_DIR  ?= .demo
+DEMO_ARGS ?=
+
 demo: setup
+	$(PY) -m infra.local.pipeline up --dir $(DEMO_DIR) $(DEMO_ARGS)
+
+demo-down: setup
+	$(PY) -m infra.local.pipeline down --dir $(DEMO_DIR)
+
+# the smaller demos: a broker and the console tools; the multi-DC lab alone
+demo-broker: setup
 	$(PY) -m broker.demo
+
+demo-lab: setup
 	$(PY) -m infra.local.demo
 
 test: setup

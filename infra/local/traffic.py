@@ -130,17 +130,24 @@ def register_schemas(registry) -> None:
 
 
 def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
-            now_ms: int | None = None, progress=None) -> TrafficResult:
+            now_ms: int | None = None, progress=None,
+            first_hour_ms: int | None = None) -> TrafficResult:
     """Produce ``config.messages_per_dc`` events into each datacenter:
-    ``{name: (load balancer address, ZooKeeper connect string with chroot)}``.
-    ``progress(done, total)`` is called as it goes."""
+    ``{name: (load balancer address, ZooKeeper connect string with chroot)}``,
+    event times over ``config.hours`` hours from ``first_hour_ms`` (default:
+    the last hours up to now, the current one included). ``progress(done,
+    total)`` is called as it goes."""
     from audit.counting import AUDIT_TOPIC, AuditedProducer
     from broker.client.producer import Producer
     from schemas.registry import SchemaRegistry
     from schemas.wire import ValueWriter
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    first_hour = now - now % HOUR_MS - (config.hours - 1) * HOUR_MS
-    span = now - first_hour
+    if first_hour_ms is None:
+        first_hour = now - now % HOUR_MS - (config.hours - 1) * HOUR_MS
+        span = now - first_hour
+    else:
+        first_hour = first_hour_ms - first_hour_ms % HOUR_MS
+        span = min(config.hours * HOUR_MS, now - first_hour)
     result = TrafficResult(first_hour_ms=first_hour)
     topics = [t for t, w in TOPIC_WEIGHTS for _ in range(w)]
     total = config.messages_per_dc * len(datacenters)

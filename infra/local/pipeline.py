@@ -1,0 +1,294 @@
+"""The whole pipeline on this machine (``make demo``): datacenters, mirror,
+audit, Airflow's warehouse load, and a summary of what reached each tier.
+
+    python -m infra.local.pipeline up [--dir .demo] [--base-port N] [--messages N] [--keep-up]
+    python -m infra.local.pipeline down [--dir .demo]
+
+``up``: the lab (ZooKeeper; dc-a and dc-b, two brokers each behind HAProxy;
+the analysis cluster; the mirror), an audit counter per cluster and the
+audit service, a real Airflow with the project's DAGs; then audited traffic
+through each datacenter's load balancer (page views, v1 then v2, searches,
+logins; event times over the last three whole hours); then warehouse_load
+run by Airflow's scheduler for each of those hours (each gated on the
+audit), and a summary. Everything is stopped at the end unless --keep-up
+(then ``down``, or ``make demo-down``). Ports come from one base port (the
+lab's layout; the audit service at base+500, Airflow at base+501), so two
+demos with different base ports do not collide.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import time
+import urllib.request
+
+from infra.local import airflow_stack, daemon
+from infra.local.__main__ import DEFAULT_TOPOLOGY
+from infra.local.lab import Lab, LabError, free_topology
+from infra.local.traffic import HOUR_MS, TrafficConfig, produce, progress_bar
+from infra.topology import load_topology
+
+CLUSTERS = ("dc-a", "dc-b", "analysis")
+TIERS = ("producer", "cluster", "mirror", "hadoop")
+
+
+def say(text: str) -> None:
+    print(f"[demo] {text}", flush=True)
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+class Pipeline:
+    def __init__(self, state_dir: str, base_port: int | None = None) -> None:
+        self.state_dir = os.path.abspath(state_dir)
+        # the mirror publishes its tier's counts every 2 s (60 s by default)
+        overrides = {"mirrors.to-analysis.settings": "audit_publish_interval_ms=2000"}
+        if base_port:
+            overrides["base_port"] = str(base_port)
+        topology = load_topology(DEFAULT_TOPOLOGY, overrides)
+        if not base_port:
+            topology = free_topology(topology)
+        self.topology = topology
+        self.audit_port = topology.base_port + 500
+        self.airflow_port = topology.base_port + 501
+        self.audit_url = f"http://127.0.0.1:{self.audit_port}"
+        self.lab = Lab(topology, self.path("lab"))
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.state_dir, *parts)
+
+    # ------------------------------------------------------------ up
+
+    def start(self) -> None:
+        os.makedirs(self.state_dir, exist_ok=True)
+        with open(self.path("demo.json"), "w") as f:
+            json.dump({"base_port": self.topology.base_port, "audit_url": self.audit_url,
+                       "airflow_url": f"http://127.0.0.1:{self.airflow_port}"}, f)
+        t0 = time.monotonic()
+        say(f"starting the lab (ZooKeeper, dc-a and dc-b behind HAProxy, analysis, the mirror) "
+            f"on ports from {self.topology.base_port}")
+        self.lab.up(timeout=60, mirrors=False)
+        self.prepare_topics()
+        # the mirror starts once the topics exist: a topic made under a running
+        # consumer group moves its partitions, and at-least-once copies again
+        # what was not committed yet
+        Lab(self.topology, self.path("mirror")).up(timeout=60, only="mirror:to-analysis")
+        python = sys.executable
+        for cluster in CLUSTERS:
+            daemon.up(self.path(f"count-{cluster}"), f"audit-count-{cluster}",
+                      [python, "-m", "audit", "count", "--cluster",
+                       f"{cluster}={self.lab.zookeeper_connect(cluster)}",
+                       "--set", "publish_interval_ms=2000", "--set", f"group=audit-{cluster}"])
+        daemon.up(self.path("audit"), "audit-service",
+                  [python, "-m", "audit", "serve", "--zookeeper",
+                   self.lab.zookeeper_connect("analysis"), "--http-port", str(self.audit_port),
+                   "--set", f"data_dir={self.path('audit')}"],
+                  ready_url=f"{self.audit_url}/healthz")
+        say(f"audit counters in every cluster; the audit service at {self.audit_url}")
+        config = self.path("warehouse.toml")
+        with open(config, "w") as f:
+            f.write(f"""[loader]
+zookeeper = "{self.lab.zookeeper_connect('analysis')}"
+output = "{self.path('warehouse')}"
+master = "local[2]"
+cluster_name = "analysis"
+progress_interval_s = 5.0
+
+[warehouse]
+audit_url = "{self.audit_url}"
+sensor_poke_s = 5.0
+sensor_timeout_s = 900.0
+retries = 2
+retry_delay_s = 5.0
+max_retry_delay_s = 30.0
+""")
+        airflow_stack.up(self.path("airflow"), self.airflow_port, config,
+                         say=lambda text: say(f"airflow: {text}"))
+        say(f"everything is up in {time.monotonic() - t0:.0f} s")
+
+    def prepare_topics(self) -> None:
+        """The schemas in every cluster's registry (the loader decodes in
+        analysis with them) and the topics in every cluster, audit topic
+        included, before any consumer group starts."""
+        from audit.counting import AUDIT_TOPIC
+        from schemas.registry import SchemaRegistry
+        from infra.local.traffic import TOPIC_WEIGHTS, create_topics, register_schemas
+        topics = [t for t, _ in TOPIC_WEIGHTS] + [AUDIT_TOPIC]
+        for cluster in CLUSTERS:
+            connect = self.lab.zookeeper_connect(cluster)
+            with SchemaRegistry.open(f"zookeeper://{connect}") as registry:
+                register_schemas(registry)
+            create_topics(connect, topics, 2)
+        say("schemas registered and topics made in every cluster")
+
+    def traffic(self, messages_per_dc: int, hours: int = 3):
+        now = int(time.time() * 1000)
+        first = now - now % HOUR_MS - hours * HOUR_MS
+        say(f"producing {messages_per_dc:,} audited events into each datacenter through its "
+            f"load balancer, event times {_iso(first)} to {_iso(first + hours * HOUR_MS)} UTC")
+        result = produce({dc: (self.lab.lb_address(dc), self.lab.zookeeper_connect(dc))
+                          for dc in ("dc-a", "dc-b")},
+                         TrafficConfig(messages_per_dc=messages_per_dc, hours=hours),
+                         progress=progress_bar(), first_hour_ms=first)
+        say(f"{result.total():,} events acknowledged in {result.seconds:.1f} s")
+        return result
+
+    def load_hours(self, first_hour_ms: int, hours: int, timeout: float = 900.0) -> dict:
+        """warehouse_load for each hour, run by Airflow's scheduler; run id -> state."""
+        url = f"http://127.0.0.1:{self.airflow_port}"
+        token = _call(f"{url}/auth/token", body={
+            "username": "admin", "password": airflow_stack.password(self.path("airflow"))})[
+            "access_token"]
+        runs = []
+        for k in range(hours):
+            end = first_hour_ms + (k + 1) * HOUR_MS         # a manual run's interval ends here
+            run_id = f"demo-{_iso(end - HOUR_MS).replace(' ', 'T').replace(':', '')}"
+            _call(f"{url}/api/v2/dags/warehouse_load/dagRuns", token,
+                  {"logical_date": dt.datetime.fromtimestamp(end / 1000, dt.timezone.utc)
+                   .isoformat(), "dag_run_id": run_id})
+            runs.append(run_id)
+        _call(f"{url}/api/v2/dags/warehouse_load", token, {"is_paused": False}, method="PATCH")
+        say(f"warehouse_load triggered for {hours} hours; Airflow's scheduler runs them "
+            f"(sensor on the audit, spark-submit of the loader, validation, _SUCCESS)")
+        deadline = time.monotonic() + timeout
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            states = {r: _call(f"{url}/api/v2/dags/warehouse_load/dagRuns/{r}", token)["state"]
+                      for r in runs}
+            if all(s in ("success", "failed") for s in states.values()):
+                break
+            time.sleep(3)
+        for run, state in states.items():
+            say(f"  {run}: {state}")
+        return states
+
+    # ------------------------------------------------------------ summary
+
+    def summary(self, result, first_hour_ms: int, hours: int, states: dict) -> tuple[str, bool]:
+        from hadoop_loader.dag_steps import rows_in_hour
+        from hadoop_loader.outputfs import OutputFS
+        lines = ["", "=" * 78, "Samsa demo: what happened", "=" * 78,
+                 "produced (acknowledged by the brokers):"]
+        for dc in sorted(result.acked):
+            lines.append(f"  {dc}: " + ", ".join(f"{t} {result.total(dc, t):,}"
+                                                  for t in sorted(result.acked[dc])))
+        with urllib.request.urlopen(f"{self.audit_url}/api/verdicts?from={first_hour_ms}"
+                                    f"&to={first_hour_ms + hours * HOUR_MS}", timeout=30) as r:
+            verdicts = json.load(r)["verdicts"]
+        lines.append("audit completeness per tier (every window of those hours):")
+        ok = True
+        for tier in TIERS:
+            chosen = [v for v in verdicts if v["tier"] == tier]
+            if not chosen:
+                lines.append(f"  {tier:9s} no counts")
+                ok = False
+                continue
+            produced = sum(v["produced"] for v in chosen)
+            missing = sum(v["missing"] for v in chosen)
+            duplicated = sum(v["duplicated"] for v in chosen)
+            worst = min(v["completeness"] for v in chosen)
+            lines.append(f"  {tier:9s} {100 * (produced - missing) / produced if produced else 100:8.3f} %"
+                         f"  (worst window {worst:.3f} %, missing {missing:,}, duplicated "
+                         f"{duplicated:,})")
+            ok = ok and missing == 0
+        out = OutputFS(self.path("warehouse"))
+        lines.append("loaded rows per topic and hour (from the Parquet footers):")
+        expected = result.per_topic_hour()
+        for (topic, hour), n in sorted(expected.items()):
+            loaded = rows_in_hour(out, topic, hour)
+            marker = out.exists(f"{topic}/date={_iso(hour)[:10]}/hour={_iso(hour)[11:13]}",
+                                "_SUCCESS")
+            lines.append(f"  {topic:11s} {_iso(hour)}  {loaded:7,} rows of {n:7,} produced"
+                         f"{'  _SUCCESS' if marker else ''}")
+            ok = ok and loaded >= n
+        ok = ok and all(s == "success" for s in states.values())
+        warehouse = self.path("warehouse")
+        lines += [
+            f"the Parquet: {warehouse}/<topic>/date=YYYY-MM-DD/hour=HH/",
+            "  query it: .venv/bin/python -c \"import pyarrow.dataset as ds; "
+            f"print(ds.dataset('{warehouse}/page_views', partitioning='hive')"
+            ".to_table().group_by('hour').aggregate([('member_id', 'count')]))\"",
+            f"the audit report: {self.audit_url}/",
+            f"Airflow: http://127.0.0.1:{self.airflow_port}/ (login admin / "
+            f"{airflow_stack.password(self.path('airflow'))})",
+            f"stop it: make demo-down (or python -m infra.local.pipeline down --dir "
+            f"{self.state_dir})",
+            "=" * 78, "RESULT: " + ("nothing lost, every hour loaded" if ok else "SOMETHING IS "
+                                    "MISSING: see above"),
+        ]
+        return "\n".join(lines), ok
+
+    # ------------------------------------------------------------ down
+
+    def stop(self) -> None:
+        stop(self.state_dir)
+
+
+def stop(state_dir: str) -> None:
+    state_dir = os.path.abspath(state_dir)
+    airflow_stack.down(os.path.join(state_dir, "airflow"), say=lambda *_: None)
+    for name in ["audit"] + [f"count-{c}" for c in CLUSTERS]:
+        daemon.down(os.path.join(state_dir, name))
+    for part in ("mirror", "lab"):
+        lab_dir = os.path.join(state_dir, part)
+        if os.path.exists(os.path.join(lab_dir, "topology.toml")):
+            try:
+                Lab.open(lab_dir).down()
+            except LabError as exc:
+                say(f"{part}: {exc}")
+
+
+def _call(url: str, token: str | None = None, body: dict | None = None,
+          method: str | None = None) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method or ("POST" if data else "GET"),
+                                     headers={"Content-Type": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m infra.local.pipeline", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=["up", "down"])
+    p.add_argument("--dir", default=os.environ.get("SAMSA_DEMO_DIR", ".demo"),
+                   help="state directory (default .demo)")
+    p.add_argument("--base-port", type=int, default=int(os.environ.get("SAMSA_DEMO_BASE_PORT",
+                                                                        "0")),
+                   help="first port of the layout (default: a free one)")
+    p.add_argument("--messages", type=int, default=20_000,
+                   help="events produced into each datacenter (default 20000)")
+    p.add_argument("--keep-up", action="store_true", help="leave everything running")
+    args = p.parse_args(argv)
+    if args.command == "down":
+        stop(args.dir)
+        say("stopped")
+        return 0
+    if os.path.exists(os.path.join(args.dir, "demo.json")):
+        stop(args.dir)                       # a demo left up earlier: start afresh
+        shutil.rmtree(args.dir, ignore_errors=True)
+    pipeline = Pipeline(args.dir, args.base_port or None)
+    ok = False
+    try:
+        pipeline.start()
+        result = pipeline.traffic(args.messages)
+        states = pipeline.load_hours(result.first_hour_ms, 3)
+        text, ok = pipeline.summary(result, result.first_hour_ms, 3, states)
+        print(text)
+    finally:
+        if not args.keep_up:
+            say("stopping everything (--keep-up leaves it running)")
+            pipeline.stop()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
