@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 CHECKOV := .venv-checkov/bin/checkov
 
 
-.PHONY: demo-down demo-broker demo-lab
+.PHONY: demo-down demo-broker demo-lab drill
 .PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
@@ -19,6 +19,8 @@ help:
 	@echo "make demo    the whole pipeline: two datacenters behind HAProxy, the mirror into analysis,"
 	@echo "             the audit, Airflow loading Parquet hour by hour, a summary (DEMO_ARGS=--keep-up)"
 	@echo "make demo-down  stop a demo left up; make demo-broker / demo-lab: the smaller demos"
+	@echo "make drill   the pipeline under kill -9 of brokers, mirror, counter, loader, ZooKeeper;"
+	@echo "             fails if the audit shows any acknowledged message lost"
 	@echo "make test    run the whole test suite"
 	@echo "make test-fast  the suite without the tests marked slow"
 	@echo "make test-asan  the codec's and the audit kernel's tests against the C code built with"
@@ -67,6 +69,14 @@ demo: setup
 
 demo-down: setup
 	$(PY) -m infra.local.pipeline down --dir $(DEMO_DIR)
+
+# Fault drill (infra/local/drill.py): the pipeline while brokers, a mirror
+# process, the audit counter, loader runs and ZooKeeper are killed -9 and
+# restarted; exits non-zero if the audit shows any acknowledged message lost.
+DRILL_ARGS ?=
+
+drill: setup
+	$(PY) -m infra.local.drill --dir .drill $(DRILL_ARGS)
 
 # the smaller demos: a broker and the console tools; the multi-DC lab alone
 demo-broker: setup

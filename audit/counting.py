@@ -326,6 +326,13 @@ class MonitoringPublisher:
             self.published += len(values)
             return len(values)
 
+    def publish_all(self) -> bool:
+        """Publish; whether nothing counted so far is left unsent (what a
+        caller that commits offsets only after their counts are out needs)."""
+        self.publish()
+        with self._lock:
+            return not self._unsent
+
     def close(self, timeout: float = 30.0) -> None:
         """Stop the timer and publish what is left (retrying until ``timeout``)."""
         self._stop.set()

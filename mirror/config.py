@@ -99,13 +99,17 @@ class MirrorConfig:
     audit: bool = True
     """Count what is copied, per source cluster and topic and window (the
     mirror tier of the audit), and publish monitoring events to the target's
-    audit topic (_audit) every ``audit_publish_interval_ms`` and on stop."""
+    audit topic (_audit) every ``audit_publish_interval_ms`` and on stop. The
+    source offsets a publish covers are committed only after it (a crash
+    counts again, never loses counts)."""
     audit_datacenter: str = ""
     """The datacenter the mirror's counts are reported from (default: the target's name)."""
     audit_registry: str = ""
     """Schema registry of the monitoring events (default: the target's ZooKeeper)."""
     audit_window_ms: int = 600_000
-    audit_publish_interval_ms: int = 60_000
+    audit_publish_interval_ms: int = 1_000
+    """How often the counts are published; the source offsets they cover are
+    committed right after, so this is also how far commits may lag."""
     metrics_host: str = "127.0.0.1"
     """Address the metrics endpoint listens on ("0.0.0.0": every interface)."""
     metrics_port: int = 9095

@@ -54,7 +54,7 @@ class Mirror:
                 self.pipes.append(SourcePipe(
                     source, config, self.target, self.metrics,
                     exclusion_pattern(config.blacklist, excluded), self.consumer_id,
-                    counters.get(source.name)))
+                    *counters.get(source.name, (None, None))))
         except BaseException:
             self._close_all()
             raise
@@ -65,7 +65,8 @@ class Mirror:
         self._threads: list[threading.Thread] = []
 
     def _audit_counters(self) -> dict:
-        """The mirror tier of the audit: a counter and a publisher per source."""
+        """The mirror tier of the audit: a counter and a publisher per source
+        (each source's pipe publishes its counts, then commits what they cover)."""
         from audit.counting import (AUDIT_TOPIC, CounterConfig, MonitoringPublisher,
                                     TierCounter, monitoring_writer)
         config = self.config
@@ -77,21 +78,16 @@ class Mirror:
                 tier="mirror", datacenter=config.audit_datacenter or config.target.name,
                 cluster=source.name, window_ms=config.audit_window_ms,
                 service=f"samsa-mirror-{config.group}"))
-            counters[source.name] = counter
 
             def send(values, stamps, source=source.name):
                 self.target.ensure_topic(AUDIT_TOPIC, source)
                 for batch in self.target.send(AUDIT_TOPIC, values, stamps, None):
                     batch.result(30)
 
-            self.publishers.append(MonitoringPublisher(counter, writer.encode, send))
+            publisher = MonitoringPublisher(counter, writer.encode, send)
+            self.publishers.append(publisher)
+            counters[source.name] = (counter, publisher)   # the pipe publishes, then commits
         return counters
-
-    def _publish_audit(self) -> None:
-        interval = self.config.audit_publish_interval_ms / 1000
-        while not self._stopping.wait(interval):
-            for publisher in self.publishers:
-                publisher.publish()
 
     def _copies_in(self, zookeeper: str) -> dict[str, list[str]]:
         """Topics of a source cluster that are copies (no loops)."""
@@ -112,8 +108,6 @@ class Mirror:
             self._threads.append(t)
             t.start()
         bodies = [(self._probe_lag, "mirror-lag"), (self._report, "mirror-progress")]
-        if self.publishers:
-            bodies.append((self._publish_audit, "mirror-audit"))
         for body, name in bodies:
             t = threading.Thread(target=body, name=name, daemon=True)
             t.start()

@@ -10,6 +10,12 @@ after a back-off (its messages that did arrive become duplicates), and the
 chunks behind it wait. A crash therefore re-sends at most what was sent and
 not yet committed: duplicates, never gaps.
 
+With the audit on, the mirror tier's counts go first: a chunk's offsets are
+acknowledged only once the monitoring events that count it are published
+(every ``audit_publish_interval_ms``; the commit follows), so a crash
+re-copies and counts again what it had counted and not published — the
+audit sees duplicates, never a loss that did not happen.
+
 The window (messages sent and not yet acknowledged) is capped by
 ``max_unacknowledged``: when full, the pipe stops fetching until the target
 catches up, which is also how a target outage holds the mirror back.
@@ -96,9 +102,12 @@ class SourcePipe:
 
     def __init__(self, source: ClusterRef, config: MirrorConfig, target: TargetCluster,
                  metrics: MirrorMetrics, blacklist: str | None, consumer_id: str,
-                 counter=None) -> None:
+                 counter=None, publisher=None) -> None:
         self.source = source
         self.counter = counter          # the audit's TierCounter of this source, if any
+        self.publisher = publisher      # ...and its MonitoringPublisher
+        self._counted: dict[tuple[str, str], int] = {}   # acknowledged once published
+        self._published_at = time.monotonic()
         self.config = config
         self.target = target
         self.metrics = metrics
@@ -125,6 +134,7 @@ class SourcePipe:
         try:
             while not self._stopping.is_set():
                 self._settle(block=self.unacknowledged >= cap)
+                self._publish_counts()
                 if self.unacknowledged >= cap:
                     continue
                 try:
@@ -198,13 +208,30 @@ class SourcePipe:
             self._backoff.reset()
             self.unacknowledged -= chunk.count
             self.metrics.set_unacknowledged(self.source.name, self.unacknowledged)
-            self.consumer.acknowledge(chunk.offsets)
             self.acknowledged.update(chunk.offsets)
             self.copied += chunk.count
             self.metrics.copied(self.source.name, chunk.stats)
             if self.counter is not None:       # the audit counts what the target acknowledged
                 for topic, (values, stamps, _keys) in chunk.by_topic.items():
                     self.counter.add_values(topic, values, stamps)
+            if self.publisher is not None:     # committed once the counts are published
+                self._counted.update(chunk.offsets)
+            else:
+                self.consumer.acknowledge(chunk.offsets)
+
+    def _publish_counts(self, force: bool = False) -> None:
+        """Every audit publish interval (or now, with ``force``): publish the
+        counts, then acknowledge the offsets they cover (the next commit
+        takes them)."""
+        if self.publisher is None or not self._counted:
+            return
+        interval = self.config.audit_publish_interval_ms / 1000
+        if not force and time.monotonic() - self._published_at < interval:
+            return
+        self._published_at = time.monotonic()
+        if self.publisher.publish_all():
+            self.consumer.acknowledge(dict(self._counted))
+            self._counted.clear()
 
     def _retry(self, chunk: Chunk) -> None:
         error = chunk.error
@@ -242,7 +269,12 @@ class SourcePipe:
                         self.unacknowledged, self.source.name)
 
     def close(self) -> None:
-        """Leave the group, committing what was acknowledged (idempotent)."""
+        """Publish the counts, leave the group, committing what was
+        acknowledged (idempotent)."""
+        try:
+            self._publish_counts(force=True)
+        except Exception as exc:   # noqa: BLE001 - not committed: copied again after a restart
+            log.warning("publishing the mirror's counts of %s failed: %s", self.source.name, exc)
         try:
             self.consumer.close()          # commits what was acknowledged
         except Exception as exc:   # noqa: BLE001

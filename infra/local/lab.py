@@ -688,6 +688,22 @@ class Lab:
             self._stop([name], timeout)
         self._start_brokers(timeout, only=[(cluster, index)])
 
+    def kill_process(self, name: str, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
+        """Send ``sig`` to the lab's process ``name`` (e.g. a mirror process)
+        and wait until it has exited."""
+        if name not in self.records:
+            raise LabError(f"no process {name} in the lab")
+        self._signal(name, sig)
+        if self._wait_gone([name], timeout):
+            raise LabError(f"{name} still runs {timeout:.0f} s after {signal.Signals(sig).name}")
+
+    def restart_process(self, name: str) -> None:
+        """Start the lab's process ``name`` again with the same command (it
+        must have exited)."""
+        if name not in self.records:
+            raise LabError(f"no process {name} in the lab")
+        self._relaunch(name)
+
     def kill_zookeeper(self, server_id: int = 1, sig: int = signal.SIGKILL,
                        timeout: float = 30.0) -> None:
         """Send ``sig`` to ZooKeeper member ``server_id``; for SIGKILL and

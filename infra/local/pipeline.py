@@ -65,7 +65,7 @@ class Pipeline:
 
     # ------------------------------------------------------------ up
 
-    def start(self) -> None:
+    def start(self, airflow: bool = True) -> None:
         os.makedirs(self.state_dir, exist_ok=True)
         with open(self.path("demo.json"), "w") as f:
             json.dump({"base_port": self.topology.base_port, "audit_url": self.audit_url,
@@ -108,8 +108,9 @@ retries = 2
 retry_delay_s = 5.0
 max_retry_delay_s = 30.0
 """)
-        airflow_stack.up(self.path("airflow"), self.airflow_port, config,
-                         say=lambda text: say(f"airflow: {text}"))
+        if airflow:
+            airflow_stack.up(self.path("airflow"), self.airflow_port, config,
+                             say=lambda text: say(f"airflow: {text}"))
         say(f"everything is up in {time.monotonic() - t0:.0f} s")
 
     def prepare_topics(self) -> None:

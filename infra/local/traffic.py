@@ -54,6 +54,7 @@ class TrafficResult:
     acked: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
     seconds: float = 0.0
     first_hour_ms: int = 0
+    failed: int = 0               # sends not acknowledged after the producer's retries
 
     def add(self, dc: str, topic: str, hour_ms: int, n: int = 1) -> None:
         hours = self.acked.setdefault(dc, {}).setdefault(topic, {})
@@ -131,7 +132,8 @@ def register_schemas(registry) -> None:
 
 def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
             now_ms: int | None = None, progress=None,
-            first_hour_ms: int | None = None) -> TrafficResult:
+            first_hour_ms: int | None = None, tolerate_failures: bool = False,
+            result: TrafficResult | None = None) -> TrafficResult:
     """Produce ``config.messages_per_dc`` events into each datacenter:
     ``{name: (load balancer address, ZooKeeper connect string with chroot)}``,
     event times over ``config.hours`` hours from ``first_hour_ms`` (default:
@@ -148,7 +150,8 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
     else:
         first_hour = first_hour_ms - first_hour_ms % HOUR_MS
         span = min(config.hours * HOUR_MS, now - first_hour)
-    result = TrafficResult(first_hour_ms=first_hour)
+    result = result or TrafficResult()
+    result.first_hour_ms = result.first_hour_ms or first_hour
     topics = [t for t, w in TOPIC_WEIGHTS for _ in range(w)]
     total = config.messages_per_dc * len(datacenters)
     done = 0
@@ -177,27 +180,40 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
                                            key=key, timestamp=t)
                     pending.append((future, topic, t - t % HOUR_MS))
                     if len(pending) >= 5_000:
-                        done += _settle(pending, result, dc)
+                        done += _settle(pending, result, dc, tolerate_failures)
                         if progress:
                             progress(done, total)
-                producer.flush()
-                done += _settle(pending, result, dc)
+                try:
+                    producer.flush()
+                except Exception:             # noqa: BLE001 - failures settle below
+                    if not tolerate_failures:
+                        raise
+                done += _settle(pending, result, dc, tolerate_failures)
                 if progress:
                     progress(done, total)
             finally:
                 producer.close()
         finally:
             registry.close()
-    result.seconds = time.monotonic() - t0
+    result.seconds += time.monotonic() - t0
     return result
 
 
-def _settle(pending: list, result: TrafficResult, dc: str) -> int:
-    """Wait for the pending sends; count the acknowledged ones."""
+def _settle(pending: list, result: TrafficResult, dc: str, tolerate: bool = False) -> int:
+    """Wait for the pending sends; count the acknowledged ones. A send that
+    failed after the producer's retries raises, or, with ``tolerate``, is
+    counted in ``result.failed`` (not acknowledged: the audit does not count
+    it either)."""
     n = 0
     for future, topic, hour in pending:
-        future.result(timeout=120)        # raises if the message was not delivered
-        result.add(dc, topic, hour)
+        try:
+            future.result(timeout=120)
+        except Exception:                 # noqa: BLE001 - see the docstring
+            if not tolerate:
+                raise
+            result.failed += 1
+        else:
+            result.add(dc, topic, hour)
         n += 1
     pending.clear()
     return n

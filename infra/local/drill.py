@@ -1,0 +1,231 @@
+"""python -m infra.local.drill (make drill): the demo's pipeline under faults,
+and the audit's word that nothing acknowledged was lost.
+
+While audited traffic flows through both datacenters' load balancers, the
+drill kills with SIGKILL, at random moments and ``--rounds`` times each: a
+broker in each datacenter, a mirror process, the analysis cluster's audit
+counter, and a loader run (its spark-submit); ZooKeeper once. Each is
+restarted as an operator would. Then the loader runs to completion and the
+drill waits for the audit: every tier (producer, each cluster, mirror,
+hadoop) must have every acknowledged message of the drill's windows
+(missing 0). It prints the faults and their recovery times, and the
+duplicates each tier reports (at-least-once), and exits 1 on any loss.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from infra.local import daemon
+from infra.local.pipeline import Pipeline, say, stop
+from infra.local.traffic import TrafficConfig, TrafficResult, produce
+
+TIERS = ("producer", "cluster", "mirror", "hadoop")
+
+
+@dataclass
+class Fault:
+    kind: str
+    target: str
+    at_s: float
+    recovered_s: float = 0.0
+    note: str = ""
+
+
+@dataclass
+class DrillReport:
+    faults: list[Fault] = field(default_factory=list)
+    acked: int = 0
+    failed: int = 0
+    tiers: dict[str, dict[str, int]] = field(default_factory=dict)
+    lost: int = 0
+
+    def table(self) -> str:
+        lines = ["faults injected:", f"  {'kind':<18}{'target':<24}{'at (s)':>8}{'back (s)':>10}"]
+        for f in self.faults:
+            lines.append(f"  {f.kind:<18}{f.target:<24}{f.at_s:8.1f}{f.recovered_s:10.1f}"
+                         f"  {f.note}")
+        lines.append(f"messages acknowledged: {self.acked:,} (not acknowledged after the "
+                     f"producers' retries: {self.failed:,}, so not counted by the audit)")
+        lines.append("per tier (every window of the drill):")
+        for tier, t in self.tiers.items():
+            lines.append(f"  {tier:<9} produced {t['produced']:,}  counted {t['count']:,}  "
+                         f"missing {t['missing']:,}  duplicated {t['duplicated']:,}")
+        lines.append(f"LOST: {self.lost:,}" + ("" if self.lost else "  (nothing acknowledged "
+                                                                     "was lost)"))
+        return "\n".join(lines)
+
+
+class Drill:
+    def __init__(self, pipeline: Pipeline, rounds: int, seed: int) -> None:
+        self.p = pipeline
+        self.rounds = rounds
+        self.rng = random.Random(seed)
+        self.report = DrillReport()
+        self.t0 = time.monotonic()
+        self.stop = threading.Event()
+        self.result = TrafficResult()
+        self.round_errors = 0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    # ------------------------------------------------------------ traffic
+
+    def traffic(self, per_round: int) -> None:
+        dcs = {dc: (self.p.lab.lb_address(dc), self.p.lab.zookeeper_connect(dc))
+               for dc in ("dc-a", "dc-b")}
+        seed = 1
+        while not self.stop.is_set():
+            try:
+                produce(dcs, TrafficConfig(messages_per_dc=per_round, hours=1, seed=seed,
+                                           batch_size=200),
+                        tolerate_failures=True, result=self.result)
+            except Exception as exc:          # noqa: BLE001 - e.g. ZooKeeper down: go on
+                self.round_errors += 1
+                say(f"traffic round {seed} stopped early: {type(exc).__name__}: {exc}"[:200])
+                self.stop.wait(1.0)
+            seed += 1
+            self.stop.wait(0.3)               # a steady flow over the whole drill
+
+    # ------------------------------------------------------------ faults
+
+    def _timed(self, kind: str, target: str, kill, restart, note: str = "") -> None:
+        at = self.elapsed()
+        kill()
+        time.sleep(self.rng.uniform(0.5, 2.0))        # down for a moment
+        t = time.monotonic()
+        restart()
+        self.report.faults.append(Fault(kind, target, at, time.monotonic() - t, note))
+        say(f"fault: {kind} {target} at {at:.1f} s, back in {time.monotonic() - t:.1f} s")
+
+    def kill_broker(self, dc: str) -> None:
+        i = self.rng.randrange(self.p.topology.cluster(dc).brokers)
+        self._timed("broker kill -9", f"{dc}.broker-{i}",
+                    lambda: self.p.lab.kill_broker(dc, i),
+                    lambda: self.p.lab.restart_broker(dc, i))
+
+    def kill_mirror(self) -> None:
+        from infra.local.lab import Lab
+        mirror = Lab.open(self.p.path("mirror"))
+        name = self.rng.choice(sorted(mirror.records))
+        self._timed("mirror kill -9", name, lambda: mirror.kill_process(name),
+                    lambda: mirror.restart_process(name))
+
+    def kill_counter(self, cluster: str = "analysis") -> None:
+        state = self.p.path(f"count-{cluster}")
+        with open(os.path.join(state, daemon.STATE_FILE)) as f:
+            record = json.load(f)
+
+        def kill():
+            os.killpg(record["pid"], signal.SIGKILL)
+            while daemon._alive(record):
+                time.sleep(0.05)
+            os.remove(os.path.join(state, daemon.STATE_FILE))
+
+        self._timed("counter kill -9", f"audit-count-{cluster}", kill,
+                    lambda: daemon.up(state, record["name"], record["command"]))
+
+    def kill_zookeeper(self) -> None:
+        self._timed("ZooKeeper kill -9", "zookeeper-1", lambda: self.p.lab.kill_zookeeper(1),
+                    lambda: self.p.lab.restart_zookeeper(1))
+
+    def kill_loader(self) -> None:
+        """A load started and killed (kill -9 of its spark-submit JVM) mid-run."""
+        at = self.elapsed()
+        proc = subprocess.Popen([sys.executable, "-m", "hadoop_loader.submit", "--config",
+                                 self.p.path("warehouse.toml")], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(self.rng.uniform(4.0, 9.0))
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        self.report.faults.append(Fault("loader kill -9", "spark-submit", at, 0.0,
+                                        "its output is loaded by the next run"))
+        say(f"fault: loader kill -9 at {at:.1f} s")
+
+    # ------------------------------------------------------------ the run
+
+    def run(self, per_round: int) -> DrillReport:
+        producer = threading.Thread(target=self.traffic, args=(per_round,), daemon=True)
+        producer.start()
+        faults = [lambda: self.kill_broker("dc-a"), lambda: self.kill_broker("dc-b"),
+                  self.kill_mirror, self.kill_counter, self.kill_loader] * self.rounds
+        self.rng.shuffle(faults)
+        faults.insert(self.rng.randrange(len(faults) + 1), self.kill_zookeeper)
+        for fault in faults:
+            time.sleep(self.rng.uniform(1.0, 4.0))
+            fault()
+        time.sleep(2.0)
+        self.stop.set()
+        producer.join(300)
+        say(f"traffic stopped: {self.result.total():,} acknowledged, "
+            f"{self.result.failed:,} not")
+        self.report.acked, self.report.failed = self.result.total(), self.result.failed
+        out = subprocess.run([sys.executable, "-m", "hadoop_loader.submit", "--config",
+                              self.p.path("warehouse.toml")], capture_output=True, text=True,
+                             timeout=900)
+        if out.returncode != 0:
+            say("the final load failed:\n" + out.stdout[-3000:] + out.stderr[-3000:])
+        self.settle()
+        return self.report
+
+    def settle(self, timeout: float = 180.0) -> None:
+        """Wait until every tier of the drill's windows has every acknowledged message."""
+        begin = self.result.first_hour_ms
+        end = int(time.time() * 1000) + 1
+        deadline = time.monotonic() + timeout
+        while True:
+            with urllib.request.urlopen(f"{self.p.audit_url}/api/verdicts?from={begin}"
+                                        f"&to={end}", timeout=30) as r:
+                verdicts = json.load(r)["verdicts"]
+            tiers = {}
+            for tier in TIERS:
+                chosen = [v for v in verdicts if v["tier"] == tier]
+                tiers[tier] = {k: sum(v[k] for v in chosen)
+                               for k in ("produced", "count", "missing", "duplicated")}
+            lost = sum(t["missing"] for t in tiers.values())
+            produced = tiers["producer"]["produced"]
+            complete = produced == self.report.acked and lost == 0 and all(
+                any(v["tier"] == tier for v in verdicts) for tier in TIERS)
+            if complete or time.monotonic() > deadline:
+                self.report.tiers, self.report.lost = tiers, (
+                    lost + max(0, self.report.acked - produced))
+                return
+            time.sleep(2.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m infra.local.drill", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dir", default=".drill", help="state directory (default .drill)")
+    p.add_argument("--rounds", type=int, default=2, help="times each fault is injected")
+    p.add_argument("--per-round", type=int, default=500,
+                   help="events per datacenter per traffic round")
+    p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--keep-up", action="store_true")
+    args = p.parse_args(argv)
+    stop(args.dir)
+    pipeline = Pipeline(args.dir)
+    report = None
+    try:
+        pipeline.start(airflow=False)
+        say(f"drill: seed {args.seed}, {args.rounds} rounds of faults")
+        report = Drill(pipeline, args.rounds, args.seed).run(args.per_round)
+        print(report.table())
+    finally:
+        if not args.keep_up:
+            stop(args.dir)
+    return 0 if report is not None and report.lost == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
