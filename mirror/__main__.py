@@ -6,6 +6,7 @@ and config/mirror.toml), then the command-line options, then --set KEY=VALUE.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -14,6 +15,8 @@ from broker.logging_setup import setup_logging
 from broker.settings import ConfigError, parse_overrides, to_toml
 
 from .config import load_mirror_config, parse_cluster
+
+log = logging.getLogger("mirror")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     while not stop.wait(0.5):
         if mirror.failure is not None or mirror.wait(0):
             break
+    if stop.is_set():
+        log.info("stopping: draining what is in flight, publishing the counts, committing")
     mirror.close()
     if mirror.failure is not None:
         print(f"error: the mirror stopped: {mirror.failure}", file=sys.stderr)

@@ -144,8 +144,13 @@ class Mirror:
 
     def close(self) -> None:
         self.stop()
-        self.wait(60)
+        if not self.wait(60):
+            log.warning("mirror %s: pipes still running 60 s after the stop (%s); closing "
+                        "anyway: what they did not commit is copied again after a restart",
+                        self.config.group,
+                        ", ".join(t.name for t in self._threads if t.is_alive()))
         self._close_all()
+        log.info("mirror %s stopped", self.config.group, extra={"event": "stopped"})
 
     def _close_all(self) -> None:
         for pipe in self.pipes:

@@ -123,6 +123,8 @@ class SourcePipe:
         self.acknowledged: dict[tuple[str, str], int] = {}   # (topic, bp) -> next offset
         self.copied = 0
         self._stopping = threading.Event()
+        self._close_lock = threading.Lock()   # the pipe's thread and Mirror.close may both close
+        self._closed = False
         self._backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self._skipped_reported = 0
 
@@ -270,15 +272,23 @@ class SourcePipe:
 
     def close(self) -> None:
         """Publish the counts, leave the group, committing what was
-        acknowledged (idempotent)."""
-        try:
-            self._publish_counts(force=True)
-        except Exception as exc:   # noqa: BLE001 - not committed: copied again after a restart
-            log.warning("publishing the mirror's counts of %s failed: %s", self.source.name, exc)
-        try:
-            self.consumer.close()          # commits what was acknowledged
-        except Exception as exc:   # noqa: BLE001
-            log.warning("closing the consumer of %s failed: %s", self.source.name, exc)
+        acknowledged (idempotent; a second caller waits for the first)."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            started = time.monotonic()
+            try:
+                self._publish_counts(force=True)
+            except Exception as exc:   # noqa: BLE001 - not committed: copied again after a restart
+                log.warning("publishing the mirror's counts of %s failed: %s",
+                            self.source.name, exc)
+            try:
+                self.consumer.close()          # commits what was acknowledged
+            except Exception as exc:   # noqa: BLE001
+                log.warning("closing the consumer of %s failed: %s", self.source.name, exc)
+            log.info("mirror %s: pipe from %s closed in %.1f s (%d copied)", self.config.group,
+                     self.source.name, time.monotonic() - started, self.copied)
 
 
 class _Stopped(Exception):
