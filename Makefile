@@ -6,8 +6,8 @@ STAMP  := $(VENV)/.installed
 CHECKOV := .venv-checkov/bin/checkov
 
 
-.PHONY: demo-down demo-broker demo-lab drill
-.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader \
+.PHONY: demo-down demo-broker demo-lab drill drill-loss
+.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
@@ -21,6 +21,8 @@ help:
 	@echo "make demo-down  stop a demo left up; make demo-broker / demo-lab: the smaller demos"
 	@echo "make drill   the pipeline under kill -9 of brokers, mirror, counter, loader, ZooKeeper;"
 	@echo "             fails if the audit shows any acknowledged message lost"
+	@echo "make drill-loss  a segment deleted before the mirror copied it: the audit must report"
+	@echo "             exactly that loss, and warehouse_load must refuse that hour"
 	@echo "make test    run the whole test suite"
 	@echo "make test-fast  the suite without the tests marked slow"
 	@echo "make test-asan  the codec's and the audit kernel's tests against the C code built with"
@@ -34,6 +36,7 @@ help:
 	@echo "make bench-mirror two DCs mirrored into the analysis cluster: throughput, latency"
 	@echo "make bench-audit  Avro rows/s, the audit's counting consumer, the audited producer"
 	@echo "make bench-loader the warehouse loader's rows/s into Parquet (Spark local[2])"
+	@echo "make bench-freshness  produce -> audit complete -> Parquet on the demo's pipeline"
 	@echo "make airflow-up  a real Airflow (UI on 127.0.0.1:$(AIRFLOW_PORT)) with dags/: warehouse_load,"
 	@echo "             audit_report; WAREHOUSE_CONFIG=file names their settings (config/loader.toml)"
 	@echo "make airflow-status / airflow-down  its processes and login / stop it"
@@ -77,6 +80,12 @@ DRILL_ARGS ?=
 
 drill: setup
 	$(PY) -m infra.local.drill --dir .drill $(DRILL_ARGS)
+
+# A deliberate loss (infra/local/drill_loss.py): a dc-a segment deleted before
+# the mirror copied it; passes only if the audit reports exactly that topic,
+# window, tier and count, and warehouse_load refuses that hour.
+drill-loss: setup
+	$(PY) -m infra.local.drill_loss --dir .drill-loss $(DRILL_ARGS)
 
 # the smaller demos: a broker and the console tools; the multi-DC lab alone
 demo-broker: setup
@@ -173,3 +182,7 @@ bench-audit: setup
 
 bench-loader: setup
 	$(PY) -m bench.loader_bench --runs 3
+
+# produce -> audit complete -> Parquet, on the demo's pipeline (~12 min)
+bench-freshness: setup
+	$(PY) -m bench.freshness_bench

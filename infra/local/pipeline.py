@@ -45,10 +45,14 @@ def _iso(ms: int) -> str:
 
 
 class Pipeline:
-    def __init__(self, state_dir: str, base_port: int | None = None) -> None:
+    def __init__(self, state_dir: str, base_port: int | None = None,
+                 overrides: dict | None = None, sensor_timeout_s: float = 900.0) -> None:
         self.state_dir = os.path.abspath(state_dir)
-        # the mirror publishes its tier's counts every 2 s (60 s by default)
-        overrides = {"mirrors.to-analysis.settings": "audit_publish_interval_ms=2000"}
+        self.sensor_timeout_s = sensor_timeout_s
+        # the mirror publishes its tier's counts every 2 s (1 s by default)
+        overrides = {"mirrors.to-analysis.settings": "audit_publish_interval_ms=2000",
+                     **(overrides or {})}
+        self._overrides = dict(overrides)
         if base_port:
             overrides["base_port"] = str(base_port)
         topology = load_topology(DEFAULT_TOPOLOGY, overrides)
@@ -65,7 +69,9 @@ class Pipeline:
 
     # ------------------------------------------------------------ up
 
-    def start(self, airflow: bool = True) -> None:
+    def start(self, airflow: bool = True, mirror_blacklist: str | None = None) -> None:
+        """Everything up; ``mirror_blacklist``: topics the mirror leaves out
+        (until ``restart_mirror``)."""
         os.makedirs(self.state_dir, exist_ok=True)
         with open(self.path("demo.json"), "w") as f:
             json.dump({"base_port": self.topology.base_port, "audit_url": self.audit_url,
@@ -78,7 +84,7 @@ class Pipeline:
         # the mirror starts once the topics exist: a topic made under a running
         # consumer group moves its partitions, and at-least-once copies again
         # what was not committed yet
-        Lab(self.topology, self.path("mirror")).up(timeout=60, only="mirror:to-analysis")
+        self.start_mirror(mirror_blacklist)
         python = sys.executable
         for cluster in CLUSTERS:
             daemon.up(self.path(f"count-{cluster}"), f"audit-count-{cluster}",
@@ -103,7 +109,7 @@ progress_interval_s = 5.0
 [warehouse]
 audit_url = "{self.audit_url}"
 sensor_poke_s = 5.0
-sensor_timeout_s = 900.0
+sensor_timeout_s = {self.sensor_timeout_s}
 retries = 2
 retry_delay_s = 5.0
 max_retry_delay_s = 30.0
@@ -112,6 +118,19 @@ max_retry_delay_s = 30.0
             airflow_stack.up(self.path("airflow"), self.airflow_port, config,
                              say=lambda text: say(f"airflow: {text}"))
         say(f"everything is up in {time.monotonic() - t0:.0f} s")
+
+    def start_mirror(self, blacklist: str | None = None) -> None:
+        topology = self.topology
+        if blacklist:
+            topology = load_topology(DEFAULT_TOPOLOGY, {
+                **self._overrides, "base_port": str(topology.base_port),
+                "mirrors.to-analysis.blacklist": blacklist})
+        Lab(topology, self.path("mirror")).up(timeout=60, only="mirror:to-analysis")
+
+    def restart_mirror(self) -> None:
+        """Stop the mirror and start it with the topology's own filters."""
+        Lab.open(self.path("mirror")).down()
+        self.start_mirror()
 
     def prepare_topics(self) -> None:
         """The schemas in every cluster's registry (the loader decodes in
@@ -143,9 +162,7 @@ max_retry_delay_s = 30.0
     def load_hours(self, first_hour_ms: int, hours: int, timeout: float = 900.0) -> dict:
         """warehouse_load for each hour, run by Airflow's scheduler; run id -> state."""
         url = f"http://127.0.0.1:{self.airflow_port}"
-        token = _call(f"{url}/auth/token", body={
-            "username": "admin", "password": airflow_stack.password(self.path("airflow"))})[
-            "access_token"]
+        token = self.airflow_token()
         runs = []
         for k in range(hours):
             end = first_hour_ms + (k + 1) * HOUR_MS         # a manual run's interval ends here
@@ -168,6 +185,12 @@ max_retry_delay_s = 30.0
         for run, state in states.items():
             say(f"  {run}: {state}")
         return states
+
+    def airflow_token(self) -> str:
+        """A bearer token of the REST API (the demo's admin user)."""
+        return _call(f"http://127.0.0.1:{self.airflow_port}/auth/token", body={
+            "username": "admin", "password": airflow_stack.password(self.path("airflow"))})[
+            "access_token"]
 
     # ------------------------------------------------------------ summary
 
