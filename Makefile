@@ -11,8 +11,8 @@ CHECKOV := .venv-checkov/bin/checkov
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
-# and zlib's headers): a missing one then fails the suite instead of skipping
-REQUIRE_SPEEDUPS := $(shell command -v cc >/dev/null 2>&1 && test -f /usr/include/zlib.h && echo 1 || echo 0)
+): a missing one then fails the suite instead of skipping
+REQUIRE_SPEEDUPS := $(shell command -v cc >/dev/null 2>&1 && echo 1 || echo 0)
 
 help:
 	@echo "make setup   create .venv and install Samsa with its test tools"
