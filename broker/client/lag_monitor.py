@@ -1,0 +1,287 @@
+"""Lag you can trust: every consumer group's status, partition by partition,
+read from outside the group (ZooKeeper and the brokers), as Burrow does.
+
+One cycle (``LagMonitor.evaluate``):
+
+1. From ZooKeeper, with kazoo's asynchronous reads issued together (never
+   one round trip after another): the groups under ``/consumers``, each
+   group's members (``ids``), owners and committed offsets (``offsets``:
+   the value and the node's modification time, which is the commit's time).
+2. The partitions a group consumes: every broker-partition of every topic
+   it has committed or owned, or that its live members' subscriptions
+   match — owned or not, so a dead member's partitions stay in view.
+3. From each broker, **one** Fetch request for all its partitions of every
+   group (max_wait 0, 22 bytes each at the committed offset): the
+   partition's high watermark (its log end, what consumers can read) and
+   the header of the next message to consume, whose timestamp gives the
+   lag in seconds (now - that timestamp; 0 when caught up).
+4. Each partition's window of commits grows when its offset node changed
+   (a new modification time); broker/client/lag_status.py judges it.
+
+The lag recorded with a commit is the one seen in the first cycle after it
+(Burrow records the broker's offset at commit time; polling every few
+seconds makes the difference a few seconds of production).
+
+Never imports broker internals: ZooKeeper, the Fetch API and the codec.
+Not thread-safe: one thread calls ``evaluate`` (a service's loop).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+from kazoo.exceptions import NoNodeError
+
+from broker.coordination import paths
+from broker.coordination.cluster import ClusterView
+from broker.coordination.ownership import Subscription
+from broker.protocol import api
+from broker.protocol.errors import ErrorCode, SamsaError
+from broker.protocol.message import first_timestamp
+
+from .connection import BrokerConnection, BrokerConnectionError, parse_address
+from .lag_status import Commit, PartitionStatus, Status, Thresholds, evaluate, group_status
+
+log = logging.getLogger(__name__)
+
+HEADER_BYTES = 22          # a message's header: enough for its timestamp
+
+
+@dataclass
+class GroupStatus:
+    group: str
+    status: Status
+    partitions: list[PartitionStatus]
+    members: list[str]
+    most_behind: PartitionStatus | None
+    total_lag_bytes: int
+    evaluated_ms: int
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """Shaped like Burrow's ``/v3/kafka/(cluster)/consumer/(group)/status``."""
+        def part(p: PartitionStatus) -> dict:
+            d = asdict(p)
+            d["status"] = p.status.name
+            return d
+        return {"group": self.group, "status": self.status.name,
+                "complete": 1.0, "partition_count": len(self.partitions),
+                "members": self.members, "totallag": self.total_lag_bytes,
+                "maxlag": part(self.most_behind) if self.most_behind else None,
+                "partitions": [part(p) for p in self.partitions if p.status != Status.OK
+                               or p.owner and not p.owner_alive],
+                "all_partitions": [part(p) for p in self.partitions],
+                "evaluated_ms": self.evaluated_ms, "errors": self.errors}
+
+
+@dataclass
+class _Seen:
+    """What the monitor remembers of one (group, topic, broker-partition)."""
+    window: deque
+    last_mtime: int | None = None
+    first_seen_ms: int | None = None
+
+
+@dataclass
+class _Row:
+    group: str
+    topic: str
+    bp: str
+    committed: int | None
+    mtime: int | None
+    owner: str | None
+
+
+class LagMonitor:
+    """Evaluate groups of one cluster. ``client``: a started KazooClient
+    rooted at the cluster's chroot (the caller owns it)."""
+
+    def __init__(self, client, thresholds: Thresholds = Thresholds(),
+                 clock=time.time, request_timeout: float = 10.0,
+                 client_id: str = "samsa-lag") -> None:
+        self.client = client
+        self.cluster = ClusterView(client)
+        self.thresholds = thresholds
+        self.clock = clock
+        self.request_timeout = request_timeout
+        self.client_id = client_id
+        self._seen: dict[tuple[str, str, str], _Seen] = {}
+        self._conns: dict[str, BrokerConnection] = {}
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    # ------------------------------------------------------------ ZooKeeper
+
+    def groups(self) -> list[str]:
+        try:
+            return sorted(self.client.get_children(paths.CONSUMERS))
+        except NoNodeError:
+            return []
+
+    def _children(self, paths_: list[str]) -> list[list[str]]:
+        """get_children of every path at once; a missing node gives []."""
+        asyncs = [self.client.get_children_async(p) for p in paths_]
+        out = []
+        for a in asyncs:
+            try:
+                out.append(a.get(timeout=self.request_timeout))
+            except NoNodeError:
+                out.append([])
+        return out
+
+    def _read_groups(self, groups: list[str]) -> tuple[dict[str, list[str]], list[_Row]]:
+        """Members of each group, and a row per (group, topic, partition)
+        it consumes with its committed offset, commit time and owner."""
+        base = [f"{paths.group_path(g)}/{kind}" for g in groups
+                for kind in ("ids", "offsets", "owners")]
+        children = self._children(base)
+        members = {g: children[3 * i] for i, g in enumerate(groups)}
+        # the subscriptions of live members (their topics are consumed even
+        # where nothing was committed yet)
+        sub_async = [(g, self.client.get_async(paths.consumer_id_path(g, cid)))
+                     for g in groups for cid in members[g]]
+        topics_of: dict[str, set[str]] = {g: set(children[3 * i + 1]) | set(children[3 * i + 2])
+                                          for i, g in enumerate(groups)}
+        cluster_topics = self.cluster.topics()
+        for g, a in sub_async:
+            try:
+                data, _ = a.get(timeout=self.request_timeout)
+                sub = Subscription.from_json(data)
+            except (NoNodeError, ValueError):
+                continue
+            topics_of[g] |= {t for t in cluster_topics if sub.matches(t)}
+        pairs = [(g, t) for g in groups for t in sorted(topics_of[g])]
+        committed_bps = self._children([paths.offsets_path(g, t) for g, t in pairs])
+        reads = []
+        for (g, t), bps in zip(pairs, committed_bps):
+            partitions = set(bps) | set(self.cluster.partitions(t))
+            for bp in paths.sort_broker_partitions(partitions):
+                reads.append((g, t, bp,
+                              self.client.get_async(paths.offsets_path(g, t, bp)),
+                              self.client.get_async(paths.owners_path(g, t, bp))))
+        rows = []
+        for g, t, bp, offset_read, owner_read in reads:
+            committed = mtime = owner = None
+            try:
+                data, stat = offset_read.get(timeout=self.request_timeout)
+                committed, mtime = int(data.decode()), stat.mtime
+            except (NoNodeError, ValueError):
+                pass
+            try:
+                owner = owner_read.get(timeout=self.request_timeout)[0].decode() or None
+            except NoNodeError:
+                pass
+            rows.append(_Row(g, t, bp, committed, mtime, owner))
+        return members, rows
+
+    # ------------------------------------------------------------ the brokers
+
+    def _conn(self, address: str) -> BrokerConnection:
+        conn = self._conns.get(address)
+        if conn is None:
+            host, port = parse_address(address)
+            conn = self._conns[address] = BrokerConnection(
+                host, port, self.client_id, request_timeout=self.request_timeout)
+        return conn
+
+    def _fetch_heads(self, wanted: list[tuple[str, str, int]]
+                     ) -> tuple[dict[tuple[str, str, int], api.FetchResult], list[str]]:
+        """{(topic, bp, offset): result}: one Fetch per broker for every
+        (topic, broker-partition, offset) it holds; errors by broker."""
+        by_broker: dict[int, list[tuple[str, str, int]]] = {}
+        for topic, bp, offset in wanted:
+            by_broker.setdefault(paths.parse_broker_partition(bp)[0], []).append(
+                (topic, bp, offset))
+        out, errors = {}, []
+        for broker_id, entries in by_broker.items():
+            address = self.cluster.address(broker_id)
+            if address is None:
+                errors.append(f"broker {broker_id} is not registered")
+                continue
+            request = api.FetchRequest(0, 0, tuple(
+                api.FetchEntry(t, paths.parse_broker_partition(bp)[1], offset, HEADER_BYTES)
+                for t, bp, offset in entries))
+            try:
+                response = self._conn(address).request(request)
+            except (BrokerConnectionError, SamsaError, OSError) as exc:
+                self._conns.pop(address).close()
+                errors.append(f"broker {broker_id} ({address}): {exc}")
+                continue
+            for (t, bp, offset), result in zip(entries, response.results):
+                out[(t, bp, offset)] = result
+        return out, errors
+
+    # ------------------------------------------------------------ one cycle
+
+    def evaluate(self, groups: list[str] | None = None) -> dict[str, GroupStatus]:
+        """Every group's status now (or those named)."""
+        now_ms = int(self.clock() * 1000)
+        groups = self.groups() if groups is None else groups
+        members, rows = self._read_groups(groups)
+        wanted = {(r.topic, r.bp, r.committed if r.committed is not None else 0) for r in rows}
+        heads, errors = self._fetch_heads(sorted(wanted))
+        # a partition never committed whose start was deleted: read at its earliest
+        again = {(r.topic, r.bp, heads[(r.topic, r.bp, 0)].earliest) for r in rows
+                 if r.committed is None and (r.topic, r.bp, 0) in heads
+                 and heads[(r.topic, r.bp, 0)].error == ErrorCode.OFFSET_OUT_OF_RANGE
+                 and heads[(r.topic, r.bp, 0)].earliest > 0}
+        if again:
+            more, more_errors = self._fetch_heads(sorted(again))
+            heads.update(more)
+            errors += more_errors
+        statuses: dict[str, list[PartitionStatus]] = {g: [] for g in groups}
+        for r in rows:
+            statuses[r.group].append(self._partition(r, heads, now_ms, members[r.group]))
+        out = {}
+        for g in groups:
+            parts = statuses[g]
+            worst, behind = group_status(parts)
+            out[g] = GroupStatus(g, worst, parts, sorted(members[g]), behind,
+                                 sum(p.lag_bytes or 0 for p in parts), now_ms, list(errors))
+        live = {(r.group, r.topic, r.bp) for r in rows}
+        for key in [k for k in self._seen if k[0] in groups and k not in live]:
+            del self._seen[key]
+        return out
+
+    def _partition(self, r: _Row, heads: dict, now_ms: int, members: list[str]
+                   ) -> PartitionStatus:
+        position = r.committed if r.committed is not None else 0
+        head = heads.get((r.topic, r.bp, position))
+        if head is not None and r.committed is None and \
+                head.error == ErrorCode.OFFSET_OUT_OF_RANGE and head.earliest > 0:
+            position = head.earliest
+            head = heads.get((r.topic, r.bp, position), head)
+        log_end = lag = seconds = None
+        if head is not None and head.high_watermark >= 0:
+            log_end = head.high_watermark
+            lag = max(0, log_end - position)
+            if lag == 0:
+                seconds = 0.0
+            elif head.error == ErrorCode.NONE:
+                ts = first_timestamp(head.message_set)
+                if ts > 0:
+                    seconds = max(0.0, (now_ms - ts) / 1000)
+        seen = self._seen.get((r.group, r.topic, r.bp))
+        if seen is None:
+            seen = self._seen[(r.group, r.topic, r.bp)] = _Seen(
+                deque(maxlen=self.thresholds.window_size), first_seen_ms=now_ms)
+        if r.mtime is not None and r.mtime != seen.last_mtime and lag is not None:
+            seen.window.append(Commit(r.committed, r.mtime, lag))
+            seen.last_mtime = r.mtime
+        status = Status.OK
+        if lag is not None:
+            status = evaluate(seen.window, lag, now_ms, self.thresholds,
+                              first_seen_ms=seen.first_seen_ms if r.committed is None else None)
+        return PartitionStatus(r.topic, r.bp, status, r.committed, log_end, lag, seconds,
+                               r.owner, r.owner in members if r.owner else False,
+                               r.mtime)
+
+
+def status_json(statuses: dict[str, GroupStatus]) -> str:
+    return json.dumps({g: s.to_json() for g, s in statuses.items()}, indent=1)
