@@ -214,6 +214,8 @@ def cmd_groups(args: argparse.Namespace) -> int:
     client = make_client(args.zookeeper)
     start_client(client, args.zookeeper, timeout=args.timeout, what="groups tool")
     try:
+        if args.status is not None:
+            return _group_status(client, args)
         if args.list or not (args.describe or args.reset_offsets):
             try:
                 for group in sorted(client.get_children(paths.CONSUMERS)):
@@ -275,6 +277,61 @@ def cmd_groups(args: argparse.Namespace) -> int:
     finally:
         client.stop()
         client.close()
+
+
+def _group_status(client, args: argparse.Namespace) -> int:
+    """--status GROUP (or --status --all): Burrow's evaluation
+    (broker/client/lag_status.py) from --samples looks, --interval apart."""
+    import json
+    import time
+
+    from broker.client.lag_monitor import LagMonitor
+    from broker.client.lag_status import Thresholds
+    from broker.coordination import paths
+
+    monitor = LagMonitor(client, Thresholds(stop_min_ms=int(args.stop_after * 1000)))
+    try:
+        if args.all:
+            groups = monitor.groups()
+        else:
+            if not args.status:
+                print("error: --status needs a GROUP, or --all", file=sys.stderr)
+                return 2
+            if not client.exists(paths.group_path(args.status)):
+                print(f"error: no group {args.status!r} in {args.zookeeper}", file=sys.stderr)
+                return 1
+            groups = [args.status]
+        statuses = {}
+        for k in range(args.samples):
+            if k:
+                time.sleep(args.interval)
+            statuses = monitor.evaluate(groups)
+    finally:
+        monitor.close()
+    if args.json:
+        print(json.dumps({g: s.to_json() for g, s in statuses.items()}, indent=1))
+        return 0
+    for g, s in statuses.items():
+        behind = s.most_behind
+        print(f"GROUP {g}  STATUS {s.status.name}  members {len(s.members)}  total lag "
+              f"{s.total_lag_bytes:,} bytes" + (
+                  f"  most behind {behind.topic}/{behind.partition} "
+                  f"({behind.lag_bytes or 0:,} bytes, {_seconds(behind.lag_seconds)})"
+                  if behind and behind.lag_bytes else ""))
+        for error in s.errors:
+            print(f"  error: {error}")
+        print("TOPIC\tPARTITION\tSTATUS\tOWNER\tCOMMITTED\tLOG-END\tLAG-BYTES\tLAG-SECONDS")
+        for p in s.partitions:
+            owner = "-" if p.owner is None else p.owner + ("" if p.owner_alive else " (dead)")
+            print(f"{p.topic}\t{p.partition}\t{p.status.name}\t{owner}\t"
+                  f"{'-' if p.committed is None else p.committed}\t"
+                  f"{'-' if p.log_end is None else p.log_end}\t"
+                  f"{'-' if p.lag_bytes is None else p.lag_bytes}\t{_seconds(p.lag_seconds)}")
+    return 0
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
 
 
 def _offset_of(cluster, topic: str, bp: str, time_ms: int) -> int:
@@ -375,11 +432,30 @@ def build_parser() -> argparse.ArgumentParser:
     action = p.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="list the groups (default)")
     action.add_argument("--describe", metavar="GROUP")
+    action.add_argument("--status", metavar="GROUP", nargs="?", const="",
+                        help="Burrow-style health of GROUP (or, with --all, of every group): "
+                             "per partition, owned or not: OK, WARN (lag growing), STALL "
+                             "(commits, offset not moving), STOP (no commit for longer than "
+                             "--stop-after while behind), REWIND (offset went back); lag in "
+                             "bytes and seconds; the group is its worst partition "
+                             "(docs/lag.md)")
     action.add_argument("--reset-offsets", metavar="GROUP",
                         help="set a STOPPED group's offsets (see --to)")
     p.add_argument("--to", type=_parse_time, default=api.EARLIEST, metavar="WHERE",
                    help="for --reset-offsets: earliest (default), latest, epoch ms or ISO time")
     p.add_argument("--topic", help="only this topic")
+    p.add_argument("--all", action="store_true", help="with --status: every group")
+    p.add_argument("--samples", type=int, default=1,
+                   help="with --status: look this many times, --interval apart; WARN and "
+                        "STALL need a full window of commits (10), so a single look only "
+                        "tells OK, STOP and REWIND (default 1; the lag service keeps "
+                        "windows: python -m broker.lag)")
+    p.add_argument("--interval", type=float, default=5.0,
+                   help="with --samples: seconds between looks (default 5)")
+    p.add_argument("--stop-after", type=float, default=10.0,
+                   help="with --status: seconds without a commit, while behind, that make "
+                        "a partition STOP at the least (default 10)")
+    p.add_argument("--json", action="store_true", help="with --status: Burrow-shaped JSON")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for ZooKeeper (default 10)")
     p.set_defaults(func=cmd_groups)

@@ -1,0 +1,64 @@
+"""The lag service's settings (config/lag.toml lists each with its default)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from broker import settings
+from broker.client.lag_status import Thresholds
+from broker.coordination.zk import split_connect_string
+
+
+@dataclass(frozen=True)
+class WatchedCluster:
+    name: str
+    """A short name for the URLs and the metrics' labels ("dc-a")."""
+    zookeeper: str
+    """The cluster's ZooKeeper connect string with its chroot."""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name or ""):
+            raise ValueError(f"cluster name {self.name!r}: use letters, digits, '.', '_', '-'")
+        split_connect_string(self.zookeeper)
+
+
+@dataclass(frozen=True)
+class LagServiceConfig:
+    clusters: tuple[WatchedCluster, ...] = ()
+    """The clusters whose groups are evaluated (at least one)."""
+    http_host: str = "127.0.0.1"
+    http_port: int = 8091
+    """JSON under /v3/kafka/..., Prometheus text under /metrics; 0 = any free port."""
+    interval_s: float = 5.0
+    """Seconds between evaluations (each reads every group's commits once)."""
+    groups: str = ".*"
+    """Regex: evaluate the groups whose whole name matches."""
+    window_size: int = 10
+    """Commits kept per partition for the WARN and STALL rules."""
+    stop_min_ms: int = 10_000
+    """No commit for this long while behind is STOP, at the least..."""
+    stop_intervals: float = 3.0
+    """...or for this many times the partition's median time between commits."""
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+    def __post_init__(self) -> None:
+        if not self.clusters:
+            raise ValueError("give at least one cluster (--cluster NAME=ZOOKEEPER)")
+        names = [c.name for c in self.clusters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"cluster names repeat: {names}")
+        if self.interval_s <= 0 or not 0 <= self.http_port < 65536:
+            raise ValueError("interval_s must be > 0 and http_port a port")
+        try:
+            re.compile(self.groups)
+        except re.error as exc:
+            raise ValueError(f"groups is not a regular expression: {exc}") from None
+        self.thresholds()                      # validates them
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.window_size, self.stop_min_ms, self.stop_intervals)
+
+
+def load_lag_config(path: str | None, overrides: dict | None = None) -> LagServiceConfig:
+    return settings.load(LagServiceConfig, path, overrides)

@@ -1,0 +1,239 @@
+"""The lag service: a loop that evaluates every group of every configured
+cluster (broker/client/lag_monitor.py) each ``interval_s``, and one HTTP
+server that serves the last evaluation.
+
+HTTP (JSON shaped like Burrow's v3 API):
+
+    GET /v3/kafka                                   the clusters
+    GET /v3/kafka/<cluster>/consumer                the groups evaluated
+    GET /v3/kafka/<cluster>/consumer/<group>/status the group's status, its
+                                                    partitions that are not OK
+    GET /v3/kafka/<cluster>/consumer/<group>/lag    ... and every partition
+    GET /metrics                                    Prometheus text
+    GET /healthz                                    200 once a cycle is done
+
+Prometheus gauges (labels cluster, group; per partition also topic and
+partition = broker-partition):
+
+    samsa_group_status            0 OK, 1 WARN, 2 STALL, 3 STOP, 4 REWIND
+    samsa_group_lag_bytes         the group's total lag
+    samsa_partition_status        as the group's, per partition
+    samsa_partition_lag_bytes     log end - committed offset
+    samsa_partition_lag_seconds   age of the next message to consume (0 caught up)
+    samsa_partition_owner_alive   1 if a live member owns it, else 0
+    samsa_lag_evaluation_seconds  how long the last cycle took, per cluster
+    samsa_lag_evaluation_errors_total  cycles that failed, per cluster
+
+A cluster whose ZooKeeper or brokers cannot be reached keeps its last
+evaluation (and says so in ``errors``); the others go on.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlparse
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from broker.client.lag_monitor import GroupStatus, LagMonitor
+from broker.coordination.zk import make_client, start_client
+
+from .config import LagServiceConfig
+
+log = logging.getLogger("broker.lag")
+
+
+class LagService:
+    def __init__(self, config: LagServiceConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._status: dict[str, dict[str, GroupStatus]] = {c.name: {} for c in config.clusters}
+        self._cycle_seconds: dict[str, float] = {}
+        self._errors: dict[str, int] = {c.name: 0 for c in config.clusters}
+        self._last_error: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._monitors: dict[str, LagMonitor] = {}
+        self._clients = {}
+        self._group_filter = re.compile(config.groups)
+        registry = CollectorRegistry()
+        registry.register(_Collector(self))
+        self._registry = registry
+        self._http = ThreadingHTTPServer((config.http_host, config.http_port), _handler(self))
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def port(self) -> int:
+        return self._http.server_address[1]
+
+    def start(self) -> "LagService":
+        for target, name in ((self._loop, "lag-evaluate"), (self._http.serve_forever, "lag-http")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        log.info("lag service on http://%s:%d/ evaluating %s every %.1f s", self.config.http_host,
+                 self.port, ", ".join(c.name for c in self.config.clusters),
+                 self.config.interval_s)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._http.shutdown()
+        self._http.server_close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        for monitor in self._monitors.values():
+            monitor.close()
+        for client in self._clients.values():
+            client.stop()
+            client.close()
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._ready.wait(timeout)
+
+    # ------------------------------------------------------------ the loop
+
+    def _monitor(self, cluster) -> LagMonitor:
+        monitor = self._monitors.get(cluster.name)
+        if monitor is None:
+            client = make_client(cluster.zookeeper)
+            start_client(client, cluster.zookeeper, timeout=10.0, what="lag service")
+            self._clients[cluster.name] = client
+            monitor = self._monitors[cluster.name] = LagMonitor(
+                client, self.config.thresholds(), client_id="samsa-lag-service")
+        return monitor
+
+    def evaluate_once(self) -> None:
+        for cluster in self.config.clusters:
+            started = time.monotonic()
+            try:
+                monitor = self._monitor(cluster)
+                groups = [g for g in monitor.groups() if self._group_filter.fullmatch(g)]
+                result = monitor.evaluate(groups)
+            except Exception as exc:   # noqa: BLE001 - one cluster's failure stops no other
+                with self._lock:
+                    self._errors[cluster.name] += 1
+                    self._last_error[cluster.name] = str(exc)
+                log.warning("evaluating %s failed: %s", cluster.name, exc)
+                continue
+            with self._lock:
+                self._status[cluster.name] = result
+                self._cycle_seconds[cluster.name] = time.monotonic() - started
+                self._last_error.pop(cluster.name, None)
+            bad = {g: s.status.name for g, s in result.items() if s.status.name != "OK"}
+            if bad:
+                log.info("%s: %s", cluster.name, ", ".join(f"{g} {s}" for g, s in bad.items()))
+        self._ready.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.evaluate_once()
+            self._stop.wait(self.config.interval_s)
+
+    # ------------------------------------------------------------ reading
+
+    def snapshot(self) -> tuple[dict[str, dict[str, GroupStatus]], dict, dict, dict]:
+        with self._lock:
+            return ({c: dict(g) for c, g in self._status.items()}, dict(self._cycle_seconds),
+                    dict(self._errors), dict(self._last_error))
+
+
+class _Collector:
+    def __init__(self, service: LagService) -> None:
+        self.service = service
+
+    def collect(self):
+        status, seconds, errors, _last = self.service.snapshot()
+        group_status = GaugeMetricFamily("samsa_group_status", "worst partition status: 0 OK, "
+                                         "1 WARN, 2 STALL, 3 STOP, 4 REWIND",
+                                         labels=["cluster", "group"])
+        group_lag = GaugeMetricFamily("samsa_group_lag_bytes", "total lag of the group",
+                                      labels=["cluster", "group"])
+        labels = ["cluster", "group", "topic", "partition"]
+        part_status = GaugeMetricFamily("samsa_partition_status", "0 OK, 1 WARN, 2 STALL, "
+                                        "3 STOP, 4 REWIND", labels=labels)
+        part_lag = GaugeMetricFamily("samsa_partition_lag_bytes",
+                                     "log end - committed offset", labels=labels)
+        part_seconds = GaugeMetricFamily("samsa_partition_lag_seconds", "age of the next "
+                                         "message to consume; 0 when caught up", labels=labels)
+        part_alive = GaugeMetricFamily("samsa_partition_owner_alive",
+                                       "1 if a live member owns the partition", labels=labels)
+        cycle = GaugeMetricFamily("samsa_lag_evaluation_seconds",
+                                  "duration of the last evaluation", labels=["cluster"])
+        failed = CounterMetricFamily("samsa_lag_evaluation_errors",
+                                     "evaluations that failed", labels=["cluster"])
+        for cluster, groups in status.items():
+            for g, s in groups.items():
+                group_status.add_metric([cluster, g], int(s.status))
+                group_lag.add_metric([cluster, g], s.total_lag_bytes)
+                for p in s.partitions:
+                    key = [cluster, g, p.topic, p.partition]
+                    part_status.add_metric(key, int(p.status))
+                    if p.lag_bytes is not None:
+                        part_lag.add_metric(key, p.lag_bytes)
+                    if p.lag_seconds is not None:
+                        part_seconds.add_metric(key, p.lag_seconds)
+                    part_alive.add_metric(key, 1 if p.owner_alive else 0)
+        for cluster, value in seconds.items():
+            cycle.add_metric([cluster], value)
+        for cluster, n in errors.items():
+            failed.add_metric([cluster], n)
+        yield from (group_status, group_lag, part_status, part_lag, part_seconds, part_alive,
+                    cycle, failed)
+
+
+def _handler(service: LagService):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, fmt, *args) -> None:      # access logs at DEBUG
+            log.debug("%s " + fmt, self.address_string(), *args)
+
+        def _send(self, code: int, body: bytes, kind: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, code: int, obj) -> None:
+            self._send(code, json.dumps(obj, indent=1).encode())
+
+        def do_GET(self) -> None:   # noqa: N802 - the http.server API
+            path = [unquote(p) for p in urlparse(self.path).path.strip("/").split("/") if p]
+            status, _seconds, _errors, last_error = service.snapshot()
+            if path == ["metrics"]:
+                self._send(200, generate_latest(service._registry),
+                           "text/plain; version=0.0.4; charset=utf-8")
+            elif path == ["healthz"]:
+                ready = service._ready.is_set()
+                self._json(200 if ready else 503, {"ready": ready})
+            elif path[:2] == ["v3", "kafka"] and len(path) == 2:
+                self._json(200, {"error": False, "clusters": sorted(status)})
+            elif path[:2] == ["v3", "kafka"] and len(path) >= 3 and path[2] not in status:
+                self._json(404, {"error": True, "message": f"no cluster {path[2]!r}"})
+            elif path[:2] == ["v3", "kafka"] and len(path) == 4 and path[3] == "consumer":
+                self._json(200, {"error": False, "consumers": sorted(status[path[2]]),
+                                 "last_error": last_error.get(path[2])})
+            elif path[:2] == ["v3", "kafka"] and len(path) == 6 and path[3] == "consumer" \
+                    and path[5] in ("status", "lag"):
+                group = status[path[2]].get(path[4])
+                if group is None:
+                    self._json(404, {"error": True, "message": f"no group {path[4]!r} in "
+                                                               f"{path[2]}"})
+                    return
+                body = group.to_json()
+                if path[5] == "status":
+                    body.pop("all_partitions")
+                else:
+                    body["partitions"] = body.pop("all_partitions")
+                body["cluster"] = path[2]
+                self._json(200, {"error": False, "status": body,
+                                 "last_error": last_error.get(path[2])})
+            else:
+                self._json(404, {"error": True, "message": "see /v3/kafka, /metrics"})
+
+    return Handler
