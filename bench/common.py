@@ -188,3 +188,15 @@ def write_section(path_md: str, section: str, start: str, end: str) -> None:
             text = f.read()
     with open(path_md, "w") as f:
         f.write(replace_section(text, section, start, end))
+
+
+def save_results(name: str, result: dict, section: str, start: str, end: str,
+                 write_md: bool = True) -> None:
+    """bench/results/<name>.json, the section printed, and (unless told not
+    to) put into its markers in bench/RESULTS.md."""
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print(section)
+    if write_md:
+        write_section(os.path.join(HERE, "RESULTS.md"), section, start, end)

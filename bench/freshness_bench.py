@@ -48,7 +48,7 @@ import threading
 import time
 import urllib.request
 
-from bench.common import HERE, log, machine_info, percentile, write_section
+from bench.common import log, machine_info, percentile, save_results
 from infra.local.pipeline import Pipeline, _call
 from infra.local.traffic import HOUR_MS, TOPIC_WEIGHTS, _event
 
@@ -133,7 +133,7 @@ def audit_freshness(pipeline: Pipeline, bursts: int, per_dc: int, seed: int) -> 
     window = 600_000
     expected: dict[int, int] = {}
     for k in range(bursts):
-        producers = Producers(pipeline, seed + k)
+        producers = Producers(pipeline, seed * 1000 + k)      # distinct event ids
         now = int(time.time() * 1000)
         begin = now - now % window
         if now + 5_000 > begin + window:          # do not straddle two windows
@@ -175,7 +175,7 @@ def frequent_loads(pipeline: Pipeline, every_s: float, cycles: int, rate: int,
     seen: set = set()
     dag_steps.load(config)                         # everything older is out of the way
     parquet_event_times(warehouse, seen)
-    producers = Producers(pipeline, seed)
+    producers = Producers(pipeline, seed * 1000)
     stop = threading.Event()
     started_ms = int(time.time() * 1000)
 
@@ -226,22 +226,32 @@ def hourly_delay(pipeline: Pipeline, hours: int, per_dc: int, seed: int) -> list
     url = f"http://127.0.0.1:{pipeline.airflow_port}/api/v2/dags/warehouse_load"
     token = pipeline.airflow_token()
     _call(url, token, {"is_paused": False}, method="PATCH")
+
+    def no_scheduled_runs() -> None:
+        # unpaused, the scheduler makes a run for the latest hour by itself:
+        # it would hold the one active run (max_active_runs = 1) and skew the figure
+        for run in _call(f"{url}/dagRuns?limit=100", token)["dag_runs"]:
+            if run["run_type"] == "scheduled" and run["state"] in ("queued", "running"):
+                _call(f"{url}/dagRuns/{run['dag_run_id']}", token, {"state": "failed"},
+                      method="PATCH")
     now = int(time.time() * 1000)
     delays = []
     for k in range(hours):
         end = now - now % HOUR_MS - k * HOUR_MS           # the hour [end - 1 h, end)
         hour = end - HOUR_MS
-        producers = Producers(pipeline, seed + 100 + k)
+        producers = Producers(pipeline, seed * 1000 + k)
         for dc in DCS:
             producers.send(dc, [end - 60_000 + i * 60_000 // per_dc for i in range(per_dc)])
         t0 = time.monotonic()
         producers.close()
+        no_scheduled_runs()
         run_id = f"freshness-{dt.datetime.fromtimestamp(hour / 1000, dt.timezone.utc):%Y%m%dT%H}"
         _call(f"{url}/dagRuns", token, {
             "logical_date": dt.datetime.fromtimestamp(end / 1000, dt.timezone.utc).isoformat(),
             "dag_run_id": f"{run_id}-{int(time.time())}"})
         marker = hour_partition("page_views", hour)
         while not out.exists(marker, "_SUCCESS"):
+            no_scheduled_runs()
             if time.monotonic() - t0 > 900:
                 raise TimeoutError(f"warehouse_load for {run_id} did not finish in 900 s")
             time.sleep(0.2)
@@ -317,13 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": time.strftime("%Y-%m-%d"), "machine": machine_info(),
               "burst_per_dc": args.burst, "audit_s": audit_s, "frequent": frequent,
               "hourly_delay_s": hourly}
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "freshness.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    text = section(result)
-    print(text)
-    if not args.no_write:
-        write_section(os.path.join(HERE, "RESULTS.md"), text, SECTION_START, SECTION_END)
+    save_results("freshness", result, section(result), SECTION_START, SECTION_END,
+                 not args.no_write)
     return 0
 
 

@@ -6,7 +6,11 @@ Per source partition ("source", "topic", "partition" = broker-partition):
 
   samsa_mirror_messages_total, samsa_mirror_bytes_total
         copied and acknowledged (flushed) by the target: rate() = throughput
-  samsa_mirror_lag_bytes        source log end - next offset to copy
+  samsa_mirror_lag_bytes        source log end - next offset to copy, for every
+                                partition of the group's topics, owned by this
+                                process, another or nobody (each process reports
+                                the group's whole lag: take max, not sum)
+  samsa_mirror_lag_status       Burrow's status of the partition (docs/lag.md)
   samsa_mirror_lag_messages     the same in messages, estimated: bytes behind /
                                 the partition's mean message size so far
   samsa_mirror_record_age_seconds  now - timestamp of the last message copied,
@@ -40,6 +44,7 @@ class MirrorMetrics:
         self.messages: dict[PartitionKey, int] = defaultdict(int)
         self.bytes: dict[PartitionKey, int] = defaultdict(int)
         self.lag_bytes: dict[PartitionKey, int] = {}
+        self.lag_status: dict[PartitionKey, int] = {}
         self.record_age: dict[PartitionKey, float] = {}
         self.unacknowledged: dict[str, int] = defaultdict(int)
         self.resent: dict[str, int] = defaultdict(int)
@@ -83,12 +88,19 @@ class MirrorMetrics:
         with self._lock:
             self.resent[source] += count
 
-    def set_lag(self, source: str, lags: dict[tuple[str, str], int]) -> None:
+    def set_lag(self, source: str, lags: dict[tuple[str, str], int],
+                statuses: dict[tuple[str, str], int] | None = None) -> None:
+        """Every partition of the group's topics in ``source`` (owned here,
+        elsewhere or by nobody): bytes behind, and the lag status."""
         with self._lock:
             for key in [k for k in self.lag_bytes if k[0] == source]:
                 del self.lag_bytes[key]
+            for key in [k for k in self.lag_status if k[0] == source]:
+                del self.lag_status[key]
             for (topic, bp), lag in lags.items():
                 self.lag_bytes[(source, topic, bp)] = lag
+            for (topic, bp), status in (statuses or {}).items():
+                self.lag_status[(source, topic, bp)] = status
 
     def lag_messages(self, key: PartitionKey) -> float:
         count, size = self.messages.get(key, 0), self.bytes.get(key, 0)
@@ -125,6 +137,12 @@ class MirrorMetrics:
             lag_msgs.add_metric(list(key), self.lag_messages(key))
         yield lag
         yield lag_msgs
+        status = GaugeMetricFamily(
+            "samsa_mirror_lag_status", "The group's status on the source partition "
+            "(docs/lag.md): 0 OK, 1 WARN, 2 STALL, 3 STOP, 4 REWIND", labels=labels)
+        for key, value in self.lag_status.items():
+            status.add_metric(list(key), value)
+        yield status
         age = GaugeMetricFamily("samsa_mirror_record_age_seconds",
                                 "now - timestamp of the last message copied, when written",
                                 labels=labels)

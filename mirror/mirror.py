@@ -14,8 +14,7 @@ import threading
 import time
 import uuid
 
-from broker.client.group_lag import AdminPool, partition_lags
-from broker.coordination import offsets as zk_offsets
+from broker.client.lag_monitor import LagMonitor
 from broker.coordination.zk import make_client, start_client
 
 from .config import MirrorConfig
@@ -26,7 +25,7 @@ from .target import TargetCluster
 
 log = logging.getLogger(__name__)
 
-LAG_INTERVAL_S = 2.0
+LAG_INTERVAL_S = 1.0
 PROGRESS_INTERVAL_S = 10.0
 
 
@@ -177,28 +176,46 @@ class Mirror:
     # ------------------------------------------------------------ lag and progress
 
     def _probe_lag(self) -> None:
-        """Every LAG_INTERVAL_S: each owned source partition's log end minus
-        where the copy stands (acknowledged, else committed, else earliest)."""
-        with AdminPool("samsa-mirror-lag") as admins:
+        """Every LAG_INTERVAL_S, per source: the mirror group's lag on every
+        partition of its topics, owned by this process, by another, or by
+        nobody (a dead member's until the group rebalances), evaluated as
+        every group is (broker/client/lag_monitor.py); for the partitions
+        this process owns, from what the target acknowledged (ahead of the
+        last commit). Never 0 for a partition whose committed lag is not."""
+        monitors = {}
+        try:
             while not self._stopping.wait(LAG_INTERVAL_S):
                 for pipe in self.pipes:
                     try:
-                        self.metrics.set_lag(pipe.source.name, self._lags(pipe, admins))
+                        monitor = monitors.get(pipe.source.name)
+                        if monitor is None:
+                            monitor = monitors[pipe.source.name] = LagMonitor(
+                                pipe.consumer.client, client_id="samsa-mirror-lag")
+                        lags, statuses = self._lags(pipe, monitor)
+                        self.metrics.set_lag(pipe.source.name, lags, statuses)
                     except Exception as exc:   # noqa: BLE001 - a probe must not stop the copy
                         log.debug("lag probe of %s failed: %s", pipe.source.name, exc)
+        finally:
+            for monitor in monitors.values():
+                monitor.close()
 
-    def _lags(self, pipe: SourcePipe, admins: AdminPool) -> dict:
-        """Bytes behind per owned source partition: from what the target
-        acknowledged (ahead of the last commit), else the committed offset,
-        else the partition's earliest offset."""
-        consumer = pipe.consumer
-        owned = sorted(consumer.owned())
-        positions = {key: offset for key, offset in
-                     zk_offsets.read_offsets(consumer.client, self.config.group).items()
-                     if key in set(owned)}
-        positions.update(pipe.acknowledged)
-        rows = partition_lags(consumer.cluster, owned, positions, admins)
-        return {(r.topic, r.partition): r.lag for r in rows if r.lag is not None}
+    def _lags(self, pipe: SourcePipe, monitor: LagMonitor) -> tuple[dict, dict]:
+        """({(topic, bp): bytes behind}, {(topic, bp): status}) of every
+        partition of the group's topics in this source."""
+        group = monitor.evaluate([self.config.group])[self.config.group]
+        owned = pipe.consumer.owned()
+        acknowledged = dict(pipe.acknowledged)
+        lags, statuses = {}, {}
+        for p in group.partitions:
+            key = (p.topic, p.partition)
+            if p.lag_bytes is None:
+                continue
+            lag = p.lag_bytes
+            if key in owned and key in acknowledged and p.log_end is not None:
+                lag = max(0, p.log_end - max(acknowledged[key], p.committed or 0))
+            lags[key] = lag
+            statuses[key] = int(p.status)
+        return lags, statuses
 
     def _report(self) -> None:
         last_count, last_time = 0, time.monotonic()

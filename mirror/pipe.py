@@ -16,6 +16,14 @@ acknowledged only once the monitoring events that count it are published
 re-copies and counts again what it had counted and not published — the
 audit sees duplicates, never a loss that did not happen.
 
+Partitions change hands without copying twice: when the group takes
+partitions from this process (a member joined or left, or this one stops),
+the consumer's ``on_revoke`` asks the pipe's thread to finish what is in
+flight (every sent chunk acknowledged by the target, up to the consumer's
+``revoke_timeout_ms``), publish the counts and acknowledge their offsets;
+the consumer commits and only then releases the partitions, so their new
+owner starts after the last copy made here.
+
 The window (messages sent and not yet acknowledged) is capped by
 ``max_unacknowledged``: when full, the pipe stops fetching until the target
 catches up, which is also how a target outage holds the mirror back.
@@ -111,13 +119,6 @@ class SourcePipe:
         self.config = config
         self.target = target
         self.metrics = metrics
-        self.consumer = GroupConsumer(GroupConsumerConfig(
-            zookeeper=source.zookeeper, group=config.group, whitelist=config.whitelist,
-            blacklist=blacklist, consumer_id=consumer_id, auto_offset_reset="earliest",
-            auto_commit=True, auto_commit_interval_ms=config.commit_interval_ms,
-            explicit_acknowledgement=True, fetch_max_bytes=config.fetch_max_bytes,
-            queue_chunks=8, session_timeout_ms=config.session_timeout_ms,
-            on_corrupt=config.on_corrupt))
         self.pending: deque[Chunk] = deque()
         self.unacknowledged = 0
         self.acknowledged: dict[tuple[str, str], int] = {}   # (topic, bp) -> next offset
@@ -127,14 +128,29 @@ class SourcePipe:
         self._closed = False
         self._backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self._skipped_reported = 0
+        self._thread: int | None = None                 # the ident of run()'s thread
+        self._handovers: list[tuple[threading.Event, float]] = []
+        self._handover_lock = threading.Lock()
+        self.handovers = 0
+        # last: its member may call back (on_revoke) as soon as it exists
+        self.consumer = GroupConsumer(GroupConsumerConfig(
+            zookeeper=source.zookeeper, group=config.group, whitelist=config.whitelist,
+            blacklist=blacklist, consumer_id=consumer_id, auto_offset_reset="earliest",
+            auto_commit=True, auto_commit_interval_ms=config.commit_interval_ms,
+            explicit_acknowledgement=True, fetch_max_bytes=config.fetch_max_bytes,
+            queue_chunks=8, session_timeout_ms=config.session_timeout_ms,
+            on_corrupt=config.on_corrupt), on_revoke=self._on_revoke)
 
     # ------------------------------------------------------------ the thread
 
     def run(self) -> None:
         """Fetch, send, acknowledge, until stopped; raises MirrorFailure."""
         cap = self.config.max_unacknowledged
+        self._thread = threading.get_ident()
         try:
             while not self._stopping.is_set():
+                if self._handovers:
+                    self._serve_handovers()
                 self._settle(block=self.unacknowledged >= cap)
                 self._publish_counts()
                 if self.unacknowledged >= cap:
@@ -167,6 +183,44 @@ class SourcePipe:
     def stop(self) -> None:
         self._stopping.set()
 
+    # ------------------------------------------------------------ hand-over
+
+    def _on_revoke(self, partitions, deadline: float) -> None:
+        """The consumer gives partitions up (its coordination thread, or the
+        thread closing it): return once everything in flight is acknowledged
+        and its counts published, or at ``deadline``."""
+        if threading.get_ident() == self._thread or self._thread is None or self._closed:
+            self._hand_over(deadline)          # close() on the pipe's thread, or no thread
+            return
+        done = threading.Event()
+        with self._handover_lock:
+            self._handovers.append((done, deadline))
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            log.warning("mirror %s: hand-over of %d partitions of %s timed out with %d messages "
+                        "in flight: the new owner copies them again", self.config.group,
+                        len(partitions), self.source.name, self.unacknowledged)
+
+    def _serve_handovers(self) -> None:
+        """On the pipe's thread: settle, publish, acknowledge; wake the askers."""
+        with self._handover_lock:
+            asks, self._handovers = self._handovers, []
+        self._hand_over(min(deadline for _done, deadline in asks))
+        for done, _deadline in asks:
+            done.set()
+
+    def _hand_over(self, deadline: float) -> None:
+        started = time.monotonic()
+        try:
+            while self.pending and time.monotonic() < deadline:
+                self._settle(block=True, deadline=deadline)
+            self._publish_counts(force=True)
+        except (_Stopped, MirrorFailure) as exc:
+            log.warning("mirror %s: hand-over interrupted: %s", self.config.group, exc)
+        self.handovers += 1
+        log.info("mirror %s: handed over partitions of %s in %.0f ms (%d messages still in "
+                 "flight)", self.config.group, self.source.name,
+                 (time.monotonic() - started) * 1000, self.unacknowledged)
+
     # ------------------------------------------------------------ sending
 
     def _send(self, chunk: Chunk) -> None:
@@ -186,15 +240,16 @@ class SourcePipe:
         ages = {tp: max(0.0, (now_ms - ts) / 1000) for tp, ts in chunk.last_timestamps.items()}
         self.metrics.written(self.source.name, ages, min(ages.values()))
 
-    def _settle(self, block: bool) -> None:
+    def _settle(self, block: bool, deadline: float | None = None) -> None:
         """Acknowledge the finished chunks at the head of the window, in
-        order; re-send a failed one. With ``block``, wait for the head."""
+        order; re-send a failed one. With ``block``, wait for the head (until
+        ``deadline``, time.monotonic(), if given)."""
         while self.pending:
             chunk = self.pending[0]
             if chunk.error is None:
                 unfinished = next((b for b in chunk.batches if not b.done()), None)
                 if unfinished is not None:
-                    if not block:
+                    if not block or (deadline is not None and time.monotonic() >= deadline):
                         return
                     try:
                         unfinished.result(timeout=0.1)
@@ -262,7 +317,7 @@ class SourcePipe:
         deadline = time.monotonic() + timeout
         try:
             while self.pending and time.monotonic() < deadline:
-                self._settle(block=True)
+                self._settle(block=True, deadline=deadline)
         except (_Stopped, MirrorFailure):
             pass
         if self.pending:

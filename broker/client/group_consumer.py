@@ -10,10 +10,17 @@ off. Offsets committed are those of messages the application has finished
 with: a message counts once the iterator is asked for the next one (or
 ``commit()`` is called after it), so a crash never skips a message.
 
-A rebalance stops every fetcher, drops what they fetched and the
-application has not taken, commits, and starts fetchers for the new
-partitions at their committed offsets: duplicates after a rebalance or a
-crash are bounded by what was handed out since the last commit.
+A rebalance stops every fetcher and drops what they fetched and the
+application was not handed. Partitions this member gives up are handed over
+in order: it waits (up to ``revoke_timeout_ms``) for the application to
+finish what it was handed — to come back for more, or, with explicit
+acknowledgement, for the ``on_revoke`` listener to return once what it has
+in flight is acknowledged — then commits, and only then deletes its owner
+nodes, so the new owner starts after every message done here. Partitions it
+keeps go on from what was handed to the application, never back to the last
+commit. So a clean stop or a member joining or leaving delivers nothing
+twice; duplicates come from crashes (bounded by what was handed out since the
+last commit) or from an application slower than ``revoke_timeout_ms``.
 """
 from __future__ import annotations
 
@@ -71,6 +78,10 @@ class GroupConsumerConfig:
     rebalance_backoff_ms: int = 100
     rebalance_max_attempts: int = 50
     check_crcs: bool = True
+    revoke_timeout_ms: int = 10_000
+    """A member giving up partitions waits this long at most for the
+    application to finish what it was handed (and ``on_revoke`` to return)
+    before it commits and releases them anyway."""
     on_corrupt: str = "raise"
     """Corrupt data in a partition: "raise" stops that partition's fetching
     and raises CorruptDataError from messages()/poll() once the intact
@@ -151,10 +162,18 @@ class _Fetcher(threading.Thread):
 class GroupConsumer:
     """Iterate with ``messages()``; ``Message.partition`` is the
     broker-partition ("b-p"). Not thread-safe for the application: one
-    thread iterates (the coordination runs on threads of its own)."""
+    thread iterates (the coordination runs on threads of its own).
 
-    def __init__(self, config: GroupConsumerConfig | None = None, **settings) -> None:
+    ``on_revoke(partitions, deadline)``, for an application that acknowledges
+    explicitly: called on the coordination thread (or on the thread calling
+    ``close()``) before partitions are given up, after their fetching
+    stopped; it returns once what the application has in flight is
+    acknowledged, or at ``deadline`` (time.monotonic()). The commit follows."""
+
+    def __init__(self, config: GroupConsumerConfig | None = None, *, on_revoke=None,
+                 **settings) -> None:
         self.config = config = config or GroupConsumerConfig(**settings)
+        self._on_revoke = on_revoke
         self.consumer_id = config.consumer_id or \
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.client = make_client(config.zookeeper, config.session_timeout_ms)
@@ -171,6 +190,12 @@ class GroupConsumer:
         # more since): counted by its next request, or by commit()
         self._handed: dict[tuple[str, str], int] = {}
         self._committed: dict[tuple[str, str], int] = {}
+        # the next offset after the last message handed to the application,
+        # per partition: where kept partitions go on after a rebalance
+        self._handed_to: dict[tuple[str, str], int] = {}
+        self._app_thread: int | None = None
+        self._release_waiting = False           # _on_release waits for the application
+        self._taken = threading.Event()
         self._owned: Assignment = frozenset()
         self._paused = threading.Event()
         self._resumed = threading.Event()
@@ -192,6 +217,7 @@ class GroupConsumer:
         """Messages of the owned partitions, blocking for more; with
         ``timeout_ms``, ends after that long without a message."""
         last = time.monotonic()
+        self._app_thread = threading.get_ident()
         self._take_handed()          # asking again: what was handed out is done with
         while not self._closed:
             self._maybe_auto_commit()
@@ -209,6 +235,7 @@ class GroupConsumer:
                 if generation != self._generation or self._paused.is_set():
                     break           # rebalanced or suspended meanwhile: drop the rest
                 self._handed = {(m.topic, m.partition): m.next_offset}
+                self._handed_to[(m.topic, m.partition)] = m.next_offset
                 yield m
                 # the application came back for more: this one is done with
                 self._take_handed()
@@ -217,6 +244,7 @@ class GroupConsumer:
     def poll(self, timeout_ms: int = 1000) -> list[Message]:
         """One chunk of messages (possibly empty after ``timeout_ms``).
         Everything returned by earlier polls counts as taken."""
+        self._app_thread = threading.get_ident()
         self._take_handed()
         self._maybe_auto_commit()
         deadline = time.monotonic() + timeout_ms / 1000
@@ -234,8 +262,10 @@ class GroupConsumer:
                 raise chunk
             # taken at the next poll (or commit()), not now: a rebalance
             # commit meanwhile must not count a chunk still being processed
+            handed = {(m.topic, m.partition): m.next_offset for m in chunk}
+            self._handed_to.update(handed)
             if not self.config.explicit_acknowledgement:
-                self._handed = {(m.topic, m.partition): m.next_offset for m in chunk}
+                self._handed = handed
             return chunk
 
     def commit(self) -> None:
@@ -260,6 +290,8 @@ class GroupConsumer:
         if self._handed and not self.config.explicit_acknowledgement:
             self._delivered.update(self._handed)
             self._handed = {}
+        if self._release_waiting:
+            self._taken.set()
 
     def _commit(self) -> None:
         """Commit what has been taken (not what is merely handed out)."""
@@ -312,14 +344,46 @@ class GroupConsumer:
     # ------------------------------------------------------------ the group's callbacks
 
     def _on_release(self, partitions: Assignment) -> None:
-        """Before giving partitions up: stop fetching, commit what was taken."""
+        """Before giving partitions up: stop fetching; let the application
+        finish what it was handed (bounded by ``revoke_timeout_ms``); commit.
+        The owner nodes are deleted after this returns."""
         with self._lock:
             self._stop_fetchers()
+        deadline = time.monotonic() + self.config.revoke_timeout_ms / 1000
+        if threading.get_ident() != self._app_thread:    # not close() on the app's thread
+            self._wait_taken(deadline)
+        if self._on_revoke is not None:
+            try:
+                self._on_revoke(partitions, deadline)
+            except Exception as exc:   # noqa: BLE001 - commit what is acknowledged anyway
+                log.warning("on_revoke failed: %s; committing what was acknowledged", exc)
+        with self._lock:
             try:
                 self._commit()
             except Exception as exc:   # noqa: BLE001
                 log.warning("commit before release failed: %s", exc)
             self._owned = self._owned - partitions
+            for key in partitions:
+                self._handed_to.pop(key, None)
+
+    def _wait_taken(self, deadline: float) -> None:
+        """Until the application came back for more (it is done with what it
+        was handed), or ``deadline``."""
+        if self.config.explicit_acknowledgement or not self._handed:
+            return
+        self._taken.clear()
+        self._release_waiting = True
+        try:
+            while self._handed and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("%s: the application did not finish its last messages in %d "
+                                "ms; releasing (they will be delivered again to the new "
+                                "owner)", self.config.group, self.config.revoke_timeout_ms)
+                    return
+                self._taken.wait(min(left, 0.1))
+        finally:
+            self._release_waiting = False
 
     def _on_assign(self, owned: Assignment) -> None:
         with self._lock:
@@ -327,17 +391,21 @@ class GroupConsumer:
                                                                for f in self._fetchers):
                 return
             self._stop_fetchers()
-            # partitions held all along go on from what the application took,
-            # not back to their last commit (that would deliver it all again)
-            kept = {k: v for k, v in dict(self._delivered).items()
-                    if k in self._owned and k in owned}
+            # partitions held all along go on from what was handed to the
+            # application, not back to their last commit (that would deliver
+            # it all again); their taken offsets stay (they are committed next)
+            kept_keys = self._owned & owned
+            delivered_kept = {k: v for k, v in dict(self._delivered).items() if k in kept_keys}
+            handed_kept = {k: max(v, delivered_kept.get(k, -1))
+                           for k, v in dict(self._handed_to).items() if k in kept_keys}
             self._owned = owned
             committed = {}
             for topic, bp in owned:
                 offset = zk_offsets.read_offset(self.client, self.config.group, topic, bp)
                 committed[(topic, bp)] = offset
             self._committed = {k: v for k, v in committed.items() if v is not None}
-            self._delivered = {**self._committed, **kept}
+            self._delivered = {**self._committed, **delivered_kept}
+            self._handed_to = {**delivered_kept, **handed_kept}
             self._start_fetchers()
 
     def _start_fetchers(self) -> None:
@@ -346,7 +414,9 @@ class GroupConsumer:
         by_broker: dict[int, dict] = {}
         for topic, bp in self._owned:
             broker_id, partition = paths.parse_broker_partition(bp)
-            start = self._delivered.get((topic, bp), self.config.auto_offset_reset)
+            start = self._handed_to.get((topic, bp),
+                                        self._delivered.get((topic, bp),
+                                                            self.config.auto_offset_reset))
             by_broker.setdefault(broker_id, {})[(topic, partition)] = (bp, start)
         self._generation += 1
         for broker_id, starts in by_broker.items():
@@ -378,6 +448,7 @@ class GroupConsumer:
             self._owned = frozenset()
             self._delivered = {}
             self._committed = {}
+            self._handed_to = {}
 
     def _corrupt_skipped(self, tp, offset: int, next_offset: int) -> None:
         """A fetcher skipped corrupt data (on_corrupt="skip"); any thread."""

@@ -83,7 +83,7 @@ def test_a_group_seen_from_outside(shared_cluster, group_consumers, cluster_prod
 
         # someone moves one offset back: REWIND
         clock.skew = 0.0
-        bp = behind[0].partition
+        bp = next(p.partition for p in behind if p.committed)   # one with a commit > 0
         zk_offsets.commit_offsets(zk, group, {(topic, bp): 0})
         wait_until(lambda: monitor.evaluate([group])[group].status is Status.REWIND, 10,
                    what="the rewind to show")
