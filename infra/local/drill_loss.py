@@ -262,11 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(args.dir, ignore_errors=True)
     pipeline = Pipeline(args.dir, sensor_timeout_s=args.sensor_timeout, overrides={
         f"datacenters.{VICTIM_CLUSTER}.broker_settings": [
-            "log.flush_ms=20", f"log.segment_bytes={SEGMENT_BYTES}"],
-        # one mirror process: a second member joining takes over partitions
-        # without the first committing what it copied (issue 16), and the
-        # re-copies would hide the loss from the tiers that keep no ids
-        "mirrors.to-analysis.processes": "1"})
+            "log.flush_ms=20", f"log.segment_bytes={SEGMENT_BYTES}"]})
     report = None
     try:
         pipeline.start(mirror_blacklist=VICTIM_TOPIC)
