@@ -27,7 +27,6 @@ Not thread-safe: one thread calls ``evaluate`` (a service's loop).
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import deque
@@ -284,6 +283,3 @@ class LagMonitor:
                                r.owner, r.owner in members if r.owner else False,
                                r.mtime)
 
-
-def status_json(statuses: dict[str, GroupStatus]) -> str:
-    return json.dumps({g: s.to_json() for g, s in statuses.items()}, indent=1)
