@@ -3,7 +3,8 @@ alternating one run of each, so both see the same machine at the same time.
 
     python -m bench.ab --baseline /tmp/baseline --runs 3 [-- run.py options]
 
-The baseline is another checkout of this repository (``git worktree add
+With ``--baseline . --baseline-set drop_behind=off`` the two sides are one
+checkout with two broker settings. Otherwise the baseline is another checkout of this repository (``git worktree add
 /tmp/baseline <commit>``; build its C accelerator there with ``python
 setup.py build_ext --inplace``). Each run starts the broker and the clients
 of that checkout (PYTHONPATH and working directory set to it). Prints, per
@@ -71,14 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", required=True, help="the other checkout (a directory)")
     p.add_argument("--runs", type=int, default=3, help="runs of each side (default 3)")
     p.add_argument("--json", metavar="PATH", help="write every run of both sides here")
+    p.add_argument("--baseline-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker setting for the baseline side only (repeatable): with "
+                        "--baseline . this compares two settings of one checkout")
     p.add_argument("extra", nargs="*", help="options for bench/run.py (after --)")
     a = p.parse_args(argv)
     sides = {"baseline": os.path.abspath(a.baseline), "current": ROOT}
+    extras = {"baseline": a.extra + [f"--set={kv}" for kv in a.baseline_set],
+              "current": a.extra}
     runs: dict[str, list[dict]] = {"baseline": [], "current": []}
     for i in range(a.runs):
         for name, checkout in sides.items():
-            print(f"--- run {i + 1}/{a.runs}: {name} ({checkout})", flush=True)
-            runs[name].append(one_run(checkout, a.extra))
+            print(f"--- run {i + 1}/{a.runs}: {name} ({checkout}) {' '.join(extras[name])}",
+                  flush=True)
+            runs[name].append(one_run(checkout, extras[name]))
     print(f"\n{'figure':46s} {'baseline':>12s} {'current':>12s} {'ratio':>7s}")
     table = []
     for label, key, field in FIGURES:

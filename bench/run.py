@@ -5,9 +5,11 @@
     .venv/bin/python -m bench.run --help
 
 Figures (each: --runs runs, median reported, min/max kept), 200-byte random
-values, one partition, one broker process (``broker.harness.BrokerProcess``,
-fresh data dir per run), clients in separate processes (this module re-runs
-itself with ``--worker``):
+values, one partition, clients in separate processes (this module re-runs
+itself with ``--worker``). Sustained by default: one broker process
+(``broker.harness.BrokerProcess``) for every test, first filled with
+--prefill-gb (4 GB) in 4 topics; every test writes its own new topic
+(--prefill-gb 0: a fresh broker per test, as before issue 14):
 
   produce batch 50 / batch 1   acks=none; throughput = N / (first send -> the
                                broker's latest (flushed) offset == N*222 bytes);
@@ -220,6 +222,9 @@ class Bench:
         self.args = args
         self.profile_dir = args.profile
         self.code: dict = {}
+        self.held = None            # the broker every test shares when sustained
+        self.held_dir: str | None = None
+        self.prefill: dict = {}
 
     # ----------------------------------------------------------- processes
 
@@ -276,20 +281,59 @@ class Bench:
         b.start()
         return b
 
+    def acquire(self, test: str, run: int, metrics_port: int = -1):
+        """The broker for one test and the topic (new, one partition) it
+        writes: the held broker when the run is sustained (--prefill-gb > 0),
+        else a fresh broker in a new directory. Give both to ``release``."""
+        topic = f"{test}-run{run}"
+        if self.held is not None:
+            b, workdir = self.held, None
+        else:
+            workdir = tempfile.mkdtemp(prefix="samsa-bench-")
+            b = self.broker(workdir, "broker", metrics_port=metrics_port)
+        create_topic(b.address, topic)
+        return b, workdir, topic
+
+    def release(self, b, workdir: str | None) -> None:
+        if workdir is not None:
+            self.cleanup(b, workdir)
+
+    def start_held_broker(self) -> None:
+        """One broker for every test of the run, first filled with
+        --prefill-gb of batch-50 data in --prefill-topics topics: the figures
+        are then those of a broker that holds several GB, as in production
+        (a fresh broker's page cache and memory are not what a long-running
+        one sees; bench/RESULTS.md, issue 14)."""
+        a = self.args
+        self.held_dir = tempfile.mkdtemp(prefix="samsa-bench-held-")
+        self.held = self.broker(self.held_dir, "broker", metrics_port=0)
+        per_topic = int(a.prefill_gb * 1e9 / MESSAGE_BYTES / a.prefill_topics)
+        t0 = time.perf_counter()
+        for i in range(a.prefill_topics):
+            topic = f"prefill-{i}"
+            create_topic(self.held.address, topic)
+            r = self.run_worker("produce", {"bootstrap": self.held.address, "topic": topic,
+                                            "n": per_topic, "batch_size": 50,
+                                            "linger_ms": a.linger_ms, "api": "send_many"})
+            if "error" in r:
+                raise RuntimeError(f"pre-filling {topic} failed: {r['error']}")
+            log(f"  pre-filled {topic}: {per_topic:,} messages "
+                f"({per_topic * MESSAGE_BYTES / 1e9:.2f} GB) at {r['msgs_per_s']:,.0f} msg/s")
+        self.prefill = {"bytes": per_topic * MESSAGE_BYTES * a.prefill_topics,
+                        "topics": a.prefill_topics, "seconds": time.perf_counter() - t0}
+
     # ----------------------------------------------------------- tests
 
     def run_produce_consume(self, run: int) -> tuple[dict, dict]:
         """A fresh broker: the batch-50 produce test, then the consume test
         draining what it wrote."""
         a = self.args
-        workdir = tempfile.mkdtemp(prefix="samsa-bench-")
-        b = self.broker(workdir, "broker")
+        b, workdir, topic = self.acquire("produce50", run)
         try:
-            create_topic(b.address)
             quiet = wait_for_quiet(a.wait_quiet)
             prof = self.start_profiler(b.proc.pid, f"broker-produce50-run{run}")
             w = Window(b.proc.pid)
-            prod = self.run_worker("produce", {"bootstrap": b.address, "topic": TOPIC,
+            prod = self.run_worker("produce", {"bootstrap": b.address, "topic": topic,
                                                "n": a.n_batch50, "batch_size": 50,
                                                "linger_ms": a.linger_ms,
                                                "api": a.producer_api},
@@ -302,7 +346,7 @@ class Bench:
             quiet = wait_for_quiet(a.wait_quiet)
             prof = self.start_profiler(b.proc.pid, f"broker-consume-run{run}")
             w = Window(b.proc.pid)
-            cons = self.run_worker("consume", {"bootstrap": b.address, "topic": TOPIC,
+            cons = self.run_worker("consume", {"bootstrap": b.address, "topic": topic,
                                                "n": a.n_batch50, "fetch_bytes": FETCH_BYTES},
                                    profile_name=f"client-consume-run{run}")
             cpu = w.close(cons, cons.get("client_cpu_total_s"))
@@ -314,7 +358,9 @@ class Bench:
                 # the same batch-50 test with one send() call per message, for comparison
                 quiet = wait_for_quiet(a.wait_quiet)
                 w = Window(b.proc.pid)
-                per_msg = self.run_worker("produce", {"bootstrap": b.address, "topic": TOPIC,
+                send_topic = f"produce50send-run{run}"
+                create_topic(b.address, send_topic)
+                per_msg = self.run_worker("produce", {"bootstrap": b.address, "topic": send_topic,
                                                       "n": a.n_batch50, "batch_size": 50,
                                                       "linger_ms": a.linger_ms, "api": "send"})
                 w.close(per_msg, per_msg.get("client_cpu_total_s"))
@@ -322,18 +368,16 @@ class Bench:
                 prod["per_message_send"] = per_msg
             return prod, cons
         finally:
-            self.cleanup(b, workdir)
+            self.release(b, workdir)
 
     def run_produce1(self, run: int) -> dict:
         a = self.args
-        workdir = tempfile.mkdtemp(prefix="samsa-bench-")
-        b = self.broker(workdir, "broker")
+        b, workdir, topic = self.acquire("produce1", run)
         try:
-            create_topic(b.address)
             quiet = wait_for_quiet(a.wait_quiet)
             prof = self.start_profiler(b.proc.pid, f"broker-produce1-run{run}")
             w = Window(b.proc.pid)
-            prod = self.run_worker("produce", {"bootstrap": b.address, "topic": TOPIC,
+            prod = self.run_worker("produce", {"bootstrap": b.address, "topic": topic,
                                                "n": a.n_batch1, "batch_size": 1, "linger_ms": 0,
                                                "api": "send"},
                                    profile_name=f"client-produce1-run{run}")
@@ -342,17 +386,16 @@ class Bench:
             self.stop_profiler(prof)
             return prod
         finally:
-            self.cleanup(b, workdir)
+            self.release(b, workdir)
 
     def run_latency(self, run: int) -> dict:
         a = self.args
         n = int(a.latency_rate * a.latency_seconds)
-        workdir = tempfile.mkdtemp(prefix="samsa-bench-")
-        b = self.broker(workdir, "broker", metrics_port=0)    # for the fsync histogram
+        b, workdir, topic = self.acquire("latency", run, metrics_port=0)   # fsync histogram
         cons_proc = None
         try:
-            create_topic(b.address)
-            common = {"bootstrap": b.address, "topic": TOPIC, "n": n}
+            flushes_before = flush_metrics(b.metrics_port)
+            common = {"bootstrap": b.address, "topic": topic, "n": n}
             quiet = wait_for_quiet(a.wait_quiet)
             cons_proc = subprocess.Popen(self.worker_cmd("latency_consumer", common),
                                          stdout=subprocess.PIPE, text=True)
@@ -371,7 +414,7 @@ class Bench:
             result = {**cons, "producer": prod, **quiet}
             broker_cpu = w.close(result)
             result["broker_cpu_percent"] = 100 * broker_cpu / result["window_s"]
-            result["broker_flushes"] = flush_metrics(b.metrics_port)
+            result["broker_flushes"] = flush_delta(flushes_before, flush_metrics(b.metrics_port))
             if "error" in prod:
                 result["error"] = "producer: " + prod["error"]
             return result
@@ -379,7 +422,7 @@ class Bench:
             if cons_proc is not None:
                 cons_proc.kill()
                 cons_proc.wait()
-            self.cleanup(b, workdir)
+            self.release(b, workdir)
 
     def cleanup(self, b, workdir: str) -> None:
         try:
@@ -402,39 +445,51 @@ class Bench:
                                 ("produce_batch50", "consume", "produce_batch1", "latency",
                                  "produce_batch50_send")}
 
-        def record(key: str, result: dict) -> None:
+        def record(key: str, run: int, result: dict) -> None:
             result["run"], result["code"] = run, self.code
             raw[key].append(result)
         started = dt.datetime.now(dt.timezone.utc)
+        if a.prefill_gb > 0:
+            log(f"sustained: one broker for every test, pre-filled with {a.prefill_gb:g} GB in "
+                f"{a.prefill_topics} topics ...")
+            self.start_held_broker()
+        try:
+            self.run_tests(tests, record)
+        finally:
+            if self.held is not None:
+                self.cleanup(self.held, self.held_dir)
+        finished = dt.datetime.now(dt.timezone.utc)
+        return {"started": started.isoformat(timespec="seconds"),
+                "finished": finished.isoformat(timespec="seconds"),
+                "quick": a.quick, "config": config_of(a), "prefill": self.prefill, "raw": raw,
+                "summary": summary_of(raw)}
+
+    def run_tests(self, tests, record) -> None:
+        a = self.args
         for run in range(1, a.runs + 1):
             if "produce50" in tests or "consume" in tests:
                 log(f"run {run}/{a.runs}: produce batch=50 acks=none, N={a.n_batch50:,} ...")
                 prod, cons = self.run_produce_consume(run)
                 per_msg = prod.pop("per_message_send", None)
-                record("produce_batch50", prod)
+                record("produce_batch50", run, prod)
                 log("  produce batch 50: " + fmt_produce(prod))
                 if per_msg is not None:
-                    record("produce_batch50_send", per_msg)
+                    record("produce_batch50_send", run, per_msg)
                     log("  produce batch 50, send() per message: " + fmt_produce(per_msg))
-                record("consume", cons)
+                record("consume", run, cons)
                 log("  consume (200 KB fetches, CRC on): " + fmt_consume(cons))
             if "produce1" in tests:
                 log(f"run {run}/{a.runs}: produce batch=1 linger=0 acks=none, "
                     f"N={a.n_batch1:,} ...")
                 prod = self.run_produce1(run)
-                record("produce_batch1", prod)
+                record("produce_batch1", run, prod)
                 log("  produce batch 1: " + fmt_produce(prod))
             if "latency" in tests:
                 log(f"run {run}/{a.runs}: end-to-end latency at {a.latency_rate:,} msg/s for "
                     f"{a.latency_seconds} s ...")
                 lat = self.run_latency(run)
-                record("latency", lat)
+                record("latency", run, lat)
                 log("  latency: " + fmt_latency(lat))
-        finished = dt.datetime.now(dt.timezone.utc)
-        return {"started": started.isoformat(timespec="seconds"),
-                "finished": finished.isoformat(timespec="seconds"),
-                "quick": a.quick, "config": config_of(a), "raw": raw,
-                "summary": summary_of(raw)}
 
 
 def flush_metrics(port: int | None) -> dict:
@@ -459,10 +514,20 @@ def flush_metrics(port: int | None) -> dict:
     return out
 
 
-def create_topic(address: str) -> None:
+def create_topic(address: str, topic: str = TOPIC) -> None:
     from broker.client.admin import AdminClient
     with AdminClient(address) as admin:
-        admin.create_topic(TOPIC, 1)
+        admin.create_topic(topic, 1)
+
+
+def flush_delta(before: dict, after: dict) -> dict:
+    """The fsyncs between two flush_metrics() readings of one broker."""
+    if "error" in before or "error" in after:
+        return after
+    out = {k: v - before.get(k, 0) for k, v in after.items() if k != "buckets"}
+    out["buckets"] = {le: n - before.get("buckets", {}).get(le, 0)
+                      for le, n in after.get("buckets", {}).items()}
+    return out
 
 
 def config_of(a: argparse.Namespace) -> dict:
@@ -471,6 +536,7 @@ def config_of(a: argparse.Namespace) -> dict:
             "message_bytes_on_log": MESSAGE_BYTES, "fetch_max_bytes": FETCH_BYTES,
             "latency_rate": a.latency_rate, "latency_seconds": a.latency_seconds,
             "latency_producer": "batch_size=1 linger_ms=0 acks=none",
+            "prefill_gb": a.prefill_gb, "prefill_topics": a.prefill_topics,
             "broker_settings": dict(a.set or []) or "defaults",
             "producer_api": a.producer_api, "nice": a.nice, "wait_quiet_s": a.wait_quiet}
 
@@ -561,8 +627,13 @@ def render_section(result: dict, json_rel: str) -> str:
              f"Python {m.get('python')}, C accelerator "
              f"{'on' if m.get('c_accelerator') else 'OFF'}; git {m['git']['head']}"
              f"{' + uncommitted broker/ changes' if m['git']['broker_dirty'] else ''}.", "",
-             "**Method:** one broker process (`BrokerProcess`, fresh data directory per run, "
-             f"broker settings: {c['broker_settings']}), clients in separate processes on the "
+             "**Method:** "
+             + (f"sustained: one broker process (`BrokerProcess`) for every test, first filled "
+                f"with {c['prefill_gb']:g} GB in {c['prefill_topics']} topics (batch 50); each "
+                "test then writes a new topic, so the broker holds more with every test ("
+                if c.get("prefill_gb") else
+                "one broker process (`BrokerProcess`, fresh data directory per run, ")
+             + f"broker settings: {c['broker_settings']}), clients in separate processes on the "
              f"same machine (2 cores shared by broker and client). {VALUE_SIZE}-byte random "
              f"values ({MESSAGE_BYTES} bytes each in the log), one partition. "
              + (f"Benchmark processes ran at nice {c['nice']} (the machine is shared). "
@@ -677,6 +748,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tests", default="produce50,consume,produce1,latency,produce50send",
                    help="comma-separated subset of produce50,consume,produce1,latency,"
                         "produce50send (batch 50 with send() per message)")
+    p.add_argument("--prefill-gb", type=float, help="sustained figures: one broker for every "
+                   "test, first filled with this many GB (default 4; 0 with --quick; 0 = a "
+                   "fresh broker per test, the method before issue 14)")
+    p.add_argument("--prefill-topics", type=int, default=4,
+                   help="topics the pre-fill is spread over (default 4)")
     p.add_argument("--set", action="append", type=lambda kv: tuple(kv.split("=", 1)),
                    metavar="KEY=VALUE", help="broker setting (repeatable), e.g. "
                                              "log.flush_messages=50000")
@@ -701,6 +777,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.n_batch50 = a.n_batch50 or (300_000 if a.quick else 5_000_000)
     a.n_batch1 = a.n_batch1 or (100_000 if a.quick else 1_000_000)
     a.latency_seconds = a.latency_seconds or (2.0 if a.quick else 10.0)
+    if a.prefill_gb is None:
+        a.prefill_gb = 0.0 if a.quick else 4.0
     a.tests = {t.strip() for t in a.tests.split(",") if t.strip()}
     unknown = a.tests - {"produce50", "consume", "produce1", "latency", "produce50send"}
     if unknown:

@@ -79,6 +79,15 @@ class BrokerConfig:
     zookeeper_session_timeout_ms: int = 6000
     """ZooKeeper session timeout: how long after a crash the broker's
     registration lingers."""
+    drop_behind: str = "auto"
+    """Drop flushed log data from the page cache beyond ``page_cache_budget_bytes``
+    (see broker/storage/page_cache.py): "on", "off" (leave caching to the
+    operating system, Kafka's behaviour), or "auto": on only where the kernel
+    hands freed memory back to a hypervisor (virtio-balloon free page
+    reporting), where a growing page cache costs a host page fault per page."""
+    page_cache_budget_bytes: int = 1 << 30
+    """With drop-behind on: the most recently flushed bytes (all partitions
+    together) left in the page cache for consumers that keep up."""
     log_level: str = "INFO"
     log_format: str = "text"
     """"text" or "json" (one JSON object per line)."""
@@ -104,6 +113,11 @@ class BrokerConfig:
             raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"unknown log_level {self.log_level!r}")
+        if self.drop_behind not in ("auto", "on", "off"):
+            raise ConfigError(f"drop_behind must be 'auto', 'on' or 'off', "
+                              f"got {self.drop_behind!r}")
+        if self.page_cache_budget_bytes < 0:
+            raise ConfigError("page_cache_budget_bytes must be >= 0")
         if self.zookeeper:
             from broker.coordination.zk import split_connect_string
             try:

@@ -28,6 +28,8 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=("postgre
 # real browser (selenium drives Debian's chromium; nothing downloads a browser)
 [ -x /usr/bin/chromium ] || missing+=("chromium")
 [ -x /usr/bin/chromedriver ] || missing+=("chromium-driver")
+# fincore: the drop-behind test asks the kernel which pages of a file are cached
+command -v fincore >/dev/null 2>&1 || missing+=("util-linux-extra")
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

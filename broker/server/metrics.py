@@ -17,6 +17,8 @@ Metrics (all prefixed ``samsa_``):
   validations_off_loop_total                          produces checked on the worker thread
   connections, connections_throttled_total, connections_closed_idle_total
   request_memory_bytes, request_memory_waits_total    the request memory pool
+  page_cache_budget_bytes, page_cache_dropped_bytes_total
+                                                      drop-behind (-1: off)
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class BrokerMetrics:
         self.connections_throttled = 0     # reading paused: too many queued requests
         self.connections_closed_idle = 0
         self.memory_pool = None            # RequestMemoryPool, set by the server
+        self.page_cache = None             # PageCacheBudget when drop-behind is on
 
     def observe_flush(self, seconds: float) -> None:
         self.flushes += 1
@@ -98,6 +101,16 @@ class _Collector:
             buckets.append((str(bound) if bound != float("inf") else "+Inf", cumulative))
         yield HistogramMetricFamily("samsa_flush_seconds", "Latency of one log flush (fsync)",
                                     buckets=buckets, sum_value=m.flush_seconds_sum)
+        pc = m.page_cache
+        fam = GaugeMetricFamily("samsa_page_cache_budget_bytes",
+                                "Drop-behind budget of recently flushed bytes left in the "
+                                "page cache (-1: drop-behind off)")
+        fam.add_metric([], pc.budget_bytes if pc is not None else -1)
+        yield fam
+        fam = CounterMetricFamily("samsa_page_cache_dropped_bytes",
+                                  "Flushed log bytes advised out of the page cache")
+        fam.add_metric([], pc.dropped_bytes if pc is not None else 0)
+        yield fam
         fam = CounterMetricFamily("samsa_sendfile_bytes",
                                   "Message bytes sent zero-copy with sendfile(2)")
         fam.add_metric([], m.sendfile_bytes)

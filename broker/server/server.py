@@ -36,6 +36,7 @@ from broker.storage.errors import (CorruptRangeError, InvalidConfigError, Offset
 from broker.storage.log import Log
 from broker.storage.log_config import parse_overrides
 from broker.storage.log_manager import LogManager, TopicExistsError, UnknownTopicError
+from broker.storage.page_cache import PageCacheBudget, drop_behind_enabled
 
 from .connection import Connection, FileRegion, Reply
 from .flusher import Flusher
@@ -93,6 +94,7 @@ class BrokerServer:
         self.memory_pool = RequestMemoryPool(config.queued_max_request_bytes)
         self.metrics.memory_pool = self.memory_pool
         self.logs: LogManager | None = None
+        self.page_cache: PageCacheBudget | None = None     # drop-behind, when on
         self.port = config.port
         self.metrics_port: int | None = None
         self.connections: set[Connection] = set()
@@ -144,6 +146,11 @@ class BrokerServer:
                         "offset to go on from (samsa_log_quarantined_bytes)", len(quarantined),
                         sum(n for _name, n in quarantined),
                         ", ".join(f"{name} ({n} bytes)" for name, n in quarantined[:10]))
+        if drop_behind_enabled(self.config.drop_behind):
+            self.page_cache = PageCacheBudget(self.config.page_cache_budget_bytes)
+            self.metrics.page_cache = self.page_cache
+            log.info("drop-behind on (%s): at most %d recently flushed bytes stay in the "
+                     "page cache", self.config.drop_behind, self.config.page_cache_budget_bytes)
         self._flusher = Flusher(lambda results: self._loop.call_soon_threadsafe(
             self._flushes_done, results))
         self._server = await self._loop.create_server(
@@ -641,7 +648,9 @@ class BrokerServer:
 
     def _flushes_done(self, results) -> None:
         for lg, segments, target, ok, seconds, error in results:
-            lg.complete_flush(segments, target, ok)
+            durable = lg.complete_flush(segments, target, ok)
+            if durable and self.page_cache is not None:
+                self.page_cache.flushed(durable)
             self.metrics.observe_flush(seconds)
             waiters = self._flush_waiters.get(lg)
             if waiters:

@@ -467,12 +467,22 @@ class Log:
         self.unflushed_messages = 0
         return segs, target
 
-    def complete_flush(self, segments: list[Segment], target: int, ok: bool) -> None:
+    def complete_flush(self, segments: list[Segment], target: int, ok: bool
+                       ) -> list[tuple[Segment, int, int]]:
+        """Unpin; on success advance ``flushed_end`` to ``target``. Returns the
+        newly durable bytes as (segment, start, end) file positions."""
         for s in segments:
             s.unpin()
         self.flush_in_progress = False
+        durable: list[tuple[Segment, int, int]] = []
         if ok and target > self.flushed_end:
+            for s in segments:
+                start = max(self.flushed_end, s.base_offset)
+                end = min(target, s.end_offset)
+                if end > start:
+                    durable.append((s, start - s.base_offset, end - s.base_offset))
             self.flushed_end = target
+        return durable
 
     def flush(self) -> None:
         """Synchronous flush (start-up, shutdown, tests)."""
