@@ -7,7 +7,7 @@ CHECKOV := .venv-checkov/bin/checkov
 
 
 .PHONY: demo-down demo-broker demo-lab drill drill-loss
-.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness \
+.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
@@ -37,6 +37,7 @@ help:
 	@echo "make bench-audit  Avro rows/s, the audit's counting consumer, the audited producer"
 	@echo "make bench-loader the warehouse loader's rows/s into Parquet (Spark local[2])"
 	@echo "make bench-freshness  produce -> audit complete -> Parquet on the demo's pipeline"
+	@echo "make bench-scale  broker cost against partitions, clients, idle consumers, segments, recovery"
 	@echo "make airflow-up  a real Airflow (UI on 127.0.0.1:$(AIRFLOW_PORT)) with dags/: warehouse_load,"
 	@echo "             audit_report; WAREHOUSE_CONFIG=file names their settings (config/loader.toml)"
 	@echo "make airflow-status / airflow-down  its processes and login / stop it"
@@ -118,6 +119,9 @@ test-asan: setup
 
 bench: setup
 	$(PY) -m bench.run
+
+bench-scale: setup
+	$(PY) -m bench.scale
 
 bench-mirror: setup
 	$(PY) -m bench.mirror_bench
