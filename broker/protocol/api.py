@@ -239,6 +239,11 @@ class ProduceRequest(NamedTuple):
 
 
 _produce_frame = _speedups.produce_frame if _speedups is not None else None
+# the accelerator's produce decoder itself, for the broker's batch-1 path:
+# (correlation_id, acks, timeout_ms, [(topic, partition, start, stop, count,
+# first_ts, max_ts)]) of a plain, valid produce frame, else None; None when
+# the accelerator is missing
+produce_frame_c = _produce_frame
 _single_frames = getattr(_speedups, "single_frames", None)
 _PRODUCE_FIXED = struct.Struct(">bii")    # acks, timeout_ms, entry count
 _PARTITION_SIZE = struct.Struct(">ii")    # partition, message set size

@@ -55,8 +55,8 @@ class Flusher:
                 try:
                     for seg in segments:
                         seg.sync()
-                except OSError as exc:
-                    error = exc
+                except Exception as exc:    # noqa: BLE001 - this thread must never die
+                    error = exc if isinstance(exc, OSError) else OSError(str(exc))
                     log.error("flush of %s failed: %s", getattr(lg, "name", lg), exc)
                 results.append((lg, segments, target, error is None,
                                 time.monotonic() - start, error))

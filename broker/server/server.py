@@ -311,7 +311,36 @@ class BrokerServer:
         now = self.clock()
         fast_produce = api.decode_produce_frame
         max_message_bytes = self.config.max_message_bytes
+        # The paper's batch-1 case: runs of acks=none produce requests of one
+        # message set each. Once a (topic, partition) had one appended through
+        # the full path in this read, its next ones skip straight to the log.
+        # Only this read: a request other than produce clears it (a topic
+        # deleted between two produces must not be appended to).
+        c_frame = api.produce_frame_c
+        no_ack_logs: dict[tuple[str, int], Log] = {}
+        requests = metrics.requests
         for i, payload in enumerate(frames):
+            if no_ack_logs:
+                raw = c_frame(payload, max_message_bytes)
+                if raw is not None and raw[1] == 0 and len(raw[3]) == 1:
+                    topic, partition, start, stop, count, first_ts, max_ts = raw[3][0]
+                    lg = no_ack_logs.get((topic, partition))
+                    if lg is not None and count and not self._failed_logs \
+                            and not self._stopping:
+                        requests["produce"] += 1
+                        try:
+                            lg.append(payload[start:stop], count, first_ts, max_ts, now)
+                        except StorageError as exc:
+                            self._storage_failed(lg, exc, True)
+                            log.warning("produce (acks=none) from %s to %s/%s failed: %s; "
+                                        "closing the connection", conn.peer, topic, partition,
+                                        exc)
+                            conn.close_after_flush = True
+                            no_ack_logs.clear()
+                            continue
+                        metrics.messages_in[topic] += count
+                        metrics.bytes_in[topic] += stop - start
+                        continue
             produce = fast_produce(payload, max_message_bytes)
             if produce is not None:
                 metrics.requests["produce"] += 1
@@ -321,8 +350,10 @@ class BrokerServer:
                 if entries and entries[0][3] is None and not self._validated_on_loop(entries):
                     self._validate_off_loop(conn, produce, frames[i + 1:])
                     break
-                self._produce(conn, produce[0], produce[1], produce[2], entries, now)
+                self._produce(conn, produce[0], produce[1], produce[2], entries, now,
+                              no_ack_logs if c_frame is not None else None)
                 continue
+            no_ack_logs.clear()
             try:
                 header, request = api.decode_request(payload)
             except ProtocolError as exc:
@@ -432,10 +463,11 @@ class BrokerServer:
     # ------------------------------------------------------------ produce
 
     def _produce(self, conn: Connection, correlation_id: int, acks: int, timeout_ms: int,
-                 entries, now: int) -> None:
+                 entries, now: int, no_ack_logs: dict | None = None) -> None:
         """Append each entry (topic, partition, message set) to its log's
         buffer; the reply (unless acks is NONE) waits for the write, and for
-        the flush with acks FLUSHED."""
+        the flush with acks FLUSHED. ``no_ack_logs`` (handle_frames' fast
+        path) gets the logs an acks=none entry was appended to."""
         if self._stopping:
             if acks == Acks.NONE:
                 conn.close()
@@ -453,6 +485,9 @@ class BrokerServer:
                     log.warning("produce (acks=none) from %s to %s/%s failed: %s; closing the "
                                 "connection", conn.peer, topic, partition, result[3])
                     conn.close_after_flush = True
+                elif no_ack_logs is not None and partition == result[1] \
+                        and result[6] is not None:
+                    no_ack_logs[(topic, partition)] = result[6]
             return
         results = [append(topic, partition, message_set, info, now, False)
                    for topic, partition, message_set, info in entries]
@@ -623,6 +658,8 @@ class BrokerServer:
     # ------------------------------------------------------------ flushing
 
     def _request_flush(self, lg: Log, force: bool = False) -> None:
+        if lg.deleted:          # a timer or a re-flush outliving its topic
+            return
         if lg.flush_in_progress:
             if force:
                 self._reflush.add(lg)
@@ -855,6 +892,8 @@ class BrokerServer:
             self._write_dirty_logs()
             waiting_fetches = []
             for lg in topic.logs:
+                self._flush_timers.discard(lg)      # its timer finds it deleted
+                self._reflush.discard(lg)
                 waiting_fetches.extend(self._fetch_waiters.pop(lg, ()))
                 for _end, pw, r in self._flush_waiters.pop(lg, ()):
                     r[2], r[3] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic deleted"

@@ -133,6 +133,7 @@ class Log:
         self.unflushed_messages = 0
         self.oldest_unflushed_ms = 0       # clock time the oldest unflushed append arrived
         self.flush_in_progress = False
+        self.deleted = False            # set by delete(): late timers leave it alone
         self.recovered_bytes_cut = 0
         self.quarantined: list[tuple[int, int]] = []
         self._quarantine_starts: list[int] = []
@@ -605,6 +606,9 @@ class Log:
             s.close()
 
     def delete(self) -> None:
+        """Remove the log's files; the object must not be used afterwards
+        (``deleted`` tells late callers, such as a flush timer, to stop)."""
+        self.deleted = True
         for s in self.segments:
             s.delete()
         for name in (CHECKPOINT_FILE, CHECKPOINT_FILE + ".tmp"):
