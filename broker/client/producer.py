@@ -53,6 +53,7 @@ RETRIABLE = {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.BROKER_SHUTTING_DOWN,
              ErrorCode.STORAGE_ERROR}
 _MAX_WRITE = 4 << 20
 _SINGLES_PER_WRITE = 8192
+_SINGLES_PER_GROUP = 1024      # messages gathered in one Batch.singles before it is ready
 _PICK_SCAN = 1024              # ready batches looked at per pick (see _pick_ready)      # ~2 MB of 200-byte messages per write on the batch-1 path
 
 
@@ -138,15 +139,22 @@ class Batch:
     """The messages bound for one partition, and the future of their send:
     ``send()`` returns the batch the message joined. It completes when the
     batch is acknowledged (with acks=none: written to the socket);
-    ``result()`` returns (partition, base offset) or raises."""
+    ``result()`` returns (partition, base offset) or raises. With
+    batch_size 1 and acks=none the messages of a partition are gathered in
+    one such object (``singles``), each still sent in its own request: the
+    future is shared, and done when all of them are written."""
 
     __slots__ = ("topic", "partition", "values", "timestamps", "keys", "nbytes", "created",
-                 "attempts", "retry_at", "_done", "_value", "_error", "_event")
+                 "attempts", "retry_at", "singles", "_done", "_value", "_error", "_event")
 
-    def __init__(self, topic: str, partition: int, created: float) -> None:
-        # one batch per message when batch_size is 1: keep this short
+    def __init__(self, topic: str, partition: int, created: float,
+                 singles: bool = False) -> None:
         self.topic = topic
         self.partition = partition
+        # batch_size 1 with acks=none: key-less messages that travel each in
+        # its own request, gathered here only to spare an object per message
+        # (they are done together: written to the socket)
+        self.singles = singles
         self.values: list[bytes] = []
         self.timestamps: list[int] = []
         self.keys: list[bytes | None] | None = None     # made when a keyed message joins
@@ -179,6 +187,12 @@ class Batch:
 
     def exception(self) -> BaseException | None:
         return self._error
+
+
+def _single(b: Batch) -> bool:
+    """Can the batch go as single-message requests (gathered, or one
+    key-less message)?"""
+    return b.singles or (len(b.values) == 1 and b.keys is None)
 
 
 SendFuture = Batch   # what send() returns: the batch is its own future
@@ -219,6 +233,10 @@ class Producer:
         self.dropped_messages = 0       # given up on: their futures failed, logged as ERROR
         self._backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self._per_partition = config.in_flight_per_partition
+        # batch_size 1, acks=none, no linger, no compression: gather the
+        # messages per partition (Batch.singles); each still its own request
+        self._gather_singles = (config.batch_size == 1 and self._acks == Acks.NONE
+                                and config.linger_ms == 0 and not self._codec)
         self._inflight_tps: dict[tuple[str, int], int] = {}   # acks != none: unanswered
         self.sent_messages = 0
         # Called on the sender thread with every list of batches delivered
@@ -246,6 +264,27 @@ class Producer:
             if self._queued >= cfg.buffer_messages:
                 self._wait_for_room()
             if cfg.batch_size == 1:
+                if self._gather_singles and key is None:
+                    # each message its own request, acks=none: gathered per
+                    # partition for the sender (see Batch.singles)
+                    tp = (topic, partition)
+                    group = self._open.get(tp)
+                    if group is None:
+                        group = self._open[tp] = Batch(topic, partition, 0.0, True)
+                        if self._sender_idle:
+                            self._cond.notify_all()
+                    group.values.append(value)
+                    group.timestamps.append(timestamp)
+                    self._queued += 1
+                    if len(group.values) >= _SINGLES_PER_GROUP:
+                        self._ready_up(tp, group)
+                    return group
+                if self._gather_singles:
+                    # a keyed message: its own batch, behind the gathered ones
+                    # of its partition (order within a partition)
+                    group = self._open.get((topic, partition))
+                    if group is not None:
+                        self._ready_up((topic, partition), group)
                 # each message is its own batch: straight to the ready queue
                 batch = Batch(topic, partition, 0.0)
                 batch.values.append(value)
@@ -267,9 +306,17 @@ class Producer:
                 batch.keys.append(key)
             batch.nbytes += len(value)
             self._queued += 1
-            if len(batch.values) >= cfg.batch_size or batch.nbytes >= cfg.batch_bytes:
-                self._ready_up(tp, batch)
-            return batch
+            if len(batch.values) < cfg.batch_size and batch.nbytes < cfg.batch_bytes:
+                return batch
+            self._ready_up(tp, batch)
+            busy = not self._sender_idle
+        if busy:
+            # A batch is ready and the sender thread is busy: hand it the
+            # interpreter now (sleep(0) releases the GIL) instead of after
+            # the 5 ms switch interval, with batches piling up meanwhile.
+            # Measured: 0.83 -> 0.63 client CPU us per message (RESULTS.md).
+            time.sleep(0)
+        return batch
 
     def send_many(self, topic: str, values: list[bytes], key: bytes | None = None,
                   partition: int | None = None, timestamp: int | None = None) -> Batch:
@@ -287,8 +334,13 @@ class Producer:
         with self._lock:
             if self._closing:
                 raise RuntimeError("the producer is closed")
-            return self._enqueue((topic, partition), values, timestamp,
+            ready = len(self._ready)
+            last = self._enqueue((topic, partition), values, timestamp,
                                  None if key is None else [key] * len(values))[-1]
+            busy = len(self._ready) > ready and not self._sender_idle
+        if busy:
+            time.sleep(0)       # as in send(): the sender has work, let it run now
+        return last
 
     def send_records(self, topic: str, partition: int, values: list[bytes],
                      timestamps: list[int], keys: list[bytes | None] | None = None
@@ -562,8 +614,25 @@ class Producer:
         return out, wake_at
 
     def _send(self, batches: list[Batch]) -> None:
-        if self._acks == Acks.NONE and not self._codec and self._send_singles(batches):
-            return
+        if self._acks == Acks.NONE and not self._codec:
+            if self._send_singles(batches):
+                return
+            if any(b.singles for b in batches):
+                # several partitions, or keyed messages among gathered ones:
+                # in order, each run of one partition and one kind on its own
+                run: list[Batch] = []
+                for b in batches:
+                    if run and (b.topic != run[0].topic or b.partition != run[0].partition
+                                or _single(b) != _single(run[0])):
+                        self._send_run(run)
+                        run = []
+                    run.append(b)
+                self._send_run(run)
+                return
+        self._send_batches(batches)
+
+    def _send_batches(self, batches: list[Batch]) -> None:
+        """Each batch one message set in one produce request."""
         frames: list[bytes] = []
         expected: list[tuple[int, int]] = []
         size = 0
@@ -597,6 +666,12 @@ class Producer:
         if self._acks == Acks.NONE:
             self._written_unacknowledged(batches, sum(len(b.values) for b in batches))
 
+    def _send_run(self, run: list[Batch]) -> None:
+        """acks=none batches of one partition and one kind: as single-message
+        requests when they are such, else one request per batch."""
+        if not (_single(run[0]) and self._send_singles(run)):
+            self._send_batches(run)
+
     def _written_unacknowledged(self, batches: list[Batch], messages: int) -> None:
         """acks=none: the batches are done once written to the socket."""
         # one short critical section for all of them: send() contends for this lock
@@ -625,6 +700,12 @@ class Producer:
         topic, partition = first.topic, first.partition
         values, stamps = [], []
         for b in batches:
+            if b.singles:
+                if b.partition != partition or b.topic != topic:
+                    return False
+                values += b.values
+                stamps += b.timestamps
+                continue
             if (len(b.values) != 1 or b.keys is not None or b.partition != partition
                     or b.topic != topic):
                 return False
@@ -633,7 +714,7 @@ class Producer:
         for b in batches:
             b.attempts += 1
         conn = self.conn
-        for i in range(0, len(batches), _SINGLES_PER_WRITE):
+        for i in range(0, len(values), _SINGLES_PER_WRITE):
             chunk = values[i:i + _SINGLES_PER_WRITE]
             cid = (conn._next_correlation_id + 1) & 0x7FFFFFFF
             conn._next_correlation_id = (cid + len(chunk) - 1) & 0x7FFFFFFF
@@ -641,7 +722,7 @@ class Producer:
                                                stamps[i:i + _SINGLES_PER_WRITE])
             if not self._write([data], [], batches):
                 return True
-        self._written_unacknowledged(batches, len(batches))
+        self._written_unacknowledged(batches, len(values))
         return True
 
     def _write(self, frames, expected, batches) -> bool:
