@@ -7,8 +7,9 @@ A ZooKeeper server and two brokers; one topic of ``--partitions`` partitions
 (half on each broker) holding a few messages each; ``--groups`` groups, each
 with a committed offset (at a different message per group) and an owner
 node for every partition, written straight into ZooKeeper. Then
-``LagMonitor.evaluate()`` of every group, timed: the ZooKeeper reads (kazoo
-async calls issued together), one Fetch per broker, the rules. The first
+``LagMonitor.evaluate()`` of every group, timed: the ZooKeeper reads
+(multiRead requests, broker/coordination/bulk_read.py), one Fetch per broker,
+the rules. The first
 evaluation (connections, the cluster view) is reported apart; the median of
 the next ``--runs`` is the figure. Results to bench/results/lag.json and a
 section of bench/RESULTS.md.
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         "**Method:** `python -m bench.lag_bench` (its docstring): one ZooKeeper server, two "
         f"brokers, one topic of {len(bps)} partitions, {args.groups} groups each with a "
         "committed offset and an owner node on every partition (written into ZooKeeper); "
-        "`LagMonitor.evaluate()` of every group: kazoo async reads issued together, one "
+        "`LagMonitor.evaluate()` of every group: ZooKeeper multiRead requests of up to 1,000 reads "
+        "each (broker/coordination/bulk_read.py), all sent before the first answer, one "
         "Fetch per broker, Burrow's rules. "
         f"Machine: {m.get('nproc')} cores ({m.get('cpu_model', '?')}), Python {m['python']}.",
         "",

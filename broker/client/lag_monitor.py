@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from kazoo.exceptions import NoNodeError
 
 from broker.coordination import paths
-from broker.coordination.bulk_read import get_many
+from broker.coordination.bulk_read import children_many, get_many
 from broker.coordination.cluster import ClusterView
 from broker.coordination.ownership import Subscription
 from broker.protocol import api
@@ -126,14 +126,7 @@ class LagMonitor:
 
     def _children(self, paths_: list[str]) -> list[list[str]]:
         """get_children of every path at once; a missing node gives []."""
-        asyncs = [self.client.get_children_async(p) for p in paths_]
-        out = []
-        for a in asyncs:
-            try:
-                out.append(a.get(timeout=self.request_timeout))
-            except NoNodeError:
-                out.append([])
-        return out
+        return children_many(self.client, paths_, timeout=self.request_timeout)
 
     def _read_groups(self, groups: list[str]) -> tuple[dict[str, list[str]], list[_Row]]:
         """Members of each group, and a row per (group, topic, partition)
@@ -144,16 +137,18 @@ class LagMonitor:
         members = {g: children[3 * i] for i, g in enumerate(groups)}
         # the subscriptions of live members (their topics are consumed even
         # where nothing was committed yet)
-        sub_async = [(g, self.client.get_async(paths.consumer_id_path(g, cid)))
-                     for g in groups for cid in members[g]]
+        member_of = [(g, cid) for g in groups for cid in members[g]]
+        subs = get_many(self.client, [paths.consumer_id_path(g, cid) for g, cid in member_of],
+                        timeout=self.request_timeout)
         topics_of: dict[str, set[str]] = {g: set(children[3 * i + 1]) | set(children[3 * i + 2])
                                           for i, g in enumerate(groups)}
         cluster_topics = self.cluster.topics()
-        for g, a in sub_async:
+        for (g, _cid), node in zip(member_of, subs):
+            if node is None:
+                continue
             try:
-                data, _ = a.get(timeout=self.request_timeout)
-                sub = Subscription.from_json(data)
-            except (NoNodeError, ValueError):
+                sub = Subscription.from_json(node[0])
+            except ValueError:
                 continue
             topics_of[g] |= {t for t in cluster_topics if sub.matches(t)}
         pairs = [(g, t) for g in groups for t in sorted(topics_of[g])]

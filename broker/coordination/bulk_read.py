@@ -1,25 +1,152 @@
 """Reading many ZooKeeper nodes at once, fast: the lag monitor reads every
 committed offset and owner of every group each cycle (10,000+ nodes).
 
-kazoo's ``get_async`` costs its caller ~110 µs per node here (measured with
-cProfile, 20,000 reads): ~78 µs in the one-byte write that wakes kazoo's
+``get_many`` and ``children_many`` send ZooKeeper's *multiRead* (opcode 22,
+ZooKeeper 3.6 and later): up to ``MULTI_READ_OPS`` getData or getChildren
+operations in one request, answered in one response, each operation on its
+own (a missing node fails only its own slot). kazoo has no multiRead, so the
+request is a small kazoo-compatible record (``_MultiRead``: ``type``,
+``serialize``, ``deserialize``) handed to kazoo's own request path, which
+sends it and parses the answer on its connection thread.
+
+Why: kazoo's ``get_async`` costs its caller ~110 µs per node here (measured
+with cProfile, 20,000 reads): ~78 µs in the one-byte write that wakes kazoo's
 connection thread for each request, ~32 µs building a Condition-backed
-result. ``get_many`` queues every GetData request first, wakes the
-connection with one write (kazoo's connection thread sends one request per
-byte it reads), and collects the answers in plain slots counted down to one
-Event. It uses two of kazoo's internals (its request queue and the wake-up
-socket, kazoo 2.x); where they are missing it falls back to ``get_async``.
-Thread-safe as kazoo's own calls are (the queue is a deque).
+result; and even with the requests queued together, kazoo's thread sends,
+and parses, one request at a time (~60 µs each). With multiRead, 20,000
+reads are 20 requests (bench/RESULTS.md, issue 16).
+
+Against a server without multiRead (ZooKeeper < 3.6: it answers
+UnimplementedError), the reads fall back to queuing one GetData per node and
+waking kazoo's connection thread once, and, where kazoo's internals differ
+from 2.x, to ``get_async``. Thread-safe as kazoo's own calls are.
 """
 from __future__ import annotations
 
+import struct
 import threading
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
 from kazoo.protocol.paths import _prefix_root
-from kazoo.protocol.serialization import GetData
-from kazoo.protocol.states import KeeperState
+from kazoo.protocol.serialization import GetData, stat_struct
+from kazoo.protocol.states import KeeperState, ZnodeStat
+
+MULTI_READ_OPS = 1000      # operations per multiRead request (~100 KB answers)
+
+_OP_MULTI_READ = 22
+_OP_GET_DATA = 4
+_OP_GET_CHILDREN = 8
+_OP_ERROR = -1
+_HEADER = struct.Struct(">iBi")     # MultiHeader: type, done, err
+_INT = struct.Struct(">i")
+
+
+class _Failed:
+    """One operation of a multiRead that failed (its ZooKeeper error code)."""
+    __slots__ = ("code",)
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+class _MultiRead:
+    """ZooKeeper's multiRead request, shaped as kazoo's request records are."""
+    type = _OP_MULTI_READ
+    __slots__ = ("ops",)
+
+    def __init__(self, ops: list[tuple[int, str]]) -> None:
+        self.ops = ops                  # (getData or getChildren, full path)
+
+    def serialize(self) -> bytearray:
+        out = bytearray()
+        for op, path in self.ops:
+            encoded = path.encode()
+            out += _HEADER.pack(op, 0, -1)
+            out += _INT.pack(len(encoded))
+            out += encoded
+            out += b"\0"                # watch: no
+        out += _HEADER.pack(-1, 1, -1)
+        return out
+
+    @staticmethod
+    def deserialize(buf, offset: int) -> list:
+        """(data, ZnodeStat) per getData, [names] per getChildren, _Failed
+        per failed operation, in order. Null data reads as b""."""
+        results = []
+        unpack_header, unpack_int = _HEADER.unpack_from, _INT.unpack_from
+        unpack_stat, stat_size = stat_struct.unpack_from, stat_struct.size
+        while True:
+            kind, done, err = unpack_header(buf, offset)
+            offset += 9
+            if done:
+                return results
+            if kind == _OP_ERROR:
+                results.append(_Failed(unpack_int(buf, offset)[0]))
+                offset += 4
+            elif kind == _OP_GET_DATA:
+                n = unpack_int(buf, offset)[0]
+                offset += 4
+                data = b""
+                if n > 0:
+                    data = bytes(buf[offset:offset + n])
+                    offset += n
+                results.append((data, ZnodeStat._make(unpack_stat(buf, offset))))
+                offset += stat_size
+            elif kind == _OP_GET_CHILDREN:
+                count = unpack_int(buf, offset)[0]
+                offset += 4
+                names = []
+                for _ in range(max(count, 0)):
+                    n = unpack_int(buf, offset)[0]
+                    offset += 4
+                    names.append(bytes(buf[offset:offset + n]).decode())
+                    offset += n
+                results.append(names)
+            else:
+                raise ValueError(f"multiRead answered an operation of type {kind}")
+
+
+def _multi_read(client: KazooClient, op: int, paths: list[str], timeout: float) -> list:
+    """One multiRead per MULTI_READ_OPS paths, all sent before any answer
+    is awaited; the results in order (None for a missing node). Raises
+    UnimplementedError when the server has no multiRead."""
+    chroot = client.chroot
+    full = [_prefix_root(chroot, p) for p in paths]
+    pending = []
+    for i in range(0, len(full), MULTI_READ_OPS):
+        result = client.handler.async_result()
+        client._call(_MultiRead([(op, p) for p in full[i:i + MULTI_READ_OPS]]), result)
+        pending.append(result)
+    out = []
+    for result in pending:
+        for item in result.get(timeout=timeout):
+            if isinstance(item, _Failed):
+                if item.code != NoNodeError.code:
+                    raise EXCEPTIONS[item.code]()
+                item = None
+            out.append(item)
+    return out
+
+
+def children_many(client: KazooClient, paths: list[str], timeout: float = 10.0
+                  ) -> list[list[str]]:
+    """``get_children`` of every path at once; a missing node gives []."""
+    if not paths:
+        return []
+    try:
+        got = _multi_read(client, _OP_GET_CHILDREN, paths, timeout)
+        return [names if names is not None else [] for names in got]
+    except (UnimplementedError, AttributeError):
+        pass
+    asyncs = [client.get_children_async(p) for p in paths]
+    out = []
+    for a in asyncs:
+        try:
+            out.append(a.get(timeout=timeout))
+        except NoNodeError:
+            out.append([])
+    return out
 
 
 class _Countdown:
@@ -58,6 +185,16 @@ def get_many(client: KazooClient, paths: list[str], timeout: float = 10.0) -> li
     """``[(data, stat) or None]`` for ``paths`` (None: no such node), in order.
     Raises what ZooKeeper answered otherwise (a lost connection...), or
     TimeoutError."""
+    if not paths:
+        return []
+    try:
+        return _multi_read(client, _OP_GET_DATA, paths, timeout)
+    except (UnimplementedError, AttributeError):
+        return _get_queued(client, paths, timeout)
+
+
+def _get_queued(client: KazooClient, paths: list[str], timeout: float) -> list:
+    """One GetData per node, queued together, kazoo's thread woken once."""
     queue = getattr(client, "_queue", None)
     connection = getattr(client, "_connection", None)
     wake = getattr(connection, "_write_sock", None)
