@@ -33,6 +33,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import KazooState
 
 from broker.coordination import paths
 from broker.coordination.bulk_read import children_many, get_many
@@ -48,6 +49,10 @@ from .lag_status import Commit, PartitionStatus, Status, Thresholds, evaluate, g
 log = logging.getLogger(__name__)
 
 HEADER_BYTES = 22          # a message's header: enough for its timestamp
+
+
+class ZooKeeperUnavailable(ConnectionError):
+    """The monitor's ZooKeeper session is not connected: no cycle can run."""
 
 
 @dataclass
@@ -118,9 +123,17 @@ class LagMonitor:
 
     # ------------------------------------------------------------ ZooKeeper
 
+    def _check_connected(self) -> None:
+        """kazoo queues requests while disconnected and its synchronous calls
+        would wait for the reconnection: fail the cycle now instead."""
+        if self.client.state != KazooState.CONNECTED:
+            raise ZooKeeperUnavailable(f"ZooKeeper is not connected ({self.client.state})")
+
     def groups(self) -> list[str]:
+        self._check_connected()
         try:
-            return sorted(self.client.get_children(paths.CONSUMERS))
+            return sorted(self.client.get_children_async(paths.CONSUMERS)
+                          .get(timeout=self.request_timeout))
         except NoNodeError:
             return []
 
@@ -218,6 +231,7 @@ class LagMonitor:
     def evaluate(self, groups: list[str] | None = None) -> dict[str, GroupStatus]:
         """Every group's status now (or those named)."""
         now_ms = int(self.clock() * 1000)
+        self._check_connected()
         groups = self.groups() if groups is None else groups
         members, rows = self._read_groups(groups)
         wanted = {(r.topic, r.bp, r.committed if r.committed is not None else 0) for r in rows}
