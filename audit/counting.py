@@ -127,6 +127,19 @@ class TierCounter:
             self.counted += _kernel.tally_values(acc, values, timestamps, cfg.window_ms, now,
                                                  cfg.latency_bounds_ms, ids)
 
+    def add_message_set(self, topic: str, message_set, now_ms: int | None = None) -> None:
+        """Count the whole, uncompressed messages of a fetched message set of
+        ``topic`` without decoding them (the mirror forwards such bytes)."""
+        if topic == AUDIT_TOPIC:
+            return
+        cfg = self.config
+        now = self._now_ms() if now_ms is None else now_ms
+        with self._lock:
+            acc = self._tallies.setdefault(topic, {})
+            ids = self._ids.setdefault(topic, {}) if cfg.dedup_ids else None
+            self.counted += _kernel.tally_message_set(acc, message_set, cfg.window_ms, now,
+                                                      cfg.latency_bounds_ms, ids)
+
     def add_messages(self, messages: list, now_ms: int | None = None) -> None:
         """Count consumed messages (``Message`` tuples, any mix of topics)."""
         cfg = self.config

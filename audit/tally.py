@@ -27,11 +27,15 @@ come out uniformly spread, which is what the checksum's guarantee needs.
 from __future__ import annotations
 
 import bisect
+import struct
 
 from schemas.header import HeaderError, event_header
 
 MAX_FUTURE_MS = 24 * 3600 * 1000
 _MASK = (1 << 64) - 1
+# a message's header (broker/protocol/message.py): length, crc, magic, attributes,
+# timestamp, key length
+_MESSAGE_HEADER = struct.Struct(">iIbbqi")
 
 COUNT, BYTES, NO_TIME, MALFORMED, CHECKSUM, UNIQUE = range(6)
 FIXED_FIELDS = 6
@@ -83,6 +87,30 @@ def tally_messages(acc: dict, messages, window_ms: int, now_ms: int, bounds: tup
     for m in messages:
         _fold(acc, m[6], m[4], window_ms, now_ms, bounds, nb, id_sets)
     return len(messages)
+
+
+def tally_message_set(acc: dict, buf, window_ms: int, now_ms: int, bounds: tuple[int, ...],
+                      id_sets: dict | None = None) -> int:
+    """As tally_values, from the whole, uncompressed messages of a fetched
+    message set (``buf``), without decoding them into objects (the C twin
+    walks the bytes; this reference reads them with the codec). A compressed
+    wrapper or bad framing raises ValueError before anything is folded."""
+    items = []
+    pos, end = 0, len(buf)
+    while pos < end:
+        if end - pos < 22:
+            raise ValueError("tally_message_set() needs whole, uncompressed messages")
+        length, _crc, _magic, attributes, ts, key_length = _MESSAGE_HEADER.unpack_from(buf, pos)
+        if length < 18 or pos + 4 + length > end or attributes & 0x07 \
+                or not -1 <= key_length <= length - 18:
+            raise ValueError("tally_message_set() needs whole, uncompressed messages")
+        value_at = pos + 22 + max(key_length, 0)
+        items.append((bytes(buf[value_at:pos + 4 + length]), ts))
+        pos += 4 + length
+    nb = len(bounds) + 1
+    for value, ts in items:
+        _fold(acc, value, ts, window_ms, now_ms, bounds, nb, id_sets)
+    return len(items)
 
 
 def _fold(acc, value, ts, window_ms, now_ms, bounds, nb, id_sets) -> None:

@@ -78,6 +78,11 @@ class MirrorConfig:
     compression: str = "none"
     """Codec of the batches written to the target: none, gzip, lz4 or zstd (the
     copies' keys, values and timestamps are the same either way)."""
+    forward_bytes: bool = True
+    """Copy fetched message sets as bytes (checked, routed by key and counted
+    for the audit in C; never a Python object per message). Data holding
+    compressed wrappers, or corrupt data, takes the decoding path either
+    way; false forces it for everything (the copies are the same)."""
     max_unacknowledged: int = 200_000
     """Messages sent to the target and not yet acknowledged as flushed: the window
     re-sent (as duplicates) after a crash; fetching pauses when it is full."""

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from broker.client.backoff import Backoff
+from broker.client.consumer import RawChunk
 from broker.client.errors import CorruptDataError, InvalidOffsetError
 from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
 from broker.client.producer import Batch
@@ -62,18 +63,41 @@ class MirrorFailure(RuntimeError):
 
 @dataclass
 class Chunk:
-    """Fetched messages on their way to the target."""
+    """Fetched messages on their way to the target: decoded ones grouped by
+    topic, and message sets forwarded as bytes (``raw``)."""
     by_topic: dict[str, tuple[list[bytes], list[int], list[bytes | None]]]
     offsets: dict[tuple[str, str], int]              # (topic, bp) -> next offset
     stats: dict[tuple[str, str], tuple[int, int]]     # (topic, bp) -> (messages, log bytes)
     last_timestamps: dict[tuple[str, str], int]
     count: int
+    raw: list[RawChunk] = field(default_factory=list)
     batches: list[Batch] = field(default_factory=list)
     error: BaseException | None = None
     attempts: int = 0
 
 
-def split_chunk(messages: list[Message]) -> Chunk:
+def split_chunk(items: list) -> Chunk:
+    """What one poll returned — RawChunks (message sets to forward as bytes)
+    and decoded Messages (data with compressed wrappers, or a decoding
+    consumer) — as one Chunk: per source partition where to resume, how
+    much, and the last timestamp."""
+    raws = [x for x in items if type(x) is RawChunk]
+    if not raws:
+        return _split_messages(items)
+    messages = [x for x in items if type(x) is not RawChunk]
+    chunk = _split_messages(messages) if messages else Chunk({}, {}, {}, {}, 0)
+    for r in raws:
+        tp = (r.topic, r.partition)
+        chunk.offsets[tp] = max(chunk.offsets.get(tp, 0), r.next_offset)
+        before = chunk.stats.get(tp, (0, 0))
+        chunk.stats[tp] = (before[0] + r.count, before[1] + r.next_offset - r.offset)
+        chunk.last_timestamps[tp] = max(chunk.last_timestamps.get(tp, -1), r.max_timestamp)
+        chunk.count += r.count
+    chunk.raw = raws
+    return chunk
+
+
+def _split_messages(messages: list[Message]) -> Chunk:
     """Group fetched messages by topic, and note per source partition where
     to resume, how much, and the last timestamp. (Loops run in C: map/zip
     over the named tuples.)"""
@@ -123,6 +147,7 @@ class SourcePipe:
         self.unacknowledged = 0
         self.acknowledged: dict[tuple[str, str], int] = {}   # (topic, bp) -> next offset
         self.copied = 0
+        self.forwarded = 0          # of them, copied as bytes (never decoded)
         self._stopping = threading.Event()
         self._close_lock = threading.Lock()   # the pipe's thread and Mirror.close may both close
         self._closed = False
@@ -138,6 +163,7 @@ class SourcePipe:
             blacklist=blacklist, consumer_id=consumer_id, auto_offset_reset="earliest",
             auto_commit=True, auto_commit_interval_ms=config.commit_interval_ms,
             explicit_acknowledgement=True, fetch_max_bytes=config.fetch_max_bytes,
+            raw_chunks=config.forward_bytes,
             queue_chunks=8, session_timeout_ms=config.session_timeout_ms,
             on_corrupt=config.on_corrupt), on_revoke=self._on_revoke)
 
@@ -233,6 +259,10 @@ class SourcePipe:
             for topic, (values, stamps, keys) in chunk.by_topic.items():
                 self.target.ensure_topic(topic, self.source.name)
                 chunk.batches += self.target.send(topic, values, stamps, keys)
+            for r in chunk.raw:
+                self.target.ensure_topic(r.topic, self.source.name)
+                chunk.batches += self.target.send_message_set(r.topic, r.data, r.count,
+                                                              r.max_timestamp)
         except Exception as exc:   # noqa: BLE001 - judged at the head of the window
             chunk.error = exc
             return
@@ -267,10 +297,13 @@ class SourcePipe:
             self.metrics.set_unacknowledged(self.source.name, self.unacknowledged)
             self.acknowledged.update(chunk.offsets)
             self.copied += chunk.count
+            self.forwarded += sum(r.count for r in chunk.raw)
             self.metrics.copied(self.source.name, chunk.stats)
             if self.counter is not None:       # the audit counts what the target acknowledged
                 for topic, (values, stamps, _keys) in chunk.by_topic.items():
                     self.counter.add_values(topic, values, stamps)
+                for r in chunk.raw:
+                    self.counter.add_message_set(r.topic, r.data)
             if self.publisher is not None:     # committed once the counts are published
                 self._counted.update(chunk.offsets)
             else:

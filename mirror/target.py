@@ -114,6 +114,19 @@ class TargetCluster:
         except RuntimeError as exc:            # a producer closed under us (broker left)
             raise TargetUnavailable(str(exc)) from None
 
+    def send_message_set(self, topic: str, message_set: bytes, count: int,
+                         max_timestamp: int) -> list[Batch]:
+        """As ``send``, for a fetched message set forwarded as bytes."""
+        try:
+            return self.producer.send_message_set(topic, message_set, count, max_timestamp)
+        except SamsaError as exc:
+            if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self._ready = {r for r in self._ready if r[0] != topic}   # make it again
+                raise TargetUnavailable(str(exc)) from None
+            raise
+        except RuntimeError as exc:            # a producer closed under us (broker left)
+            raise TargetUnavailable(str(exc)) from None
+
     def close(self, timeout: float = 5.0) -> None:
         """Close the producers; what the target has not acknowledged by then is
         not committed in the sources either, and is copied again after a restart."""

@@ -24,6 +24,7 @@ from broker.coordination.cluster import ClusterView
 from broker.coordination.zk import make_client, start_client
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
+from broker.protocol.message import route_by_key
 
 from .producer import Batch, Producer, ProducerConfig
 
@@ -101,6 +102,33 @@ class ClusterProducer:
         for bp, (vals, stamps, ks) in groups.items():
             broker_id, partition = paths.parse_broker_partition(bp)
             batches += self._producer(broker_id).send_records(topic, partition, vals, stamps, ks)
+        return batches
+
+    def send_message_set(self, topic: str, message_set: bytes, count: int,
+                         max_timestamp: int) -> list[Batch]:
+        """Queue whole, valid, already encoded messages (a mirror's copy of
+        a fetched message set) without decoding them: routed as
+        ``send_records`` routes, keyed ones to their key's broker-partition
+        (split in C: message_set.route_by_key), the key-less ones together to
+        one random broker-partition. Returns every batch they joined."""
+        partitions = self.cluster.partitions(topic)
+        if not partitions:
+            raise SamsaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"topic {topic!r} has no partitions in the cluster at "
+                             f"{self.zookeeper}")
+        routed = route_by_key(message_set, len(partitions))
+        if routed is None:
+            groups = [(random.choice(partitions), message_set, count)]
+        else:
+            parts, counts, unkeyed, unkeyed_count = routed
+            groups = [(bp, part, n) for bp, part, n in zip(partitions, parts, counts) if n]
+            if unkeyed_count:
+                groups.append((random.choice(partitions), unkeyed, unkeyed_count))
+        batches: list[Batch] = []
+        for bp, data, n in groups:
+            broker_id, partition = paths.parse_broker_partition(bp)
+            batches.append(self._producer(broker_id).send_message_set(
+                topic, partition, data, n, max_timestamp))
         return batches
 
     def flush(self, timeout: float | None = None) -> None:

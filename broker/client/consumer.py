@@ -27,12 +27,12 @@ import struct
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from broker.protocol import api
 from broker.protocol.errors import CorruptMessageError, ErrorCode, ProtocolError, SamsaError
 from broker.protocol.message import (Message, decode_message_set, scan_valid_prefix,
-                                     whole_messages_length)
+                                     walk_message_set, whole_messages_length)
 
 from .backoff import Backoff
 from .connection import BrokerConnection, BrokerConnectionError, parse_address
@@ -41,6 +41,21 @@ from .errors import CorruptDataError, InvalidOffsetError
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+
+class RawChunk(NamedTuple):
+    """With ``raw_chunks``: one partition's fetched messages as the bytes the
+    broker sent (whole messages, CRCs checked when ``check_crcs``), not
+    decoded: what a mirror forwards. ``offset``/``next_offset`` as a
+    Message's: where the first starts, where the one after the last will."""
+    topic: str
+    partition: object               # the partition, or its label (see label_partition)
+    offset: int
+    next_offset: int
+    data: bytes
+    count: int
+    first_timestamp: int
+    max_timestamp: int
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,11 @@ class ConsumerConfig:
     """Corrupt data: "raise" (default) delivers the intact messages before it,
     then raises CorruptDataError; "skip" jumps to where intact data resumes,
     logs a WARNING and counts what it skipped."""
+    raw_chunks: bool = False
+    """poll() returns a RawChunk per partition instead of a Message per
+    message (the mirror's forwarding path). Data holding a compressed
+    wrapper, or corrupt data, is still decoded into Messages, so a poll may
+    return both kinds."""
     request_timeout_ms: int = 40_000
     reconnect_backoff_ms: int = 200
     """Wait before reconnecting after a connection loss; doubles with each
@@ -306,8 +326,14 @@ class Consumer:
         if self.config.pipeline_fetches:
             self._send_fetch()
         out: list[Message] = []
+        raw = self.config.raw_chunks
         for tp, data, start in todo:
             label = self._labels.get(tp, tp[1])
+            if raw:
+                chunk = raw_chunk(data, start, self.config.check_crcs, tp[0], label)
+                if chunk is not None:
+                    out.append(chunk)
+                    continue
             try:
                 messages, _used = decode_message_set(data, start, self.config.check_crcs,
                                                      tp[0], label)
@@ -450,3 +476,13 @@ class Consumer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def raw_chunk(data, start: int, check_crcs: bool, topic: str, label) -> "RawChunk | None":
+    """The whole messages of ``data`` as a RawChunk, or None when they hold
+    a compressed wrapper or fail a check (then the caller decodes them)."""
+    used, _clean = whole_messages_length(data)
+    status, pos, count, first_ts, max_ts, wrappers = walk_message_set(data[:used], check_crcs)
+    if status or wrappers or not count:
+        return None
+    return RawChunk(topic, label, start, start + pos, bytes(data[:pos]), count, first_ts, max_ts)

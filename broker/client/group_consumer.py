@@ -82,6 +82,9 @@ class GroupConsumerConfig:
     """A member giving up partitions waits this long at most for the
     application to finish what it was handed (and ``on_revoke`` to return)
     before it commits and releases them anyway."""
+    raw_chunks: bool = False
+    """messages()/poll() hand out RawChunks (a partition's fetched bytes,
+    undecoded; see Consumer) where they can: the mirror's forwarding path."""
     on_corrupt: str = "raise"
     """Corrupt data in a partition: "raise" stops that partition's fetching
     and raises CorruptDataError from messages()/poll() once the intact
@@ -115,6 +118,7 @@ class _Fetcher(threading.Thread):
             bootstrap=self.address, client_id=f"{cfg.group}-{self.owner.consumer_id}",
             fetch_max_bytes=cfg.fetch_max_bytes, max_wait_ms=cfg.max_wait_ms,
             check_crcs=cfg.check_crcs, auto_offset_reset=cfg.auto_offset_reset,
+            raw_chunks=cfg.raw_chunks,
             request_timeout_ms=max(10_000, cfg.max_wait_ms * 4), on_corrupt=cfg.on_corrupt))
         consumer.skip_listener = self.owner._corrupt_skipped
         try:

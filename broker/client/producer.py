@@ -145,7 +145,8 @@ class Batch:
     future is shared, and done when all of them are written."""
 
     __slots__ = ("topic", "partition", "values", "timestamps", "keys", "nbytes", "created",
-                 "attempts", "retry_at", "singles", "_done", "_value", "_error", "_event")
+                 "attempts", "retry_at", "singles", "encoded", "encoded_count",
+                 "_done", "_value", "_error", "_event")
 
     def __init__(self, topic: str, partition: int, created: float,
                  singles: bool = False) -> None:
@@ -155,6 +156,10 @@ class Batch:
         # its own request, gathered here only to spare an object per message
         # (they are done together: written to the socket)
         self.singles = singles
+        # send_message_set(): messages already encoded (a mirror's copy),
+        # sent as these bytes; then ``values`` stays empty
+        self.encoded: bytes | None = None
+        self.encoded_count = 0
         self.values: list[bytes] = []
         self.timestamps: list[int] = []
         self.keys: list[bytes | None] | None = None     # made when a keyed message joins
@@ -167,6 +172,10 @@ class Batch:
 
     def done(self) -> bool:
         return self._done
+
+    def size(self) -> int:
+        """How many messages the batch holds."""
+        return self.encoded_count if self.encoded is not None else len(self.values)
 
     def _finish(self, value=None, error: BaseException | None = None) -> None:
         self._value, self._error, self._done = value, error, True
@@ -357,6 +366,34 @@ class Producer:
             if self._closing:
                 raise RuntimeError("the producer is closed")
             return self._enqueue((topic, partition), values, timestamps, keys)
+
+    def send_message_set(self, topic: str, partition: int, message_set: bytes, count: int,
+                         max_timestamp: int) -> Batch:
+        """Queue messages already encoded — whole, valid messages, as a fetch
+        returns them: a mirror forwards them as they are, never building an
+        object per message. One request carries them (with compression on,
+        wrapped like any batch). ``count`` messages, the newest stamped
+        ``max_timestamp``. After what was queued for the partition before."""
+        if not message_set or count < 1:
+            raise ValueError("no messages to send")
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the producer is closed")
+            if self._queued >= self.config.buffer_messages:
+                self._wait_for_room()
+            tp = (topic, partition)
+            open_batch = self._open.get(tp)
+            if open_batch is not None:
+                self._ready_up(tp, open_batch)       # order within the partition
+            batch = Batch(topic, partition, time.monotonic())
+            batch.encoded, batch.encoded_count = message_set, count
+            batch.timestamps.append(max_timestamp)
+            batch.nbytes = len(message_set)
+            self._queued += count
+            self._ready.append(batch)
+            if self._sender_idle:
+                self._cond.notify_all()
+            return batch
 
     # called with self._lock held
     def _enqueue(self, tp: tuple[str, int], values: list[bytes], timestamps: int | list[int],
@@ -639,7 +676,9 @@ class Producer:
         encode_frame = self._encoder.frame
         conn = self.conn
         for b in batches:
-            if b.keys is None:
+            if b.encoded is not None:
+                ms = b.encoded
+            elif b.keys is None:
                 ts = b.timestamps
                 ms = encode_values(b.values, ts[0] if ts[0] == ts[-1] and len(set(ts)) == 1
                                    else ts)
@@ -664,7 +703,7 @@ class Producer:
         if frames and not self._write(frames, expected, batches):
             return
         if self._acks == Acks.NONE:
-            self._written_unacknowledged(batches, sum(len(b.values) for b in batches))
+            self._written_unacknowledged(batches, sum(b.size() for b in batches))
 
     def _send_run(self, run: list[Batch]) -> None:
         """acks=none batches of one partition and one kind: as single-message
@@ -788,7 +827,7 @@ class Producer:
         if error.code in RETRIABLE and batch.attempts <= self.config.retries:
             delay = self._backoff.next_delay_ms()
             log.warning("retrying a batch of %d messages for %s/%d in %d ms (attempt %d of "
-                        "%d): %s", len(batch.values), batch.topic, batch.partition, delay,
+                        "%d): %s", batch.size(), batch.topic, batch.partition, delay,
                         batch.attempts + 1, self.config.retries + 1, error)
             batch.retry_at = time.monotonic() + delay / 1000
             self._ready.appendleft(batch)
@@ -798,7 +837,7 @@ class Producer:
     # called with self._cond held
     def _done(self, batch: Batch, value) -> None:
         self._backoff.reset()
-        n = len(batch.values)
+        n = batch.size()
         self._queued -= n
         self.sent_messages += n
         batch._finish(value)
@@ -806,12 +845,13 @@ class Producer:
             self._cond.notify_all()
 
     def _fail(self, batch: Batch, error: BaseException) -> None:
-        self._queued -= len(batch.values)
+        n = batch.size()
+        self._queued -= n
         self.failed_batches += 1
-        self.dropped_messages += len(batch.values)
+        self.dropped_messages += n
         log.error("DROPPED a batch of %d messages for %s/%d after %d attempts: %s (their "
                   "send() futures fail with this error; %d messages dropped so far)",
-                  len(batch.values), batch.topic, batch.partition, batch.attempts, error,
+                  n, batch.topic, batch.partition, batch.attempts, error,
                   self.dropped_messages)
         batch._finish(None, error)
         if self._waiters:

@@ -20,6 +20,8 @@
  *       Key-less messages; `timestamps` is one int for all, or one per value.
  *   single_frames(middle, first_correlation_id, values, timestamps) -> bytes
  *       The producer's batch-1 hot path (see the function).
+ *   route(buf, nparts) -> None or (parts, counts, unkeyed, unkeyed_count)
+ *       The mirror's re-framing of whole messages by key (see the function).
  *   crc32(data, crc=0) -> int, has_clmul() -> bool
  *       zlib's CRC-32 as this module computes it (see "CRC-32" below).
  *
@@ -603,6 +605,102 @@ fail:
     return NULL;
 }
 
+/* route(buf, nparts) -> None or (parts, counts, unkeyed, unkeyed_count)
+ *   The mirror's re-framing: buf holds whole, valid messages (walk() said
+ *   so). None when no message has a key (buf can go as it is). Otherwise the
+ *   messages split by key, order kept within each: parts[i] the bytes of
+ *   every message whose crc32(key) % nparts == i, counts[i] how many of
+ *   them; unkeyed the key-less ones. The bytes of each message are copied
+ *   unchanged (its CRC still holds). */
+static PyObject *route(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t nparts;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &nparts)) return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t end = view.len, pos = 0, n = 0;
+    PyObject *result = NULL, *parts = NULL, *counts = NULL, *unkeyed = NULL;
+    Py_ssize_t *sizes = NULL, *nums = NULL, *fill = NULL;
+    int *dest = NULL;
+    int keyed = 0;
+    if (nparts < 1) {
+        PyErr_SetString(PyExc_ValueError, "nparts must be >= 1");
+        goto done;
+    }
+    /* count the messages, check the framing, see whether any has a key */
+    while (pos < end) {
+        if (end - pos < HEADER) goto bad;
+        int32_t length = (int32_t)rd32(buf + pos);
+        if (length < 18 || (Py_ssize_t)length + 4 > end - pos) goto bad;
+        int32_t key_length = (int32_t)rd32(buf + pos + 18);
+        if (key_length < -1 || key_length > length - 18) goto bad;
+        if (key_length >= 0) keyed = 1;
+        pos += (Py_ssize_t)length + 4;
+        n++;
+    }
+    if (!keyed) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    dest = PyMem_Malloc(sizeof(int) * (size_t)(n ? n : 1));
+    sizes = PyMem_Calloc((size_t)nparts + 1, sizeof(Py_ssize_t));
+    nums = PyMem_Calloc((size_t)nparts + 1, sizeof(Py_ssize_t));
+    fill = PyMem_Calloc((size_t)nparts + 1, sizeof(Py_ssize_t));
+    if (!dest || !sizes || !nums || !fill) { PyErr_NoMemory(); goto done; }
+    pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t length = (int32_t)rd32(buf + pos);
+        int32_t key_length = (int32_t)rd32(buf + pos + 18);
+        Py_ssize_t d = nparts;             /* the key-less ones' slot */
+        if (key_length >= 0)
+            d = (Py_ssize_t)(fast_crc32(0, buf + pos + HEADER, (size_t)key_length)
+                             % (uint32_t)nparts);
+        dest[i] = (int)d;
+        sizes[d] += (Py_ssize_t)length + 4;
+        nums[d]++;
+        pos += (Py_ssize_t)length + 4;
+    }
+    parts = PyList_New(nparts);
+    counts = PyList_New(nparts);
+    if (!parts || !counts) goto done;
+    unsigned char **w = PyMem_Calloc((size_t)nparts + 1, sizeof(unsigned char *));
+    if (!w) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t d = 0; d <= nparts; d++) {
+        PyObject *b = PyBytes_FromStringAndSize(NULL, sizes[d]);
+        if (!b) { PyMem_Free(w); goto done; }
+        w[d] = (unsigned char *)PyBytes_AS_STRING(b);
+        if (d < nparts) {
+            PyList_SET_ITEM(parts, d, b);
+            PyObject *c = PyLong_FromSsize_t(nums[d]);
+            if (!c) { PyMem_Free(w); goto done; }
+            PyList_SET_ITEM(counts, d, c);
+        } else {
+            unkeyed = b;
+        }
+    }
+    pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t size = (Py_ssize_t)rd32(buf + pos) + 4;
+        memcpy(w[dest[i]] + fill[dest[i]], buf + pos, (size_t)size);
+        fill[dest[i]] += size;
+        pos += size;
+    }
+    PyMem_Free(w);
+    result = Py_BuildValue("OOOn", parts, counts, unkeyed, nums[nparts]);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "route() needs whole, valid messages");
+done:
+    Py_XDECREF(parts);
+    Py_XDECREF(counts);
+    Py_XDECREF(unkeyed);
+    PyMem_Free(dest);
+    PyMem_Free(sizes);
+    PyMem_Free(nums);
+    PyMem_Free(fill);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyObject *has_clmul(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(unused)) {
     return PyBool_FromLong(cpu_has_clmul);
 }
@@ -612,6 +710,7 @@ static PyMethodDef methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, crc=0, path=0): zlib's CRC-32 (path 1: tables, 2: PCLMULQDQ)."},
     {"has_clmul", has_clmul, METH_NOARGS, "Whether the CRC-32 uses PCLMULQDQ."},
     {"decode", decode, METH_VARARGS, "Decode uncompressed messages; see the file comment."},
+    {"route", route, METH_VARARGS, "Split whole messages by crc32(key) % nparts; see the function."},
     {"encode_values", encode_values, METH_VARARGS, "Encode key-less values."},
     {"single_frames", single_frames, METH_VARARGS,
      "Produce request frames of one key-less message each; see the comment above it."},

@@ -318,6 +318,45 @@ py_decode_message_set = decode_message_set
 py_encode_values = encode_values
 
 
+def route_by_key(buf: bytes | bytearray | memoryview, partitions: int
+                 ) -> tuple[list[bytes], list[int], bytes, int] | None:
+    """Split whole, valid messages by key, as a keyed producer routes them:
+    None when no message has a key (``buf`` can be forwarded as it is);
+    else (parts, counts, unkeyed, unkeyed_count) with ``parts[i]`` the bytes
+    of every message whose ``crc32(key) % partitions == i``, order kept,
+    each message's bytes unchanged. (The mirror forwards message sets
+    without decoding them; the C accelerator's ``route`` does the same.)"""
+    if partitions < 1:
+        raise ValueError("partitions must be >= 1")
+    spans: list[tuple[int, int, int]] = []
+    keyed = False
+    pos, end = 0, len(buf)
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            raise ValueError("route_by_key() needs whole, valid messages")
+        (length,) = _LENGTH.unpack_from(buf, pos)
+        (key_length,) = _LENGTH.unpack_from(buf, pos + 18)
+        if length < 18 or pos + 4 + length > end or not -1 <= key_length <= length - 18:
+            raise ValueError("route_by_key() needs whole, valid messages")
+        dest = partitions
+        if key_length >= 0:
+            keyed = True
+            dest = _crc32(bytes(buf[pos + HEADER_SIZE:pos + HEADER_SIZE + key_length])) \
+                % partitions
+        spans.append((dest, pos, pos + 4 + length))
+        pos += 4 + length
+    if not keyed:
+        return None
+    chunks: list[list[bytes]] = [[] for _ in range(partitions + 1)]
+    for dest, start, stop in spans:
+        chunks[dest].append(bytes(buf[start:stop]))
+    return ([b"".join(c) for c in chunks[:partitions]], [len(c) for c in chunks[:partitions]],
+            b"".join(chunks[partitions]), len(chunks[partitions]))
+
+
+py_route_by_key = route_by_key
+
+
 def _load_speedups():
     import os
     if os.environ.get("SAMSA_PURE_PYTHON"):
@@ -387,6 +426,40 @@ if _speedups is not None:
         return out, pos
 
     encode_values = _speedups.encode_values  # noqa: F811
+    route_by_key = _speedups.route  # noqa: F811
+
+
+def walk_message_set(buf: bytes | bytearray | memoryview, verify_crc: bool = True
+                     ) -> tuple[int, int, int, int, int, int]:
+    """(status, pos, count, first_ts, max_ts, wrappers) of the whole messages
+    of ``buf`` from its start, without decoding them: status 0 when every
+    byte is whole, valid messages, else where (``pos``) and why it stopped
+    (1 partial, >1 invalid: a bad CRC with ``verify_crc``, a bad header).
+    ``wrappers`` counts compressed wrappers (not opened)."""
+    if _speedups is not None:
+        return _speedups.walk(buf, 1 << 62, verify_crc)
+    pos, end, count, first_ts, max_ts, wrappers = 0, len(buf), 0, -1, -1, 0
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            return 1, pos, count, first_ts, max_ts, wrappers
+        length, crc, magic, attributes, ts, key_length = _HEADER.unpack_from(buf, pos)
+        if length < 18:
+            return 2, pos, count, first_ts, max_ts, wrappers
+        if pos + 4 + length > end:
+            return 1, pos, count, first_ts, max_ts, wrappers
+        if verify_crc and _crc32(memoryview(buf)[pos + 8:pos + 4 + length]) != crc:
+            return 4, pos, count, first_ts, max_ts, wrappers
+        if magic != 0 or attributes & ~_CODEC_MASK:
+            return 5, pos, count, first_ts, max_ts, wrappers
+        if not -1 <= key_length <= length - 18:
+            return 6, pos, count, first_ts, max_ts, wrappers
+        if first_ts < 0:
+            first_ts = ts
+        max_ts = max(max_ts, ts)
+        wrappers += 1 if attributes & _CODEC_MASK else 0
+        count += 1
+        pos += 4 + length
+    return 0, pos, count, first_ts, max_ts, wrappers
 
 
 def whole_messages_length(buf: bytes | bytearray | memoryview) -> tuple[int, bool]:

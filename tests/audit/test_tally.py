@@ -153,3 +153,41 @@ def test_c_twin_refuses_bad_arguments():
         c_tally.tally_values({NOW - NOW % WINDOW: [0, 0]}, [b"a"], NOW, WINDOW, NOW, BOUNDS)
     with pytest.raises(ValueError, match="16 bytes"):
         c_tally.id_hash(b"short")
+
+
+# ------------------------------------------------------------------ from message-set bytes
+# (the mirror counts what it forwards without decoding it: tally_message_set)
+
+from broker.protocol.message import compress_message_set, encode_message_set  # noqa: E402
+
+_values = st.one_of(st.binary(max_size=40),
+                    st.builds(envelope, st.integers(0, 2 ** 41), st.binary(max_size=6),
+                              st.binary(max_size=6), st.binary(min_size=16, max_size=16)))
+
+
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=8)), _values,
+                          st.integers(-5, NOW + 10 ** 9)), max_size=40), st.booleans())
+@SETTINGS
+def test_message_set_tallies_equal_value_tallies_in_both_kernels(items, dedup):
+    buf = encode_message_set(items)
+    want, want_sets = {}, ({} if dedup else None)
+    ref.tally_values(want, [v for _k, v, _t in items], [t for _k, _v, t in items], WINDOW, NOW,
+                     BOUNDS, want_sets)
+    for kernel in (ref, c_tally):
+        acc, sets = {}, ({} if dedup else None)
+        assert kernel.tally_message_set(acc, buf, WINDOW, NOW, BOUNDS, sets) == len(items)
+        assert acc == want
+        if dedup:
+            assert {k: set(v.to_set() if hasattr(v, "to_set") else v) for k, v in sets.items()} \
+                == {k: set(v) for k, v in want_sets.items()}
+
+
+@pytest.mark.parametrize("kernel", [ref, c_tally], ids=["reference", "C"])
+def test_message_set_tallies_refuse_wrappers_and_bad_framing_and_fold_nothing(kernel):
+    good = encode_message_set([(None, b"a", NOW), (None, b"b", NOW)])
+    wrapped = compress_message_set(good, 1, NOW)
+    for bad in (good[:-1], wrapped, good + b"\x00\x00\x00"):
+        acc = {}
+        with pytest.raises(ValueError, match="whole, uncompressed messages"):
+            kernel.tally_message_set(acc, bad, WINDOW, NOW, BOUNDS)
+        assert acc == {}

@@ -16,15 +16,21 @@ from mirror.marks import mirrored_topics
 from mirror_helpers import mirror_config, read_all, ref, values_of
 
 
-@pytest.mark.parametrize("compression", ["none", "zstd"])
-def test_copies_two_datacenters_byte_for_byte(clusters, cluster_producers, mirrors, compression):
+@pytest.mark.parametrize("compression,source_compression,forward_bytes", [
+    ("none", "none", True),         # message sets forwarded as bytes (the default)
+    ("zstd", "none", True),         # ... and compressed into the target
+    ("none", "gzip", True),         # compressed sources: their wrappers are decoded
+    ("none", "none", False),        # the decoding path for everything
+])
+def test_copies_two_datacenters_byte_for_byte(clusters, cluster_producers, mirrors, compression,
+                                              source_compression, forward_bytes):
     dc_a, dc_b, analysis = clusters("dc-a"), clusters("dc-b"), clusters("analysis", brokers=2)
     dc_a.create_topic("clicks", 2)
     dc_b.create_topic("clicks", 2)
     dc_b.create_topic("views", 1)
     sent = []
     for cluster, topic, n in ((dc_a, "clicks", 300), (dc_b, "clicks", 200), (dc_b, "views", 100)):
-        producer = cluster_producers(cluster)
+        producer = cluster_producers(cluster, compression=source_compression)
         for i in range(n):
             key = None if i % 3 else f"user-{i % 17}".encode()
             value = f"{cluster.name}/{topic}/{i}".encode() + bytes(range(256))[:i % 50]
@@ -33,8 +39,13 @@ def test_copies_two_datacenters_byte_for_byte(clusters, cluster_producers, mirro
         producer.flush(30)
 
     mirror = mirrors(mirror_config([dc_a, dc_b], analysis, target_partitions=3,
-                                   compression=compression))
+                                   compression=compression, forward_bytes=forward_bytes))
     wait_until(lambda: mirror.copied >= len(sent), 60, what="the mirror to copy everything")
+    forwarded = sum(pipe.forwarded for pipe in mirror.pipes)
+    if forward_bytes and source_compression == "none":
+        assert forwarded == len(sent)       # not one message decoded on the way
+    else:
+        assert forwarded == 0
 
     copied = []
     for topic in ("clicks", "views"):
