@@ -104,27 +104,25 @@ class TargetCluster:
 
     def send(self, topic: str, values: list[bytes], timestamps: list[int],
              keys: list[bytes | None] | None) -> list[Batch]:
-        try:
-            return self.producer.send_records(topic, values, timestamps, keys)
-        except SamsaError as exc:
-            if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                self._ready = {r for r in self._ready if r[0] != topic}   # make it again
-                raise TargetUnavailable(str(exc)) from None
-            raise
-        except RuntimeError as exc:            # a producer closed under us (broker left)
-            raise TargetUnavailable(str(exc)) from None
+        return self._sending(topic, self.producer.send_records, topic, values, timestamps, keys)
 
     def send_message_set(self, topic: str, message_set: bytes, count: int,
                          max_timestamp: int) -> list[Batch]:
         """As ``send``, for a fetched message set forwarded as bytes."""
+        return self._sending(topic, self.producer.send_message_set, topic, message_set, count,
+                             max_timestamp)
+
+    def _sending(self, topic: str, send, *args) -> list[Batch]:
+        """``send(*args)``; a topic the target lost, or a producer closed
+        under us (its broker left), is TargetUnavailable (retried)."""
         try:
-            return self.producer.send_message_set(topic, message_set, count, max_timestamp)
+            return send(*args)
         except SamsaError as exc:
             if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 self._ready = {r for r in self._ready if r[0] != topic}   # make it again
                 raise TargetUnavailable(str(exc)) from None
             raise
-        except RuntimeError as exc:            # a producer closed under us (broker left)
+        except RuntimeError as exc:
             raise TargetUnavailable(str(exc)) from None
 
     def close(self, timeout: float = 5.0) -> None:
