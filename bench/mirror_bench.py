@@ -88,10 +88,11 @@ def target_messages(admin: AdminClient, topic: str) -> int:
     return sum(admin.latest_offset(topic, p) for p in range(count)) // SIZE
 
 
-def start_mirror(lab: BenchClusters, base: str, group: str, topic: str) -> SupervisedProcess:
+def start_mirror(lab: BenchClusters, base: str, group: str, topic: str,
+                 settings: dict | None = None) -> SupervisedProcess:
     config = MirrorConfig(sources=tuple(lab.ref(dc) for dc in DCS), target=lab.ref("analysis"),
                           group=group, whitelist=topic, metrics_port=-1,
-                          target_partitions=PARTITIONS)
+                          target_partitions=PARTITIONS, **(settings or {}))
     path = os.path.join(base, f"{group}.toml")
     with open(path, "w") as f:
         f.write(to_toml(config))
@@ -101,8 +102,8 @@ def start_mirror(lab: BenchClusters, base: str, group: str, topic: str) -> Super
 
 
 def throughput_run(lab: BenchClusters, base: str, run: int, per_dc: int,
-                   values: list[bytes]) -> dict:
-    topic = f"mirror-tput-{run}"
+                   values: list[bytes], settings: dict | None = None, tag: str = "") -> dict:
+    topic = f"mirror-tput-{run}{tag}"
     for dc in DCS:
         address = lab.brokers[dc].address
         with AdminClient(address) as admin:
@@ -118,7 +119,7 @@ def throughput_run(lab: BenchClusters, base: str, run: int, per_dc: int,
     admin = AdminClient(lab.brokers["analysis"].address)
     cpu0 = {name: proc_cpu_seconds(b.proc.pid) for name, b in lab.brokers.items()}
     started = time.monotonic()
-    proc = start_mirror(lab, base, f"bench-tput-{run}", topic)
+    proc = start_mirror(lab, base, f"bench-tput-{run}{tag}", topic, settings)
     timeline: list[tuple[float, int]] = []
     try:
         while True:
@@ -128,7 +129,7 @@ def throughput_run(lab: BenchClusters, base: str, run: int, per_dc: int,
                 break
             if proc.poll() is not None:
                 raise RuntimeError(f"the mirror exited with {proc.returncode}; see "
-                                   f"{base}/bench-tput-{run}.log")
+                                   f"{base}/bench-tput-{run}{tag}.log")
             if time.monotonic() - started > 600:
                 raise RuntimeError("the copy took more than 10 minutes")
             time.sleep(0.02)
@@ -229,15 +230,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=int, default=10_000,
                    help="total msg/s of the latency test (default 10000)")
     p.add_argument("--no-write", action="store_true", help="print, do not write results")
+    p.add_argument("--ab", action="append", default=[], metavar="KEY=VALUE",
+                   help="also run each throughput test with this mirror setting (e.g. "
+                        "forward_bytes=false), alternating, and print both medians and "
+                        "their ratio (printed only; RESULTS.md keeps the default's figures)")
     args = p.parse_args(argv)
+    ab = {}
+    for kv in args.ab:
+        key, _, value = kv.partition("=")
+        ab[key] = {"true": True, "false": False}.get(value.lower(), value)
     base = tempfile.mkdtemp(prefix="samsa-mirror-bench-")
     values = random_values(1024, VALUE_SIZE)
     lab = BenchClusters(base)
     try:
-        throughput, latency = [], []
+        throughput, latency, other = [], [], []
         for run in range(args.runs):
+            if ab:
+                other.append(throughput_run(lab, base, run, args.messages, values, ab, "-ab"))
             throughput.append(throughput_run(lab, base, run, args.messages, values))
             latency.append(latency_run(lab, base, run, args.seconds, args.rate, values))
+        if ab:
+            b = statistics.median(r["overall_msg_s"] for r in other)
+            c = statistics.median(r["overall_msg_s"] for r in throughput)
+            log(f"A/B: with {ab}: {b:,.0f} msg/s {[round(r['overall_msg_s']) for r in other]}; "
+                f"default: {c:,.0f} msg/s {[round(r['overall_msg_s']) for r in throughput]}; "
+                f"ratio {c / b:.2f}")
     finally:
         lab.stop()
     shutil.rmtree(base, ignore_errors=True)
@@ -245,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(), "runs": args.runs, "messages_per_dc": args.messages,
         "latency_seconds": args.seconds, "latency_rate": args.rate,
-        "throughput": throughput, "latency": latency,
+        "throughput": throughput, "latency": latency, "ab_settings": ab, "ab_throughput": other,
         "median": {
             "overall_msg_s": statistics.median(r["overall_msg_s"] for r in throughput),
             "steady_msg_s": statistics.median(r["steady_msg_s"] for r in throughput),
