@@ -259,7 +259,10 @@ class AuditedProducer:
     def _delivered(self, batches: list) -> None:
         add = self.counter.add_values
         for batch in batches:
-            add(batch.topic, batch.values, batch.timestamps)
+            if getattr(batch, "encoded", None) is not None:    # send_message_set
+                self.counter.add_message_set(batch.topic, batch.encoded)
+            else:
+                add(batch.topic, batch.values, batch.timestamps)
 
     def close(self, timeout: float | None = 60.0) -> None:
         try:

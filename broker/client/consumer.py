@@ -481,7 +481,9 @@ class Consumer:
 def raw_chunk(data, start: int, check_crcs: bool, topic: str, label) -> "RawChunk | None":
     """The whole messages of ``data`` as a RawChunk, or None when they hold
     a compressed wrapper or fail a check (then the caller decodes them)."""
-    used, _clean = whole_messages_length(data)
+    used, clean = whole_messages_length(data)
+    if not clean:       # a malformed length after them: the decoding path reports it
+        return None
     status, pos, count, first_ts, max_ts, wrappers = walk_message_set(data[:used], check_crcs)
     if status or wrappers or not count:
         return None

@@ -652,24 +652,31 @@ class Producer:
 
     def _send(self, batches: list[Batch]) -> None:
         if self._acks == Acks.NONE and not self._codec:
-            if self._send_singles(batches):
+            if self._send_singles(batches) is not None:
                 return
             if any(b.singles for b in batches):
                 # several partitions, or keyed messages among gathered ones:
                 # in order, each run of one partition and one kind on its own
-                run: list[Batch] = []
+                runs: list[list[Batch]] = []
                 for b in batches:
-                    if run and (b.topic != run[0].topic or b.partition != run[0].partition
-                                or _single(b) != _single(run[0])):
-                        self._send_run(run)
-                        run = []
-                    run.append(b)
-                self._send_run(run)
+                    last = runs[-1][0] if runs else None
+                    if last is None or b.topic != last.topic or b.partition != last.partition \
+                            or _single(b) != _single(last):
+                        runs.append([])
+                    runs[-1].append(b)
+                for i, run in enumerate(runs):
+                    # a lost connection requeues this run and every later one,
+                    # in order: no later run may overtake it
+                    if not self._send_run(run, [b for r in runs[i:] for b in r]):
+                        return
                 return
         self._send_batches(batches)
 
-    def _send_batches(self, batches: list[Batch]) -> None:
-        """Each batch one message set in one produce request."""
+    def _send_batches(self, batches: list[Batch], requeue: list[Batch] | None = None) -> bool:
+        """Each batch one message set in one produce request. False if the
+        connection was lost (then ``requeue``, default ``batches``, went back
+        to the head of the queue with acks=none)."""
+        requeue = batches if requeue is None else requeue
         frames: list[bytes] = []
         expected: list[tuple[int, int]] = []
         size = 0
@@ -697,19 +704,24 @@ class Producer:
                 tp = (b.topic, b.partition)
                 self._inflight_tps[tp] = self._inflight_tps.get(tp, 0) + 1
             if size >= _MAX_WRITE:
-                if not self._write(frames, expected, batches):
-                    return
+                if not self._write(frames, expected, requeue):
+                    return False
                 frames, expected, size = [], [], 0
-        if frames and not self._write(frames, expected, batches):
-            return
+        if frames and not self._write(frames, expected, requeue):
+            return False
         if self._acks == Acks.NONE:
             self._written_unacknowledged(batches, sum(b.size() for b in batches))
+        return True
 
-    def _send_run(self, run: list[Batch]) -> None:
+    def _send_run(self, run: list[Batch], requeue: list[Batch]) -> bool:
         """acks=none batches of one partition and one kind: as single-message
-        requests when they are such, else one request per batch."""
-        if not (_single(run[0]) and self._send_singles(run)):
-            self._send_batches(run)
+        requests when they are such, else one request per batch. False if the
+        connection was lost (``requeue`` went back to the queue, in order)."""
+        if _single(run[0]):
+            sent = self._send_singles(run, requeue)
+            if sent is not None:
+                return sent
+        return self._send_batches(run, requeue)
 
     def _written_unacknowledged(self, batches: list[Batch], messages: int) -> None:
         """acks=none: the batches are done once written to the socket."""
@@ -730,24 +742,27 @@ class Producer:
         except Exception:     # a listener's bug must not stop the sender
             log.exception("the producer's delivery listener failed")
 
-    def _send_singles(self, batches: list[Batch]) -> bool:
+    def _send_singles(self, batches: list[Batch],
+                      requeue: list[Batch] | None = None) -> bool | None:
         """acks=none, batches of one key-less message each for one partition
         (batch_size=1, the paper's batch-1 test): their frames in one encoder
-        call per _SINGLES_PER_WRITE instead of two Python encodes each. False
-        (nothing sent) for anything else."""
+        call per _SINGLES_PER_WRITE instead of two Python encodes each. None
+        (nothing sent) for anything else; False if the connection was lost
+        (``requeue``, default ``batches``, went back to the queue)."""
+        requeue = batches if requeue is None else requeue
         first = batches[0]
         topic, partition = first.topic, first.partition
         values, stamps = [], []
         for b in batches:
             if b.singles:
                 if b.partition != partition or b.topic != topic:
-                    return False
+                    return None
                 values += b.values
                 stamps += b.timestamps
                 continue
             if (len(b.values) != 1 or b.keys is not None or b.partition != partition
                     or b.topic != topic):
-                return False
+                return None
             values.append(b.values[0])
             stamps.append(b.timestamps[0])
         for b in batches:
@@ -759,8 +774,8 @@ class Producer:
             conn._next_correlation_id = (cid + len(chunk) - 1) & 0x7FFFFFFF
             data = self._encoder.single_frames(cid, topic, partition, chunk,
                                                stamps[i:i + _SINGLES_PER_WRITE])
-            if not self._write([data], [], batches):
-                return True
+            if not self._write([data], [], requeue):
+                return False
         self._written_unacknowledged(batches, len(values))
         return True
 

@@ -129,16 +129,28 @@ def _multi_read(client: KazooClient, op: int, paths: list[str], timeout: float) 
     return out
 
 
+_NO_MULTI_READ = "_samsa_no_multi_read"
+
+
+def _remember_no_multi_read(client: KazooClient, exc: BaseException) -> None:
+    """A server without multiRead: ask it no more (on this client). Its
+    refusal answers out of the server's request order, which kazoo may take
+    for a broken session, so it is not worth asking again."""
+    if isinstance(exc, UnimplementedError):
+        setattr(client, _NO_MULTI_READ, True)
+
+
 def children_many(client: KazooClient, paths: list[str], timeout: float = 10.0
                   ) -> list[list[str]]:
     """``get_children`` of every path at once; a missing node gives []."""
     if not paths:
         return []
-    try:
-        got = _multi_read(client, _OP_GET_CHILDREN, paths, timeout)
-        return [names if names is not None else [] for names in got]
-    except (UnimplementedError, AttributeError):
-        pass
+    if not getattr(client, _NO_MULTI_READ, False):
+        try:
+            got = _multi_read(client, _OP_GET_CHILDREN, paths, timeout)
+            return [names if names is not None else [] for names in got]
+        except (UnimplementedError, AttributeError) as exc:
+            _remember_no_multi_read(client, exc)
     asyncs = [client.get_children_async(p) for p in paths]
     out = []
     for a in asyncs:
@@ -187,10 +199,12 @@ def get_many(client: KazooClient, paths: list[str], timeout: float = 10.0) -> li
     TimeoutError."""
     if not paths:
         return []
-    try:
-        return _multi_read(client, _OP_GET_DATA, paths, timeout)
-    except (UnimplementedError, AttributeError):
-        return _get_queued(client, paths, timeout)
+    if not getattr(client, _NO_MULTI_READ, False):
+        try:
+            return _multi_read(client, _OP_GET_DATA, paths, timeout)
+        except (UnimplementedError, AttributeError) as exc:
+            _remember_no_multi_read(client, exc)
+    return _get_queued(client, paths, timeout)
 
 
 def _get_queued(client: KazooClient, paths: list[str], timeout: float) -> list:

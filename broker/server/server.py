@@ -338,6 +338,13 @@ class BrokerServer:
                             conn.close_after_flush = True
                             no_ack_logs.clear()
                             continue
+                        except Exception:   # a bug: as _append does, fail this one, go on
+                            log.exception("error appending to %s/%s", quote_name(topic),
+                                          partition)
+                            metrics.errors[("produce", "UNKNOWN")] += 1
+                            conn.close_after_flush = True
+                            no_ack_logs.clear()
+                            continue
                         metrics.messages_in[topic] += count
                         metrics.bytes_in[topic] += stop - start
                         continue

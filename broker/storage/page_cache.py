@@ -22,7 +22,9 @@ the budget reads from disk (sequentially, with the kernel's read-ahead).
 Invariants:
   * only fsync'ed (clean) ranges are ever recorded, so a drop never starts
     writeback and never changes what a read returns: it is advice about
-    memory, not about data;
+    memory, not about data. The advice starts at the page holding a range's
+    start (the kernel drops whole pages only; the bytes before the start in
+    that page are older, hence durable too);
   * ranges are recorded in flush order; ``cached_bytes`` is their sum and is
     <= ``budget_bytes`` when ``flushed()`` returns;
   * a range of a segment that was deleted or closed meanwhile is discarded
@@ -44,6 +46,7 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 DROP_BEHIND_MODES = ("auto", "on", "off")
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # virtio-balloon feature bit: the guest reports free pages to the host, which
 # discards them (VIRTIO_BALLOON_F_REPORTING in the virtio specification, 1.2)
 _BALLOON_F_REPORTING = 5
@@ -111,8 +114,12 @@ class PageCacheBudget:
             seg, start, end = rng
             take = min(excess, end - start)
             if seg.fd >= 0 and not seg.deleted:
+                # the kernel drops whole pages only: start at the page holding
+                # ``start`` (what precedes it there is older, hence durable),
+                # or the partial page at each range's head would never go
+                aligned = start - start % _PAGE
                 try:
-                    self._advise(seg.fd, start, take)
+                    self._advise(seg.fd, aligned, start + take - aligned)
                     self.dropped_bytes += take
                 except OSError as exc:      # advice only: never fail a flush over it
                     log.debug("posix_fadvise on %s failed: %s", seg.path, exc)

@@ -131,3 +131,23 @@ def test_bad_configs_are_refused():
         CounterConfig(tier="edge", datacenter="a", cluster="a")
     with pytest.raises(ValueError, match="strictly increasing"):
         CounterConfig(tier="cluster", datacenter="a", cluster="a", latency_bounds_ms=(5, 5))
+
+
+def test_an_audited_producer_counts_message_sets_sent_as_bytes(broker):
+    """send_message_set (a mirror's forwarding) through an AuditedProducer:
+    its delivered batches hold bytes, not values; they are counted all the
+    same (review finding: the listener failed on them and the counts were
+    lost)."""
+    from audit.counting import AuditedProducer, CounterConfig, TierCounter
+    from broker.client.producer import Producer
+    from broker.protocol.message import encode_message_set
+
+    counter = TierCounter(CounterConfig(tier="producer", datacenter="dc", cluster="c"))
+    stamps = [1_700_000_000_000 + i for i in range(30)]
+    data = encode_message_set([(None, b"v%d" % i, ts) for i, ts in enumerate(stamps)])
+    audited = AuditedProducer(Producer(bootstrap=broker.address, acks="written"), counter)
+    try:
+        audited.send_message_set("counted", 0, data, 30, max(stamps)).result(timeout=10)
+    finally:
+        audited.close()
+    assert counter.counted == 30

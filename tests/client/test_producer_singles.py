@@ -79,3 +79,48 @@ def test_a_delivery_listener_sees_every_gathered_message(broker, admin):
         p.flush()
         assert p.sent_messages == len(values)
     assert sorted(seen) == sorted(values)
+
+
+def test_a_lost_connection_requeues_later_runs_behind_the_failed_one(monkeypatch):
+    """Review finding: with runs (a gathered group, then a keyed batch of the
+    same partition), a write failing for the first run used to requeue only
+    that run and go on writing the next, which then overtook it. Now every
+    run from the failed one on goes back, in order. (The sender thread is
+    parked; _send is driven directly against a connection that fails once.)"""
+    import threading
+
+    from broker.client import producer as producer_module
+    from broker.client.connection import BrokerConnectionError
+
+    parked = threading.Event()
+
+    class Parked(Producer):
+        def _run(self):
+            parked.wait()
+
+    p = Parked(bootstrap="127.0.0.1:1", acks="none", batch_size=1, linger_ms=0, retries=5)
+    try:
+        p.send("t", b"a", partition=0)              # gathered (singles)
+        p.send("t", b"b", key=b"k", partition=0)    # keyed: readies the group, then itself
+        p.send("t", b"c", partition=0)              # a new group behind them
+        with p._lock:
+            batches = list(p._ready) + list(p._open.values())
+            p._ready.clear()
+            p._open.clear()
+        assert [b.singles for b in batches] == [True, False, True]
+        writes = []
+
+        def send_frames(frames, expected):
+            writes.append(frames)
+            raise BrokerConnectionError("connection reset")
+        monkeypatch.setattr(p.conn, "send_frames", send_frames)
+        monkeypatch.setattr(producer_module.time, "sleep", lambda s: None)
+        p._send(batches)
+        assert len(writes) == 1                     # nothing written after the failure
+        assert list(p._ready) == batches            # all back, in their order
+    finally:
+        parked.set()
+        with p._lock:
+            p._ready.clear()
+            p._queued = 0
+        p.close(timeout=1)

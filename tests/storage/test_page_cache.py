@@ -145,3 +145,17 @@ def test_a_broker_dropping_behind_serves_every_acknowledged_message(broker_facto
     samples = scrape_metrics(broker.metrics_port)
     assert metric(samples, "samsa_page_cache_budget_bytes") == 256 * 1024
     assert metric(samples, "samsa_page_cache_dropped_bytes_total") >= 2_500_000
+
+
+def test_advice_starts_at_the_page_holding_a_ranges_start(tmp_path):
+    """The kernel drops whole pages only: advice from an unaligned start
+    would leave that page cached for ever (review finding)."""
+    import os as _os
+    page = _os.sysconf("SC_PAGE_SIZE")
+    advise = Recorder()
+    budget = PageCacheBudget(0, advise=advise)
+    seg = segment(tmp_path)
+    budget.flushed([(seg, 0, page + 100)])
+    budget.flushed([(seg, page + 100, 3 * page + 7)])
+    assert advise.calls == [(seg.fd, 0, page + 100), (seg.fd, page, 2 * page + 7)]
+    assert budget.cached_bytes == 0
