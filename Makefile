@@ -7,7 +7,7 @@ CHECKOV := .venv-checkov/bin/checkov
 
 
 .PHONY: demo-down demo-broker demo-lab drill drill-loss
-.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale \
+.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale images images-down \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
@@ -37,6 +37,8 @@ help:
 	@echo "make bench-audit  Avro rows/s, the audit's counting consumer, the audited producer"
 	@echo "make bench-loader the warehouse loader's rows/s into Parquet (Spark local[2])"
 	@echo "make bench-freshness  produce -> audit complete -> Parquet on the demo's pipeline"
+	@echo "make images  build the services' container images offline (docs/containers.md)"
+	@echo "make images-down  stop the dockerd that make images started"
 	@echo "make bench-scale  broker cost against partitions, clients, idle consumers, segments, recovery"
 	@echo "make airflow-up  a real Airflow (UI on 127.0.0.1:$(AIRFLOW_PORT)) with dags/: warehouse_load,"
 	@echo "             audit_report; WAREHOUSE_CONFIG=file names their settings (config/loader.toml)"
@@ -97,6 +99,14 @@ demo-lab: setup
 
 test: setup
 	SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q
+
+# container images of the services, built offline (infra/docker/, docs/containers.md);
+# uses DOCKER_HOST or the default socket, else starts the project's own dockerd
+images: setup
+	$(PY) -m infra.docker.images
+
+images-down:
+	$(PY) -m infra.docker.engine down
 
 test-fast: setup
 	SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q -m "not slow"

@@ -1,0 +1,156 @@
+"""The Docker engine the images are built with and the container tests use.
+
+    python -m infra.docker.engine up      # print DOCKER_HOST=... (starting one if needed)
+    python -m infra.docker.engine status
+    python -m infra.docker.engine down    # stop the dockerd this project started
+
+An engine the user already has is used as it is: ``DOCKER_HOST``, else the
+default socket (/var/run/docker.sock) when it answers. Otherwise the project
+starts its own ``dockerd`` — never a system one — with its data root in a
+cache directory that survives between runs on one machine (layers and
+images are kept), its own socket and pid file, and no bridge network
+(``--bridge=none --iptables=false --ip-masq=false``): containers run with
+host networking only, because traffic to private-range addresses is
+forbidden on the machines this project is built on. Debian's ``docker.io``
+is installed with apt when dockerd is missing and this runs as root.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+DEFAULT_SOCKET = "/var/run/docker.sock"
+
+
+def cache_dir() -> str:
+    """Where the project's own engine keeps its data (SAMSA_DOCKER_CACHE)."""
+    return os.environ.get("SAMSA_DOCKER_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "samsa-docker")
+
+
+def _paths() -> dict[str, str]:
+    base = cache_dir()
+    return {"base": base, "data": os.path.join(base, "data"),
+            "socket": os.path.join(base, "docker.sock"),
+            "pidfile": os.path.join(base, "dockerd.pid"),
+            "log": os.path.join(base, "dockerd.log"),
+            "exec": os.path.join(base, "exec")}
+
+
+def answers(host: str, timeout: float = 10.0) -> bool:
+    """Does a Docker engine answer at ``host`` (unix://... or tcp://...)?"""
+    docker = shutil.which("docker")
+    if docker is None:
+        return False
+    try:
+        out = subprocess.run([docker, "version", "--format", "{{.Server.Version}}"],
+                             env={**os.environ, "DOCKER_HOST": host}, capture_output=True,
+                             text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
+def existing_engine() -> str | None:
+    """DOCKER_HOST or the default socket, if an engine answers there."""
+    host = os.environ.get("DOCKER_HOST")
+    if host:
+        return host if answers(host) else None
+    if os.path.exists(DEFAULT_SOCKET) and answers(f"unix://{DEFAULT_SOCKET}"):
+        return f"unix://{DEFAULT_SOCKET}"
+    return None
+
+
+def own_pid() -> int | None:
+    """The pid of the dockerd this project started, if it runs."""
+    try:
+        with open(_paths()["pidfile"]) as f:
+            pid = int(f.read().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def ensure_installed() -> None:
+    """dockerd and docker present, or installed from Debian (as root)."""
+    if shutil.which("dockerd") and shutil.which("docker"):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise SystemExit("dockerd is missing: install Debian's docker.io "
+                         "(sudo apt-get install docker.io), or set DOCKER_HOST to an engine")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq",
+                    "--no-install-recommends", "docker.io"], check=True, env=env)
+
+
+def up(timeout: float = 60.0) -> str:
+    """The DOCKER_HOST of a running engine: the user's, or the project's own."""
+    host = existing_engine()
+    if host:
+        return host
+    p = _paths()
+    host = f"unix://{p['socket']}"
+    if own_pid() and answers(host):
+        return host
+    ensure_installed()
+    for d in (p["base"], p["data"], p["exec"]):
+        os.makedirs(d, exist_ok=True)
+    if os.path.exists(p["socket"]):
+        os.unlink(p["socket"])                  # left by a dockerd that died
+    log = open(p["log"], "ab")
+    subprocess.Popen([shutil.which("dockerd"), "--data-root", p["data"], "--exec-root", p["exec"],
+                      "--host", host, "--pidfile", p["pidfile"], "--bridge=none",
+                      "--iptables=false", "--ip-masq=false"],
+                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if answers(host, timeout=5):
+            return host
+        time.sleep(0.2)
+    raise SystemExit(f"dockerd did not answer at {host} within {timeout:.0f} s; see {p['log']}")
+
+
+def down(timeout: float = 30.0) -> bool:
+    """Stop the dockerd this project started (its containers stop with it).
+    False if none ran."""
+    pid = own_pid()
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return True
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", choices=["up", "down", "status"])
+    a = p.parse_args(argv)
+    if a.action == "up":
+        print(f"DOCKER_HOST={up()}")
+    elif a.action == "down":
+        print("stopped the project's dockerd" if down() else "no dockerd of this project runs")
+    else:
+        host = existing_engine()
+        own = own_pid()
+        print(f"engine: {host or 'none answering'}; the project's dockerd: "
+              f"{f'pid {own}' if own else 'not running'} (data in {cache_dir()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
