@@ -113,23 +113,20 @@ class TierCounter:
     def add_values(self, topic: str, values: list[bytes], timestamps: list[int] | int,
                    now_ms: int | None = None) -> None:
         """Count ``values`` of ``topic`` with their message timestamps."""
-        if topic == AUDIT_TOPIC:
-            return
-        cfg = self.config
-        now = self._now_ms() if now_ms is None else now_ms
-        with self._lock:
-            acc = self._tallies.setdefault(topic, {})
-            ids = self._ids.setdefault(topic, {}) if cfg.dedup_ids else None
-            if not isinstance(values, list):
-                values = list(values)
-            if not isinstance(timestamps, int) and not isinstance(timestamps, list):
-                timestamps = list(timestamps)
-            self.counted += _kernel.tally_values(acc, values, timestamps, cfg.window_ms, now,
-                                                 cfg.latency_bounds_ms, ids)
+        if not isinstance(values, list):
+            values = list(values)
+        if not isinstance(timestamps, int) and not isinstance(timestamps, list):
+            timestamps = list(timestamps)
+        self._tally(topic, now_ms, _kernel.tally_values, values, timestamps)
 
     def add_message_set(self, topic: str, message_set, now_ms: int | None = None) -> None:
         """Count the whole, uncompressed messages of a fetched message set of
         ``topic`` without decoding them (the mirror forwards such bytes)."""
+        self._tally(topic, now_ms, _kernel.tally_message_set, message_set)
+
+    def _tally(self, topic: str, now_ms: int | None, kernel, *data) -> None:
+        """``kernel(acc, *data, window_ms, now, bounds, ids)`` into ``topic``'s
+        tallies (the audit topic itself is never counted)."""
         if topic == AUDIT_TOPIC:
             return
         cfg = self.config
@@ -137,8 +134,7 @@ class TierCounter:
         with self._lock:
             acc = self._tallies.setdefault(topic, {})
             ids = self._ids.setdefault(topic, {}) if cfg.dedup_ids else None
-            self.counted += _kernel.tally_message_set(acc, message_set, cfg.window_ms, now,
-                                                      cfg.latency_bounds_ms, ids)
+            self.counted += kernel(acc, *data, cfg.window_ms, now, cfg.latency_bounds_ms, ids)
 
     def add_messages(self, messages: list, now_ms: int | None = None) -> None:
         """Count consumed messages (``Message`` tuples, any mix of topics)."""

@@ -322,15 +322,16 @@ class Consumer:
                 continue
             positions[tp] = start + used if clean else start
             self._fetch_sizes.pop(tp, None)
-            todo.append((tp, data, start))
+            todo.append((tp, data, start, used, clean))
         if self.config.pipeline_fetches:
             self._send_fetch()
         out: list[Message] = []
         raw = self.config.raw_chunks
-        for tp, data, start in todo:
+        for tp, data, start, used, clean in todo:
             label = self._labels.get(tp, tp[1])
             if raw:
-                chunk = raw_chunk(data, start, self.config.check_crcs, tp[0], label)
+                chunk = raw_chunk(data, used, clean, start, self.config.check_crcs, tp[0],
+                                  label)
                 if chunk is not None:
                     out.append(chunk)
                     continue
@@ -478,10 +479,11 @@ class Consumer:
         self.close()
 
 
-def raw_chunk(data, start: int, check_crcs: bool, topic: str, label) -> "RawChunk | None":
-    """The whole messages of ``data`` as a RawChunk, or None when they hold
+def raw_chunk(data, used: int, clean: bool, start: int, check_crcs: bool, topic: str,
+              label) -> "RawChunk | None":
+    """The whole messages of ``data`` (``used``, ``clean``: what
+    whole_messages_length said of it) as a RawChunk, or None when they hold
     a compressed wrapper or fail a check (then the caller decodes them)."""
-    used, clean = whole_messages_length(data)
     if not clean:       # a malformed length after them: the decoding path reports it
         return None
     status, pos, count, first_ts, max_ts, wrappers = walk_message_set(data[:used], check_crcs)

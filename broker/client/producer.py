@@ -754,17 +754,10 @@ class Producer:
         topic, partition = first.topic, first.partition
         values, stamps = [], []
         for b in batches:
-            if b.singles:
-                if b.partition != partition or b.topic != topic:
-                    return None
-                values += b.values
-                stamps += b.timestamps
-                continue
-            if (len(b.values) != 1 or b.keys is not None or b.partition != partition
-                    or b.topic != topic):
+            if not _single(b) or b.partition != partition or b.topic != topic:
                 return None
-            values.append(b.values[0])
-            stamps.append(b.timestamps[0])
+            values += b.values
+            stamps += b.timestamps
         for b in batches:
             b.attempts += 1
         conn = self.conn

@@ -151,14 +151,8 @@ def children_many(client: KazooClient, paths: list[str], timeout: float = 10.0
             return [names if names is not None else [] for names in got]
         except (UnimplementedError, AttributeError) as exc:
             _remember_no_multi_read(client, exc)
-    asyncs = [client.get_children_async(p) for p in paths]
-    out = []
-    for a in asyncs:
-        try:
-            out.append(a.get(timeout=timeout))
-        except NoNodeError:
-            out.append([])
-    return out
+    got = _await_all([client.get_children_async(p) for p in paths], timeout, missing=None)
+    return [names if names is not None else [] for names in got]
 
 
 class _Countdown:
@@ -237,11 +231,16 @@ def _get_queued(client: KazooClient, paths: list[str], timeout: float) -> list:
 
 
 def _get_async(client: KazooClient, paths: list[str], timeout: float) -> list:
-    asyncs = [client.get_async(p) for p in paths]
+    return _await_all([client.get_async(p) for p in paths], timeout, missing=None)
+
+
+def _await_all(asyncs: list, timeout: float, missing) -> list:
+    """The results of kazoo async calls, in order; ``missing`` for a node
+    that does not exist."""
     out = []
     for a in asyncs:
         try:
             out.append(a.get(timeout=timeout))
         except NoNodeError:
-            out.append(None)
+            out.append(missing)
     return out

@@ -54,7 +54,10 @@ def test_empty_lists_need_no_request(nodes):
 
 def test_without_multiread_the_reads_fall_back(nodes, monkeypatch):
     """A server older than 3.6 answers multiRead with UnimplementedError."""
+    asked = []
+
     def unimplemented(*args, **kwargs):
+        asked.append(args[1])
         raise UnimplementedError()
     monkeypatch.setattr(bulk_read, "_multi_read", unimplemented)
     paths = [f"/many/n{i:05d}" for i in range(0, 2500, 10)] + ["/many/missing"]
@@ -63,3 +66,4 @@ def test_without_multiread_the_reads_fall_back(nodes, monkeypatch):
                                         for i in range(0, 2500, 10)]
     assert got[-1] is None
     assert [sorted(c) for c in children_many(nodes, ["/tree/a", "/nope"])] == [["x", "y"], []]
+    assert len(asked) == 1          # refused once: the client does not ask again
