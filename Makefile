@@ -7,7 +7,7 @@ CHECKOV := .venv-checkov/bin/checkov
 
 
 .PHONY: demo-down demo-broker demo-lab drill drill-loss
-.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale images images-down \
+.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers images images-down \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
@@ -39,6 +39,7 @@ help:
 	@echo "make bench-freshness  produce -> audit complete -> Parquet on the demo's pipeline"
 	@echo "make images  build the services' container images offline (docs/containers.md)"
 	@echo "make images-down  stop the dockerd that make images started"
+	@echo "make bench-containers  the containerized pipeline ready, containers vs processes"
 	@echo "make bench-scale  broker cost against partitions, clients, idle consumers, segments, recovery"
 	@echo "make airflow-up  a real Airflow (UI on 127.0.0.1:$(AIRFLOW_PORT)) with dags/: warehouse_load,"
 	@echo "             audit_report; WAREHOUSE_CONFIG=file names their settings (config/loader.toml)"
@@ -200,3 +201,8 @@ bench-loader: setup
 # produce -> audit complete -> Parquet, on the demo's pipeline (~12 min)
 bench-freshness: setup
 	$(PY) -m bench.freshness_bench
+
+# the containerized pipeline ready from nothing running, and containers vs
+# processes in one run (bench/containers_bench.py; after make images)
+bench-containers: setup
+	$(PY) -m bench.containers_bench

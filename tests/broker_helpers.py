@@ -200,3 +200,23 @@ def run_module(module: str, *args: str, stdin: bytes | None = None,
     """``python -m module args...``, output captured (bytes)."""
     return subprocess.run([sys.executable, "-m", module, *args], input=stdin,
                           capture_output=True, timeout=timeout, check=False)
+
+
+def topic_values(lab, cluster: str, topic: str, brokers) -> list[bytes]:
+    """Every value of ``topic`` on these brokers (indexes) of ``cluster``,
+    read from each partition of each broker directly (``lab``: anything with
+    ``broker_address(cluster, index)``: the lab, the containerized pipeline)."""
+    from broker.client.admin import AdminClient
+    values: list[bytes] = []
+    for i in brokers:
+        address = lab.broker_address(cluster, i)
+        with AdminClient(address) as admin:
+            partitions = admin.partition_count(topic) or 0
+        conn = connect(address)
+        try:
+            for p in range(partitions):
+                values += [m.value for m in read_partition(conn, topic, p)]
+        finally:
+            conn.close()
+    return values
+

@@ -136,15 +136,8 @@ max_retry_delay_s = 30.0
         """The schemas in every cluster's registry (the loader decodes in
         analysis with them) and the topics in every cluster, audit topic
         included, before any consumer group starts."""
-        from audit.counting import AUDIT_TOPIC
-        from schemas.registry import SchemaRegistry
-        from infra.local.traffic import TOPIC_WEIGHTS, create_topics, register_schemas
-        topics = [t for t, _ in TOPIC_WEIGHTS] + [AUDIT_TOPIC]
-        for cluster in CLUSTERS:
-            connect = self.lab.zookeeper_connect(cluster)
-            with SchemaRegistry.open(f"zookeeper://{connect}") as registry:
-                register_schemas(registry)
-            create_topics(connect, topics, 2)
+        from infra.local.traffic import prepare_clusters
+        prepare_clusters([self.lab.zookeeper_connect(c) for c in CLUSTERS], 2)
         say("schemas registered and topics made in every cluster")
 
     def traffic(self, messages_per_dc: int, hours: int = 3):

@@ -124,6 +124,21 @@ def create_topics(zookeeper: str, topics, partitions: int = 4) -> None:
         client.close()
 
 
+def prepare_clusters(connects, partitions: int = 2) -> None:
+    """For each cluster (a ZooKeeper connect string with chroot): the shipped
+    schemas in its registry, and the traffic's topics and the audit topic
+    made on its brokers, before any consumer group (mirror, counter) starts:
+    a topic made under a running group moves its partitions, and
+    at-least-once copies again what was not committed yet."""
+    from audit.counting import AUDIT_TOPIC
+    from schemas.registry import SchemaRegistry
+    topics = [t for t, _ in TOPIC_WEIGHTS] + [AUDIT_TOPIC]
+    for connect in connects:
+        with SchemaRegistry.open(f"zookeeper://{connect}") as registry:
+            register_schemas(registry)
+        create_topics(connect, topics, partitions)
+
+
 def register_schemas(registry) -> None:
     from schemas import catalog
     catalog.register_defaults(registry)

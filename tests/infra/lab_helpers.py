@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from broker.client.admin import AdminClient
 from broker.client.producer import Producer
-from broker_helpers import connect, read_partition
+from broker_helpers import topic_values  # noqa: F401 - the lab tests take it here
 from broker.harness.process import command_lines, proc_stat
 from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology
 
@@ -93,18 +92,3 @@ def connected_broker(lab, cluster: str) -> int:
     return index
 
 
-def topic_values(lab, cluster: str, topic: str, brokers) -> list[bytes]:
-    """Every value of ``topic`` on these brokers (indexes) of ``cluster``,
-    read from each partition of each broker directly."""
-    values: list[bytes] = []
-    for i in brokers:
-        address = lab.broker_address(cluster, i)
-        with AdminClient(address) as admin:
-            partitions = admin.partition_count(topic) or 0
-        conn = connect(address)
-        try:
-            for p in range(partitions):
-                values += [m.value for m in read_partition(conn, topic, p)]
-        finally:
-            conn.close()
-    return values

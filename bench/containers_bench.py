@@ -1,0 +1,240 @@
+"""The pipeline in containers against the same pipeline as processes.
+
+    .venv/bin/python -m bench.containers_bench             # 3 runs of each (~3 min)
+    .venv/bin/python -m bench.containers_bench --runs 5 --messages 2000000
+
+Two figures (issue 17), on the images of ``make images``:
+
+* **ready**: from nothing running (the images built) to the containerized
+  pipeline serving — a 3-node ZooKeeper ensemble, dc-a's two brokers behind
+  HAProxy, the analysis broker, the mirror (two processes), PostgreSQL, the
+  audit service and a counter per cluster — each container waited on until
+  it serves (infra/docker/pipeline.py). Median of --runs, with each step's
+  median.
+* **containers vs processes**, alternated in one run: one datacenter broker
+  behind HAProxy, the analysis broker, one mirror process, a standalone
+  ZooKeeper, run as containers (host networking) and as processes (the lab,
+  infra/local/lab.py), the same topology, the same client workers as
+  ``make bench`` (bench/run.py): produce --messages 200-byte values through
+  HAProxy (batch 50, acks=none; until all are in the broker), consume them
+  from the broker (200 KB fetches, CRCs checked), and the mirror's copy
+  (from the first send until analysis holds them all).
+
+Writes bench/results/containers-<UTC date>.json and the section between the
+containers-bench markers in bench/RESULTS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.common import (HERE, MESSAGE_BYTES, ROOT, git_state, log, machine_info, parse_result,
+                          summarize, wait_for_quiet, write_section)
+
+MARK_START = "<!-- containers-bench:start -->"
+MARK_END = "<!-- containers-bench:end -->"
+TOPIC = "bench-containers"
+
+
+def ready_topology():
+    from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology, ZooKeeperSpec
+    return Topology(name="bench-ready", zookeeper=ZooKeeperSpec(size=3),
+                    datacenters=(ClusterSpec("dc-a", brokers=2,
+                                             load_balancer=LoadBalancerSpec()),),
+                    analysis=ClusterSpec("analysis", brokers=1),
+                    mirrors=(MirrorSpec("to-analysis", sources=("dc-a",), target="analysis",
+                                        processes=2),))
+
+
+def throughput_topology():
+    from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology
+    return Topology(name="bench-ab",
+                    datacenters=(ClusterSpec("dc-a", brokers=1, default_partitions=1,
+                                             load_balancer=LoadBalancerSpec()),),
+                    analysis=ClusterSpec("analysis", brokers=1, default_partitions=1),
+                    mirrors=(MirrorSpec("to-analysis", sources=("dc-a",), target="analysis",
+                                        processes=1, target_partitions=1,
+                                        whitelist=TOPIC),))
+
+
+def worker(kind: str, params: dict, timeout: float = 900) -> dict:
+    out = subprocess.run([sys.executable, "-m", "bench.run", "--worker", kind,
+                          json.dumps(params)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=timeout)
+    return parse_result(kind, out.returncode, out.stdout)
+
+
+def analysis_messages(address: str) -> int:
+    from broker.client.admin import AdminClient
+    with AdminClient(address) as admin:
+        count = admin.partition_count(TOPIC) or 0
+        return sum(admin.latest_offset(TOPIC, p) for p in range(count)) // MESSAGE_BYTES
+
+
+def measure(lb: str, broker: str, analysis: str, n: int) -> dict:
+    """Produce through ``lb``, consume from ``broker``, wait for the mirror."""
+    from broker.client.admin import AdminClient
+    with AdminClient(broker) as admin:
+        admin.create_topic(TOPIC, 1)
+    t0 = time.perf_counter()
+    produced = worker("produce", {"bootstrap": lb, "topic": TOPIC, "n": n, "batch_size": 50,
+                                  "linger_ms": 5})
+    consumed = worker("consume", {"bootstrap": broker, "topic": TOPIC, "n": n,
+                                  "fetch_bytes": 200 * 1024})
+    deadline = time.perf_counter() + 300
+    copied = analysis_messages(analysis)
+    while copied < n and time.perf_counter() < deadline:
+        time.sleep(0.05)
+        copied = analysis_messages(analysis)
+    mirror_s = time.perf_counter() - t0
+    out = {"produce": produced.get("msgs_per_s"), "consume": consumed.get("msgs_per_s"),
+           "mirror": n / mirror_s if copied >= n else None, "copied": copied}
+    errors = [r["error"] for r in (produced, consumed) if "error" in r]
+    if copied < n:
+        errors.append(f"the mirror copied {copied} of {n} in 300 s")
+    if errors:
+        out["error"] = "; ".join(errors)
+    return out
+
+
+def run_containers(containers_cls, topology, directory: str, n: int) -> dict:
+    from infra.docker.pipeline import ContainerPipeline
+    group = containers_cls()
+    try:
+        pipe = ContainerPipeline(group.run, topology, directory).up(timeout=90)
+        return measure(pipe.lb_address("dc-a"), pipe.broker_address("dc-a", 0),
+                       pipe.broker_address("analysis", 0), n)
+    finally:
+        group.remove_all()
+
+
+def run_processes(topology, directory: str, n: int) -> dict:
+    from infra.local.lab import Lab
+    lab = Lab(topology, directory)
+    try:
+        lab.up(timeout=90)
+        return measure(lab.lb_address("dc-a"), lab.broker_address("dc-a", 0),
+                       lab.broker_address("analysis", 0), n)
+    finally:
+        lab.down(purge=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--messages", type=int, default=1_000_000)
+    p.add_argument("--no-write", action="store_true", help="do not touch bench/RESULTS.md")
+    a = p.parse_args(argv)
+    from infra.docker import engine
+    host = engine.up()
+    os.environ["DOCKER_HOST"] = host
+    os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"
+    from infra.docker.containers import Containers
+    from infra.local.lab import free_topology
+    quiet = wait_for_quiet(30)
+    result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine_info(), "code": git_state(), "engine": host,
+              "quiet": quiet, "runs": a.runs, "messages": a.messages,
+              "ready": [], "ab": []}
+    with tempfile.TemporaryDirectory(prefix="samsa-containers-bench-") as tmp:
+        from infra.docker.pipeline import ContainerPipeline
+        for run in range(a.runs):
+            group = Containers()
+            try:
+                pipe = ContainerPipeline(group.run, free_topology(ready_topology()),
+                                         os.path.join(tmp, f"ready-{run}"))
+                pipe.up(timeout=90, audit=True)
+            finally:
+                group.remove_all()
+            result["ready"].append(pipe.seconds)
+            log(f"ready run {run + 1}: {pipe.seconds['total']:.1f} s (" + ", ".join(
+                f"{k} {v:.1f}" for k, v in pipe.seconds.items() if k != "total") + ")")
+        for run in range(a.runs):
+            order = ("containers", "processes") if run % 2 == 0 else ("processes", "containers")
+            for runtime in order:
+                topology = free_topology(throughput_topology())
+                directory = os.path.join(tmp, f"{runtime}-{run}")
+                r = (run_containers(Containers, topology, directory, a.messages)
+                     if runtime == "containers" else run_processes(topology, directory,
+                                                                   a.messages))
+                r.update(run=run, runtime=runtime)
+                result["ab"].append(r)
+                log(f"{runtime} run {run + 1}: produce {r['produce'] or 0:,.0f} msg/s, consume "
+                    f"{r['consume'] or 0:,.0f} msg/s, mirror {r['mirror'] or 0:,.0f} msg/s"
+                    + (f"  ERROR {r['error']}" if "error" in r else ""))
+    result["summary"] = summary_of(result)
+    day = result["date"][:10]
+    path = os.path.join(HERE, "results", f"containers-{day}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    section = render(result, os.path.relpath(path, HERE))
+    print(section)
+    if not a.no_write:
+        write_section(os.path.join(HERE, "RESULTS.md"), section, MARK_START, MARK_END)
+    return 1 if any("error" in r for r in result["ab"]) else 0
+
+
+def summary_of(result: dict) -> dict:
+    steps = sorted({k for r in result["ready"] for k in r})
+    out = {"ready": {k: summarize([r[k] for r in result["ready"] if k in r]) for k in steps}}
+    for runtime in ("containers", "processes"):
+        runs = [r for r in result["ab"] if r["runtime"] == runtime and "error" not in r]
+        out[runtime] = {k: summarize([r[k] for r in runs]) for k in ("produce", "consume",
+                                                                   "mirror")}
+    ratios = {}
+    for k in ("produce", "consume", "mirror"):
+        pairs = [(c[k], p[k]) for c in result["ab"] for p in result["ab"]
+                 if c["runtime"] == "containers" and p["runtime"] == "processes"
+                 and c["run"] == p["run"] and "error" not in c and "error" not in p]
+        ratios[k] = statistics.median(c / p for c, p in pairs) if pairs else None
+    out["ratio_containers_to_processes"] = ratios
+    return out
+
+
+def render(result: dict, json_rel: str) -> str:
+    s = result["summary"]
+    ready = s["ready"]
+    m = result["machine"]
+    lines = [
+        "## Containers: the pipeline ready, and containers vs processes (issue 17)",
+        "",
+        f"`make bench-containers` ({result['date']}, {m.get('cpu_model', '?')}, "
+        f"{m.get('nproc')} cores; code {result['code'].get('head', '?')}; raw: "
+        f"`bench/{json_rel}`). Medians of {result['runs']} runs (min-max).",
+        "",
+        f"**Ready**: the containerized pipeline (3-node ZooKeeper, dc-a's 2 brokers behind "
+        f"HAProxy, the analysis broker, the mirror's 2 processes, PostgreSQL, the audit service, "
+        f"a counter per cluster: 12 containers) from nothing running to every container "
+        f"serving: **{ready['total']['median']:.1f} s** ({ready['total']['min']:.1f}-"
+        f"{ready['total']['max']:.1f}; goal <= 20 s). Steps: " + ", ".join(
+            f"{k} {v['median']:.1f} s" for k, v in ready.items() if k != "total") + ".",
+        "",
+        f"**Containers vs processes**, alternated in one run ({result['messages']:,} "
+        f"messages of 200 B each way; one broker per cluster, HAProxy, one mirror process, "
+        f"host networking):",
+        "",
+        "| figure | containers | processes | containers / processes |",
+        "|---|---|---|---|",
+    ]
+    for k, what in (("produce", "produce through HAProxy, batch 50 (msg/s)"),
+                    ("consume", "consume from the broker (msg/s)"),
+                    ("mirror", "mirror copy, first send to all in analysis (msg/s)")):
+        c, p = s["containers"].get(k, {}), s["processes"].get(k, {})
+        ratio = s["ratio_containers_to_processes"].get(k)
+        lines.append(f"| {what} | {c.get('median', 0):,.0f} | {p.get('median', 0):,.0f} | "
+                     f"{ratio:.2f} |" if ratio else f"| {what} | - | - | - |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
