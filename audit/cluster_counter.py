@@ -19,6 +19,9 @@ import logging
 import threading
 import time
 
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
 from broker.client.cluster_producer import ClusterProducer
 from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
 
@@ -57,6 +60,8 @@ class ClusterCounter:
         self._stop = threading.Event()
         self.consumed = 0
         self.publish_rounds = 0
+        self.commit_failures = 0           # commits ZooKeeper failed (retried at the next publish)
+        self._commit_pending = False
         self.metrics_port = None
         if config.metrics_port >= 0:
             from audit.metrics import CounterMetrics, serve_metrics
@@ -97,7 +102,18 @@ class ClusterCounter:
             return
         if offsets:
             self.consumer.acknowledge(offsets)
-            self.consumer.commit()
+            self._commit_pending = True
+        if self._commit_pending:
+            try:
+                self.consumer.commit()
+                self._commit_pending = False
+            except (KazooException, KazooTimeoutError) as exc:
+                # ZooKeeper went away during the commit (a restarted server,
+                # a lost quorum): the offsets stay acknowledged and the next
+                # publish commits them; a crash before that counts them again
+                self.commit_failures += 1
+                log.warning("commit of %s's offsets failed (%s: %s); committed at the next "
+                            "publish", self.config.cluster, type(exc).__name__, exc)
 
     def stop(self) -> None:
         self._stop.set()

@@ -145,6 +145,46 @@ def test_the_cluster_counter_matches_the_producer_and_commits_after_publishing(d
     assert totals(audit_events(cluster, registry), "cluster") == expected(times, ids)
 
 
+def test_a_commit_zookeeper_fails_does_not_stop_the_counter(dc, monkeypatch):
+    """Defect (found by tests/containers: a ZooKeeper container restarted):
+    ZooKeeper lost in the middle of the counter's commit raised
+    ConnectionLoss out of run(), and ``audit count`` exited. The offsets
+    stay acknowledged and the next publish commits them."""
+    from kazoo.exceptions import ConnectionLoss
+    cluster, registry = dc
+    now = int(time.time() * 1000)
+    times = [now - i for i in range(200)]
+    ids = produce_audited(cluster, registry, times)
+    counter = ClusterCounter(CountConfig(cluster="dc-a", zookeeper=cluster.connect,
+                                         window_ms=WINDOW, publish_interval_ms=200,
+                                         group="audit-commit-loss"))
+    commit = counter.consumer.commit
+    failures = []
+
+    def flaky_commit():
+        if len(failures) < 2:                 # the connection drops during two commits
+            failures.append(1)
+            raise ConnectionLoss()
+        commit()
+
+    monkeypatch.setattr(counter.consumer, "commit", flaky_commit)
+    runner = threading.Thread(target=counter.run)
+    runner.start()
+    try:
+        wait_until(lambda: totals(audit_events(cluster, registry), "cluster")
+                   == expected(times, ids) or not runner.is_alive(), 60,
+                   what="the cluster tier to count everything")
+        assert runner.is_alive(), "the counter stopped on a failed commit"
+        wait_until(lambda: zk_offsets.read_offsets(cluster.zk, "audit-commit-loss"), 30,
+                   what="a later publish to commit the offsets")
+    finally:
+        counter.stop()
+        runner.join(30)
+        counter.close()
+    assert counter.commit_failures == 2
+    assert totals(audit_events(cluster, registry), "cluster") == expected(times, ids)
+
+
 def test_malformed_values_are_counted_not_dropped(dc):
     cluster, registry = dc
     producer = ClusterProducer(cluster.connect, acks="flushed")

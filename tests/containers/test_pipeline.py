@@ -252,14 +252,22 @@ def test_the_audit_on_postgresql_reports_the_hour_complete(pipeline):
     tiers = {("producer", "dc-a"), ("cluster", "dc-a"), ("mirror", "dc-a"),
              ("cluster", "analysis")}
 
+    last: dict = {}
+
     def complete_at_every_tier(topic: str) -> bool:
-        answer = completeness(topic)
+        answer = last[topic] = completeness(topic)
         return answer["complete"] and tiers <= {(v["tier"], v["cluster"])
                                                 for v in answer["verdicts"]}
 
     for topic in sorted(result.acked["dc-a"]):
-        wait_until(lambda: complete_at_every_tier(topic), 120, interval=0.5,
-                   what=f"the audit to report {topic} complete for the hour at every tier")
+        try:
+            wait_until(lambda: complete_at_every_tier(topic), 120, interval=0.5,
+                       what=f"the audit to report {topic} complete for the hour at every tier")
+        except BaseException:
+            print(json.dumps([{k: v[k] for k in ("window_begin_ms", "tier", "cluster", "state",
+                                                  "produced", "count", "missing", "duplicated")}
+                              for v in last[topic]["verdicts"]], indent=0))
+            raise
     answer = completeness("page_views")
     assert all(v["state"] == "complete" and v["missing"] == 0 for v in answer["verdicts"])
     assert sum(v["produced"] for v in answer["verdicts"] if v["tier"] == "producer") == \
