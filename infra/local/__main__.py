@@ -14,6 +14,7 @@ import sys
 
 from broker import settings
 from broker.settings import ConfigError
+from infra.local.container_runtime import RUNTIMES
 from infra.local.lab import Lab, LabError
 from infra.topology import load_topology
 
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Examples:\n"
                "  python -m infra.local up                       # the default topology\n"
                "  python -m infra.local up --set base_port=29000 --set datacenters.dc-a.brokers=3\n"
+               "  python -m infra.local up --runtime containers    # the images of make images\n"
                "  python -m infra.local status                   # or --json\n"
                "  python -m infra.local down --purge             # also delete logs and data\n"
                "Topology file format: docs/multi-dc.md and infra/topology.py.",
@@ -67,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "zookeeper, cluster:NAME (its brokers and load balancer) or "
                          "mirror:NAME; the others run from state directories of their own "
                          "(how Terraform's local environment runs each as a resource)")
+    up.add_argument("--runtime", choices=RUNTIMES, default="processes",
+                    help="processes (default): this checkout's code, run by this Python; "
+                         "containers: each process a container of the project's images "
+                         "(samsa/zookeeper, samsa/samsa, samsa/haproxy: `make images`), with "
+                         "host networking, the state directory mounted at the same path, run "
+                         "as you; the engine is DOCKER_HOST's, else the default socket's, else "
+                         "the project's own dockerd (python -m infra.docker.engine)")
 
     status = sub.add_parser(
         "status", parents=[common], help="show what runs and how it is doing",
@@ -91,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_up(args: argparse.Namespace) -> int:
     topology = load_topology(args.topology, settings.parse_overrides(args.set))
-    lab = Lab(topology, args.dir)
+    lab = Lab(topology, args.dir, runtime=args.runtime)
     lab.up(timeout=args.timeout, mirrors=not args.no_mirrors, only=args.only)
     if args.only:
         print(f"{args.only} is up: {len(lab.records)} processes, state in {lab.state_dir}")
@@ -133,11 +142,13 @@ def cmd_down(args: argparse.Namespace) -> int:
 def render_status(status: dict) -> str:
     """The status (Lab.status()) for people."""
     out = [f"lab {status['lab']} in {status['state_dir']}: "
-           f"{'running' if status['running'] else 'NOT (fully) running'}", "", "processes:"]
+           f"{'running' if status['running'] else 'NOT (fully) running'}"
+           f" (as {status.get('runtime', 'processes')})", "", "processes:"]
     for p in status["processes"]:
         ports = ", ".join(f"{k} {v}" for k, v in p["ports"].items())
+        container = f"  container {p['container']}" if p.get("container") else ""
         out.append(f"  {'up  ' if p['alive'] else 'DOWN'}  {p['name']:<26} pid {p['pid']:<8} "
-                   f"{ports}")
+                   f"{ports}{container}")
     if not status["processes"]:
         out.append("  (none)")
     zk = status["zookeeper"]

@@ -11,6 +11,17 @@ ready URL answers (or the process exits: the error shows its log's end);
 ``down`` stops its process group (SIGTERM, SIGKILL after a timeout). The
 lab's brokers, load balancers and mirrors have ``python -m infra.local
 up --only``; this is for the services the lab does not run.
+
+With ``--runtime containers`` the command is the arguments of a container
+of ``--image`` (default samsa/samsa: ``audit serve ...``, its entrypoint
+picks the program), run as the lab runs its containers
+(infra/local/container_runtime.py: host networking, the state directory
+mounted at the same path and the working directory, as the invoking user);
+``down`` also removes the container, which a SIGKILLed docker client would
+leave.
+
+    python -m infra.local.daemon up --runtime containers --dir D --name audit \
+        --ready-url http://127.0.0.1:8090/healthz -- audit serve --zookeeper ... --http-port 8090
 """
 from __future__ import annotations
 
@@ -23,6 +34,8 @@ import time
 import urllib.request
 
 from broker.harness.process import SupervisedProcess, proc_stat, signal_group, tail
+from infra.local.container_runtime import (IMAGES, RUNTIMES, ContainerError, Docker,
+                                           container_name, engine_host)
 
 STATE_FILE = "daemon.json"
 
@@ -46,7 +59,9 @@ def _answers(url: str) -> bool:
 
 
 def up(state_dir: str, name: str, command: list[str], ready_url: str = "",
-       timeout: float = 60.0) -> dict:
+       timeout: float = 60.0, runtime: str = "processes", image: str | None = None) -> dict:
+    """Start ``command`` (in ``runtime``; see the module's docstring) and wait
+    until ``ready_url`` answers; the record kept in the state file."""
     state_dir = os.path.abspath(state_dir)
     path = os.path.join(state_dir, STATE_FILE)
     if os.path.exists(path):
@@ -56,10 +71,23 @@ def up(state_dir: str, name: str, command: list[str], ready_url: str = "",
             raise DaemonError(f"{old['name']} already runs from {state_dir} (pid {old['pid']})")
     log_path = os.path.join(state_dir, "logs", f"{name}.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    proc = SupervisedProcess(name, command, log_path, cwd=state_dir).start()
+    env, container, docker_host = None, None, None
+    if runtime == "containers":
+        try:
+            docker = Docker(engine_host())
+            docker.require_images([image or IMAGES["samsa"]])
+            docker.remove_labelled(state_dir)         # left by a killed docker client
+        except ContainerError as exc:
+            raise DaemonError(str(exc)) from None
+        container, docker_host, env = container_name("samsa", state_dir, name), docker.host, \
+            docker.env
+        command = docker.run_command(container, image or IMAGES["samsa"], command,
+                                     state_dir=state_dir)
+    proc = SupervisedProcess(name, command, log_path, cwd=state_dir, env=env).start()
     stat = proc_stat(proc.pid)
     record = {"name": name, "pid": proc.pid, "start_ticks": stat.start_ticks if stat else -1,
-              "command": command, "log": log_path, "ready_url": ready_url}
+              "command": command, "log": log_path, "ready_url": ready_url,
+              "container": container, "docker_host": docker_host}
     with open(path + ".tmp", "w") as f:
         json.dump(record, f, indent=1)
     os.replace(path + ".tmp", path)
@@ -92,6 +120,12 @@ def down(state_dir: str, timeout: float = 15.0) -> bool:
             time.sleep(0.1)
         if _alive(record):
             signal_group(record["pid"], signal.SIGKILL)
+    if record.get("docker_host"):
+        # SIGTERM reached the container through its client; a SIGKILL did not
+        try:
+            Docker(record["docker_host"]).remove_labelled(os.path.dirname(path))
+        except ContainerError as exc:
+            raise DaemonError(str(exc)) from None
     os.remove(path)
     return running
 
@@ -105,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="service", help="its name (logs/NAME.log)")
     p.add_argument("--ready-url", default="", help="ready once this URL answers 200")
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--runtime", choices=RUNTIMES, default="processes",
+                   help="processes (default): run COMMAND; containers: run a container of "
+                        "--image with COMMAND as its arguments")
+    p.add_argument("--image", default=IMAGES["samsa"],
+                   help=f"the image of --runtime containers (default {IMAGES['samsa']})")
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:split])
@@ -113,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "up":
             if not command:
                 p.error("up needs a command after --")
-            record = up(args.dir, args.name, command, args.ready_url, args.timeout)
+            record = up(args.dir, args.name, command, args.ready_url, args.timeout,
+                        runtime=args.runtime, image=args.image)
             print(f"{record['name']} is up (pid {record['pid']}), log {record['log']}")
         else:
             was = down(args.dir, args.timeout)

@@ -1,5 +1,11 @@
 """The local multi-datacenter lab: a whole topology as processes on this machine.
 
+It runs either as processes of this checkout (``runtime="processes"``, the
+default) or as containers of the project's images (``runtime="containers"``:
+each process is an attached ``docker run`` of samsa/zookeeper, samsa/samsa
+or samsa/haproxy with host networking; see infra/local/container_runtime.py).
+The steps, readiness checks, state file and commands are the same for both.
+
 ``Lab(topology, state_dir).up()`` starts, in this order, waiting for each
 step to be ready before the next:
 
@@ -34,7 +40,8 @@ the same pid is never signalled.
 
 State directory::
 
-    lab.json                  the processes: name, role, pid, ports, command, log
+    lab.json                  the runtime, and the processes: name, role, pid, ports,
+                              command, log (and container, in the containers runtime)
     topology.toml             the topology the lab runs (status and down read it)
     logs/<name>.log           every process's output (zookeeper-<id>.log links to
                               zookeeper/zk-<id>/server.log)
@@ -42,6 +49,12 @@ State directory::
     data/<cluster>/broker-<i> a broker's data (unless the cluster sets data_dir)
     haproxy/<cluster>/        haproxy.cfg and its stats socket
     mirror/<name>-<i>.toml    a mirror process's settings
+
+In the containers runtime, ZooKeeper's output goes to ``logs/zookeeper-<id>.log``
+itself (its ``zoo.cfg`` is written by the image into ``zookeeper/zk-<id>/conf``);
+a process of the state file is the docker client, and ``down`` also removes
+every container labelled with the state directory (a docker client killed
+with SIGKILL leaves its container running).
 
 Linux only (it reads /proc). Not thread-safe: drive a Lab from one thread.
 """
@@ -80,9 +93,11 @@ from broker.harness.process import (
     signal_group,
     tail,
 )
-from broker.harness.zookeeper import (ZooKeeperEnsemble, ZooKeeperError, _ephemeral_port_range,
-                                      server_mode)
+from broker.harness.zookeeper import (SERVING_MODES, ZooKeeperEnsemble, ZooKeeperError,
+                                      _ephemeral_port_range, server_mode)
 from infra.local import haproxy
+from infra.local.container_runtime import (HAPROXY_CONFIG, IMAGES, RUNTIMES, ContainerError,
+                                           Docker, Mount, container_name, engine_host)
 from infra.topology import Topology, load_topology, mirror_config, to_toml
 
 log = logging.getLogger(__name__)
@@ -112,6 +127,7 @@ class ProcessRecord:
     cluster: str | None = None
     index: int | None = None
     cwd: str | None = None
+    container: str | None = None   # the container the process (a docker client) runs
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ProcessRecord":
@@ -178,7 +194,8 @@ class Lab:
     up and takes it down.
     """
 
-    def __init__(self, topology: Topology, state_dir: str, *, python: str | None = None) -> None:
+    def __init__(self, topology: Topology, state_dir: str, *, python: str | None = None,
+                 runtime: str | None = None) -> None:
         self.topology = topology
         self.state_dir = os.path.abspath(state_dir)
         self.python = python or sys.executable
@@ -186,7 +203,14 @@ class Lab:
         # processes this object started: polled (which reaps them) rather than
         # looked up in /proc, where a dead child stays a zombie until reaped
         self._children: dict[str, SupervisedProcess] = {}
+        self.runtime = "processes"
+        self.docker_host: str | None = None     # the engine of the containers runtime
+        self._docker_cli: Docker | None = None
         self._read_state()
+        if runtime is not None:
+            if runtime not in RUNTIMES:
+                raise LabError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+            self.runtime = runtime
 
     @classmethod
     def open(cls, state_dir: str) -> "Lab":
@@ -246,11 +270,14 @@ class Lab:
         except (OSError, ValueError) as exc:
             raise LabError(f"unreadable state file {self.path(STATE_FILE)}: {exc}") from None
         self.records = {p["name"]: ProcessRecord.from_json(p) for p in data.get("processes", [])}
+        self.runtime = data.get("runtime", "processes")
+        self.docker_host = data.get("docker_host")
 
     def _write_state(self) -> None:
         os.makedirs(self.state_dir, exist_ok=True)
         data = {"lab": self.topology.name, "state_dir": self.state_dir,
-                "topology": self.path(TOPOLOGY_FILE),
+                "topology": self.path(TOPOLOGY_FILE), "runtime": self.runtime,
+                "docker_host": self.docker_host,
                 "processes": [dataclasses.asdict(r) for r in self.records.values()]}
         tmp = self.path(STATE_FILE + ".tmp")
         with open(tmp, "w") as f:
@@ -297,8 +324,12 @@ class Lab:
         return group_members(record.pid)
 
     def _signal(self, name: str, sig: int) -> None:
-        """``sig`` to ``name``'s process group, if the process is still ours."""
+        """``sig`` to ``name``'s process group, if the process is still ours;
+        for a container, to its main process through the engine (SIGKILL
+        cannot be forwarded by its docker client)."""
         record = self.records[name]
+        if record.container and self._docker().signal(record.container, sig):
+            return
         if self.alive(name):
             signal_group(record.pid, sig)     # its own session: pgid == pid
             return
@@ -331,6 +362,41 @@ class Lab:
                 return pending
             time.sleep(POLL_S)
 
+    # ---------------------------------------------------------------- containers
+
+    def _docker(self) -> Docker:
+        """The docker CLI against the lab's engine: the one recorded in the
+        state file, else the user's or the project's own (started if needed)."""
+        if self._docker_cli is None:
+            try:
+                if self.docker_host is None:
+                    self.docker_host = engine_host()
+                self._docker_cli = Docker(self.docker_host)
+            except ContainerError as exc:
+                raise LabError(str(exc)) from None
+        return self._docker_cli
+
+    def container(self, name: str) -> str:
+        """The name of the container that runs the lab's process ``name``."""
+        return container_name(self.topology.name, self.state_dir, name)
+
+    def _in_container(self, name: str, image: str, args: list[str], *,
+                      env: dict[str, str] | None = None, mounts: list[Mount] = (),
+                      workdir: str | None = None) -> list[str]:
+        """The command that runs process ``name`` as a container of ``image``
+        (a key of container_runtime.IMAGES): its entrypoint, then ``args``."""
+        return self._docker().run_command(self.container(name), IMAGES[image], args,
+                                          state_dir=self.state_dir, env=env, mounts=mounts,
+                                          workdir=workdir)
+
+    def _remove_containers(self) -> list[str]:
+        """Remove every container of the state directory (what a killed docker
+        client left running); the names of those that were there."""
+        try:
+            return self._docker().remove_labelled(self.state_dir)
+        except ContainerError as exc:
+            raise LabError(str(exc)) from None
+
     # ---------------------------------------------------------------- launching
 
     def _launch(self, name: str, role: str, command: list[str], ports: dict[str, int],
@@ -340,11 +406,20 @@ class Lab:
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE_ROOT, env.get("PYTHONPATH")) if p)
+        container = None
+        if self.runtime == "containers":
+            container = self.container(name)
+            env["DOCKER_HOST"] = self._docker().host
+            # a container of the name may still be going away (--rm after a
+            # kill) or be left by a killed client: the name must be free
+            if self._docker().remove([container]):
+                raise LabError(f"container {container} cannot be removed: {name} cannot start")
         proc = SupervisedProcess(name, command, log_path, cwd=cwd or self.state_dir, env=env)
         proc.start()
         record = ProcessRecord(name=name, role=role, pid=proc.pid,
                                start_ticks=start_ticks(proc.pid), command=command,
-                               log=log_path, ports=ports, cluster=cluster, index=index, cwd=cwd)
+                               log=log_path, ports=ports, cluster=cluster, index=index, cwd=cwd,
+                               container=container)
         self._children[name] = proc
         self.records[name] = record
         self._write_state()
@@ -389,7 +464,8 @@ class Lab:
         balancer) or ``mirror:NAME`` (its processes), the rest being run from
         other state directories (Terraform's local environment starts each
         component as a resource of its own). On failure everything started is
-        taken down and LabError says what failed."""
+        taken down and LabError says what failed. The runtime (processes or
+        containers) is the one the Lab was made with."""
         component = self._component(only)
         if self.records and self.is_running():
             running = [f"{n} (pid {self.records[n].pid})" for n in self.records if self.alive(n)]
@@ -399,14 +475,17 @@ class Lab:
         if self.records:
             log.warning("the lab in %s had stopped without `down`: starting afresh",
                         self.state_dir)
+        if self.runtime == "containers":
+            self._check_containers(component)
         busy = [(port, what) for port, what in busy_ports(self.topology)
                 if component is None or _belongs(what, component)]
         if busy:
             raise LabError("ports of the topology are in use: "
                            + "; ".join(f"{port} ({what})" for port, what in busy)
                            + ". Stop what uses them or move the lab (--set base_port=...)")
-        if any(c.load_balancer for c in self.topology.clusters()
-               if component in (None, ("cluster", c.name))):
+        if self.runtime == "processes" and any(
+                c.load_balancer for c in self.topology.clusters()
+                if component in (None, ("cluster", c.name))):
             try:
                 haproxy.find_haproxy()
             except haproxy.HAProxyError as exc:
@@ -446,6 +525,30 @@ class Lab:
                  time.monotonic() - started, len(self.records), self.state_dir)
         return self
 
+    def _check_containers(self, component: tuple[str, str] | None) -> None:
+        """Before a start in containers: the engine answers, the images of
+        ``component`` (None: all) are there, and no container of this state
+        directory is left (a docker client killed with SIGKILL leaves its
+        container running: this lab is not running, so it is removed)."""
+        # nothing runs: the engine is today's, not the one an earlier run recorded
+        self.docker_host, self._docker_cli = None, None
+        images = set()
+        if component in (None, ("zookeeper", "")):
+            images.add(IMAGES["zookeeper"])
+        if component is None or component[0] in ("cluster", "mirror"):
+            images.add(IMAGES["samsa"])
+        if any(c.load_balancer for c in self.topology.clusters()
+               if component in (None, ("cluster", c.name))):
+            images.add(IMAGES["haproxy"])
+        try:
+            self._docker().require_images(images)
+        except ContainerError as exc:
+            raise LabError(str(exc)) from None
+        left = self._remove_containers()
+        if left:
+            log.warning("removed containers left by an earlier run of %s: %s",
+                        self.state_dir, ", ".join(left))
+
     def _component(self, only: str | None) -> tuple[str, str] | None:
         if only is None:
             return None
@@ -462,8 +565,53 @@ class Lab:
 
     def _start_zookeeper(self, timeout: float) -> None:
         t = self.topology
-        log.info("starting ZooKeeper (%d member%s) on %s", t.zookeeper.size,
-                 "s" if t.zookeeper.size > 1 else "", t.zookeeper_connect())
+        log.info("starting ZooKeeper (%d member%s) on %s%s", t.zookeeper.size,
+                 "s" if t.zookeeper.size > 1 else "", t.zookeeper_connect(),
+                 " in containers" if self.runtime == "containers" else "")
+        if self.runtime == "containers":
+            self._start_zookeeper_containers(timeout)
+        else:
+            self._start_zookeeper_processes(timeout)
+        self._write_state()
+        log.info("ZooKeeper serves on %s", t.zookeeper_connect())
+        with self._zookeeper() as zk:
+            for cluster in t.clusters():
+                zk.ensure_path(cluster.zk_chroot)
+
+    def _start_zookeeper_containers(self, timeout: float) -> None:
+        """Each member a samsa/zookeeper container (its settings by
+        environment, its data and zoo.cfg in zookeeper/zk-<id>/), all started
+        before any is waited on: a quorum needs its members up to elect."""
+        t = self.topology
+        peers = t.zookeeper_peer_ports()
+        servers = ",".join(f"{i + 1}={t.host}:{quorum}:{election}"
+                           for i, (quorum, election) in enumerate(peers))
+        names = []
+        for i, port in enumerate(t.zookeeper_client_ports()):
+            server_id = i + 1
+            name = f"zookeeper-{server_id}"
+            directory = self.path("zookeeper", f"zk-{server_id}")
+            for sub in ("data", "conf"):
+                os.makedirs(os.path.join(directory, sub), exist_ok=True)
+            ports = {"client": port}
+            if peers:
+                ports.update(quorum=peers[i][0], election=peers[i][1])
+            command = self._in_container(
+                name, "zookeeper", [],
+                env={"ZOO_PORT": str(port), "ZOO_MY_ID": str(server_id), "ZOO_SERVERS": servers},
+                mounts=[Mount(os.path.join(directory, "data"), "/data"),
+                        Mount(os.path.join(directory, "conf"), "/conf")],
+                workdir=directory)
+            if os.path.islink(self.log_path(name)):    # a processes run's link
+                os.remove(self.log_path(name))
+            self._launch(name, "zookeeper", command, ports, index=server_id, cwd=directory)
+            names.append(name)
+        # a member serves (srvr names a mode) only once it has a leader
+        self._wait_ready("answers ruok and serves", names, lambda name: server_mode(
+            t.host, self.records[name].ports["client"]) in SERVING_MODES, timeout)
+
+    def _start_zookeeper_processes(self, timeout: float) -> None:
+        t = self.topology
         try:
             ensemble = ZooKeeperEnsemble(t.zookeeper.size, self.path("zookeeper"), host=t.host,
                                          client_ports=t.zookeeper_client_ports(),
@@ -493,11 +641,6 @@ class Lab:
                 log=server.log_path, ports=ports, index=server.server_id,
                 cwd=server.directory)
             self._children[name] = server.process
-        self._write_state()
-        log.info("ZooKeeper serves on %s", t.zookeeper_connect())
-        with self._zookeeper() as zk:
-            for cluster in t.clusters():
-                zk.ensure_path(cluster.zk_chroot)
 
     @contextlib.contextmanager
     def _zookeeper(self, timeout: float = 10.0) -> Iterator[Any]:
@@ -515,16 +658,29 @@ class Lab:
             client.close()
 
     def broker_command(self, cluster: str, index: int) -> list[str]:
+        """The command of broker ``index`` of ``cluster`` in the lab's runtime."""
         t = self.topology
         spec = t.cluster(cluster)
-        command = [self.python, "-m", "broker", "--broker-id", str(index), "--host", t.host,
-                   "--port", str(t.broker_ports(cluster)[index]),
-                   "--data-dir", self.broker_data_dir(cluster, index),
-                   "--metrics-port", str(t.broker_metrics_ports(cluster)[index]),
-                   "--log-format", "json", "--set", f"zookeeper={t.zookeeper_connect(cluster)}"]
+        args = ["--broker-id", str(index), "--host", t.host,
+                "--port", str(t.broker_ports(cluster)[index]),
+                "--data-dir", self.broker_data_dir(cluster, index),
+                "--metrics-port", str(t.broker_metrics_ports(cluster)[index]),
+                "--log-format", "json", "--set", f"zookeeper={t.zookeeper_connect(cluster)}"]
         for key, value in spec.broker_overrides().items():
-            command += ["--set", f"{key}={value}"]
-        return command
+            args += ["--set", f"{key}={value}"]
+        if self.runtime == "processes":
+            return [self.python, "-m", "broker", *args]
+        mounts = []
+        parent = os.path.dirname(self.broker_data_dir(cluster, index))
+        if not parent.startswith(self.state_dir + os.sep):
+            # a cluster's data_dir outside the state directory: mounted too,
+            # made first (a missing mount source would be made by the engine, as root)
+            os.makedirs(parent, exist_ok=True)
+            mounts.append(Mount(parent, parent))
+        metrics = t.broker_metrics_ports(cluster)[index]
+        env = {"SAMSA_HEALTH_PORT": str(metrics)} if metrics != -1 else None
+        return self._in_container(self.broker_name(cluster, index), "samsa",
+                                  ["broker", *args], env=env, mounts=mounts)
 
     def _start_brokers(self, timeout: float, only: list[tuple[str, int]] | None = None) -> None:
         t = self.topology
@@ -575,17 +731,24 @@ class Lab:
             config = os.path.join(directory, "haproxy.cfg")
             with open(config, "w") as f:
                 f.write(haproxy.render(self.topology, cluster.name))
-            try:
-                haproxy.check_config(config)
-            except haproxy.HAProxyError as exc:
-                raise LabError(str(exc)) from None
             name = f"{cluster.name}.haproxy"
+            try:
+                if self.runtime == "containers":
+                    self._docker().check_haproxy_config(config)
+                    # the stats socket is made relative to the working directory
+                    command = self._in_container(
+                        name, "haproxy", [], mounts=[Mount(config, HAPROXY_CONFIG, True)],
+                        workdir=directory)
+                else:
+                    haproxy.check_config(config)
+                    command = haproxy.command(config)
+            except (haproxy.HAProxyError, ContainerError) as exc:
+                raise LabError(str(exc)) from None
             ports = {"port": self.topology.lb_port(cluster.name)}
             if self.topology.lb_stats_port(cluster.name) is not None:
                 ports["stats"] = self.topology.lb_stats_port(cluster.name)
             log.info("starting %s on %s", name, self.lb_address(cluster.name))
-            self._launch(name, "haproxy", haproxy.command(config), ports,
-                         cluster=cluster.name, cwd=directory)
+            self._launch(name, "haproxy", command, ports, cluster=cluster.name, cwd=directory)
             names.append(name)
 
         def all_up(name: str) -> bool:
@@ -613,8 +776,14 @@ class Lab:
                 name = f"{mirror.name}.mirror-{i}"
                 ports = {"metrics": config.metrics_port} if config.metrics_port > 0 else {}
                 log.info("starting %s: %s -> %s", name, ", ".join(mirror.sources), mirror.target)
-                self._launch(name, "mirror", [self.python, "-m", "mirror", "--config", path],
-                             ports, cluster=mirror.target, index=i)
+                if self.runtime == "containers":
+                    env = ({"SAMSA_HEALTH_PORT": str(config.metrics_port)}
+                           if config.metrics_port > 0 else None)
+                    command = self._in_container(name, "samsa", ["mirror", "--config", path],
+                                                 env=env)
+                else:
+                    command = [self.python, "-m", "mirror", "--config", path]
+                self._launch(name, "mirror", command, ports, cluster=mirror.target, index=i)
                 names.append(name)
 
         def metrics_answer(name: str) -> bool:
@@ -633,9 +802,11 @@ class Lab:
 
     def down(self, purge: bool = False, timeout: float = 15.0) -> list[str]:
         """Stop every process (mirrors, then load balancers and brokers, then
-        ZooKeeper; SIGTERM, SIGKILL after ``timeout``), check none is left and
-        remove the state file; ``purge`` also removes logs and data. Returns
-        the names of the processes that were still running."""
+        ZooKeeper; SIGTERM, SIGKILL after ``timeout``), check none is left
+        (in the containers runtime, remove every container of the state
+        directory, too) and remove the state file; ``purge`` also removes
+        logs and data. Returns the names of the processes that were still
+        running."""
         was_running = [name for name in self.records if self.alive(name)]
         for roles in STOP_ORDER:
             names = [n for n, r in self.records.items() if r.role in roles and self._leftovers(n)]
@@ -648,6 +819,11 @@ class Lab:
         left = [n for n in self.records if self._leftovers(n)]
         if left:
             raise LabError(f"processes of the lab are still running: {', '.join(left)}")
+        if any(r.container for r in self.records.values()):
+            orphans = self._remove_containers()
+            if orphans:
+                log.warning("removed containers whose docker client had gone: %s",
+                            ", ".join(orphans))
         for name in list(self._children):
             self._children.pop(name).wait()
         self.records = {}
@@ -733,7 +909,9 @@ class Lab:
     def status(self, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
         """What runs and how it is doing, as plain data (``--json`` prints it):
 
-        * ``processes``: name, role, cluster, pid, alive, ports, log;
+        * ``runtime``: processes or containers;
+        * ``processes``: name, role, cluster, pid, alive, ports, log, container
+          (its name in the containers runtime, else None);
         * ``zookeeper``: connect string and each member's mode;
         * ``clusters``: per cluster, the brokers registered in ZooKeeper
           (id -> address) against those expected, the topics (partition
@@ -746,11 +924,12 @@ class Lab:
         """
         t = self.topology
         out: dict[str, Any] = {"lab": t.name, "state_dir": self.state_dir,
-                               "processes": [], "clusters": [], "mirrors": []}
+                               "runtime": self.runtime, "processes": [], "clusters": [],
+                               "mirrors": []}
         for name, r in self.records.items():
             out["processes"].append({"name": name, "role": r.role, "cluster": r.cluster,
                                      "pid": r.pid, "alive": self.alive(name), "ports": r.ports,
-                                     "log": r.log})
+                                     "log": r.log, "container": r.container})
         out["running"] = bool(self.records) and all(p["alive"] for p in out["processes"])
         out["zookeeper"] = {"connect": t.zookeeper_connect(), "servers": [
             {"address": f"{t.host}:{port}", "mode": server_mode(t.host, port)}

@@ -4,35 +4,25 @@ HAProxy, the analysis cluster, the mirror, the audit service, Airflow, each a
 resource that starts real processes), messages produced through an output
 load balancer address read back in the analysis cluster, a second apply with
 3 brokers per datacenter (the datacenters are replaced, nothing else), and
-`destroy` leaving no process. Terraform runs offline: terraform_data needs no
-provider."""
+`destroy` leaving no process; the `runtime` variable validated and carried
+into every component's command (the containers runtime applied for real:
+tests/containers/test_lab_containers.py). Terraform runs offline:
+terraform_data needs no provider."""
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import urllib.request
 
 import pytest
 
-from broker.client.producer import Producer
 from broker.coordination.zk import make_client, start_client
-from broker_helpers import wait_until
-from infra.local.lab import Lab, busy_ports
+from infra.local.lab import Lab
 from infra.topology import load_topology
 from lab_helpers import processes_mentioning, topic_values
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TERRAFORM = shutil.which("terraform") or "terraform"     # on these machines: /usr/local/bin
-
-
-def terraform(directory, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CLI_CONFIG_FILE="/dev/null", TF_IN_AUTOMATION="1")
-    return subprocess.run([TERRAFORM, f"-chdir={directory}", *args, "-no-color"],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+from terraform_helpers import (ROOT, free_base_port, local_environment, send_through_mirror,
+                               terraform)
 
 
 def test_terraform_files_are_formatted():
@@ -41,33 +31,55 @@ def test_terraform_files_are_formatted():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def free_base_port() -> int:
-    """A base port where the environment's ports (the topology's, and the
-    audit's and Airflow's past it) are free now."""
-    for base in range(42000, 60000, 1000):
-        topology = load_topology(os.path.join(ROOT, "infra", "local", "topology.toml"),
-                                 {"base_port": str(base)})
-        extra = [base + 500, base + 501]
-        free = []
-        for port in extra:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                    free.append(port)
-                except OSError:
-                    pass
-        if not busy_ports(topology) and len(free) == len(extra):
-            return base
-    raise RuntimeError("no free base port")
+@pytest.fixture(scope="module")
+def initialised(tmp_path_factory):
+    """The local environment copied and `terraform init`ed, for plans."""
+    env_dir = local_environment(tmp_path_factory.mktemp("tf"))
+    out = terraform(env_dir, "init", "-input=false")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return env_dir
+
+
+def planned_up_commands(env_dir, *variables: str) -> dict[str, str]:
+    """Each component's up command (modules/local-service keeps it in its
+    input) in the plan of a fresh apply, by module address."""
+    out = terraform(env_dir, "plan", "-input=false", "-out=plan.bin", *variables)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    plan = json.loads(terraform(env_dir, "show", "-json", "plan.bin").stdout)
+    return {change["module_address"]: change["change"]["after"]["input"]["up"]
+            for change in plan["resource_changes"]
+            if change["type"] == "terraform_data" and change.get("module_address")}
+
+
+def test_runtime_must_be_processes_or_containers(initialised):
+    out = terraform(initialised, "plan", "-input=false", "-var", "runtime=pods")
+    assert out.returncode != 0
+    assert 'runtime must be "processes" or "containers"' in " ".join(out.stderr.split())
+
+
+@pytest.mark.parametrize("runtime", ["processes", "containers"])
+def test_every_component_but_airflow_runs_in_the_runtime(initialised, runtime):
+    commands = planned_up_commands(initialised, "-var", f"runtime={runtime}",
+                                   "-var", "python=/venv/bin/python")
+    assert sorted(commands) == ['module.airflow[0]', 'module.analysis',
+                                'module.audit', 'module.datacenter["dc-a"]',
+                                'module.datacenter["dc-b"]', 'module.mirror',
+                                'module.zookeeper']
+    for address, command in commands.items():
+        if address == "module.airflow[0]":          # no analysis image yet: processes
+            assert "--runtime" not in command
+            continue
+        assert f" --runtime {runtime} " in command + " ", (address, command)
+    # the audit: this checkout's program, or the samsa image's entrypoint
+    audit = commands["module.audit"].split(" -- ", 1)[1]
+    assert audit.startswith("audit serve " if runtime == "containers"
+                            else "/venv/bin/python -m audit serve "), audit
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_local_environment_applies_changes_and_destroys(tmp_path):
-    tree = tmp_path / "terraform"
-    shutil.copytree(os.path.join(ROOT, "infra", "terraform"), tree,
-                    ignore=shutil.ignore_patterns(".terraform*", "terraform.tfstate*"))
-    env_dir = tree / "environments" / "local"
+    env_dir = local_environment(tmp_path)
     state = tmp_path / "state"
     base = free_base_port()
     variables = ["-var", f"python={sys.executable}",
@@ -97,13 +109,7 @@ def test_the_local_environment_applies_changes_and_destroys(tmp_path):
 
         # produce through dc-a's load balancer; the mirror copies it into analysis
         sent = {b"tf %d" % i for i in range(200)}
-        with Producer(bootstrap=outputs["load_balancers"]["dc-a"], acks="flushed") as producer:
-            for value in sorted(sent):
-                producer.send("page-views", value)
-        analysis = Lab.open(str(state / "analysis"))
-        wait_until(lambda: sent <= set(topic_values(analysis, "analysis", "page-views",
-                                                      range(2))), 60,
-                   what="the mirror to copy into analysis")
+        send_through_mirror(outputs, state, sent, analysis_brokers=2)
 
         # 2 -> 3 brokers per datacenter: the datacenters (and the rendered
         # configuration) are replaced, nothing else

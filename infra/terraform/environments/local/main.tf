@@ -1,7 +1,10 @@
 # The multi-datacenter environment on this machine: the same shape as the
 # cloud environments (producer datacenters behind load balancers, the
 # analysis cluster, the mirror, the audit service, Airflow), each component a
-# resource that starts and stops real processes (modules/local-service).
+# resource that starts and stops real processes (modules/local-service):
+# processes of this checkout, or with runtime = "containers" containers of
+# the project's images, each a `docker run` the component's up command
+# supervises (Airflow stays processes: there is no analysis image yet).
 #
 #   terraform init && terraform apply -auto-approve     (or: make tf-local-up)
 #   terraform destroy -auto-approve                     (or: make tf-local-down)
@@ -43,6 +46,8 @@ locals {
 
   lab  = "${local.python} -m infra.local"
   down = "${local.python} -m infra.local down -q --dir"
+  # the audit service: this checkout's program, or the samsa image's entrypoint
+  audit_program = var.runtime == "containers" ? "audit" : "${local.python} -m audit"
 }
 
 # The topology and the DAGs' settings, rendered into the state directory: the
@@ -64,9 +69,9 @@ module "zookeeper" {
   source       = "../../modules/local-service"
   name         = "zookeeper"
   working_dir  = local.project_dir
-  up_command   = "${local.lab} up -q --dir ${local.state_dir}/zookeeper --topology ${local.topology} --only zookeeper"
+  up_command   = "${local.lab} up -q --dir ${local.state_dir}/zookeeper --topology ${local.topology} --only zookeeper --runtime ${var.runtime}"
   down_command = "${local.down} ${local.state_dir}/zookeeper"
-  triggers     = { base_port = tostring(var.base_port) }
+  triggers     = { base_port = tostring(var.base_port), runtime = var.runtime }
   depends_on   = [terraform_data.config]
 }
 
@@ -75,7 +80,7 @@ module "datacenter" {
   for_each     = toset(var.datacenters)
   name         = "cluster ${each.key}"
   working_dir  = local.project_dir
-  up_command   = "${local.lab} up -q --dir ${local.state_dir}/${each.key} --topology ${local.topology} --only cluster:${each.key}"
+  up_command   = "${local.lab} up -q --dir ${local.state_dir}/${each.key} --topology ${local.topology} --only cluster:${each.key} --runtime ${var.runtime}"
   down_command = "${local.down} ${local.state_dir}/${each.key}"
   triggers = {
     brokers         = tostring(var.brokers_per_dc)
@@ -83,6 +88,7 @@ module "datacenter" {
     retention_hours = tostring(var.retention_hours)
     base_port       = tostring(var.base_port)
     position        = tostring(index(local.clusters, each.key))
+    runtime         = var.runtime
   }
   depends_on = [terraform_data.config, module.zookeeper]
 }
@@ -91,7 +97,7 @@ module "analysis" {
   source       = "../../modules/local-service"
   name         = "cluster analysis"
   working_dir  = local.project_dir
-  up_command   = "${local.lab} up -q --dir ${local.state_dir}/analysis --topology ${local.topology} --only cluster:analysis"
+  up_command   = "${local.lab} up -q --dir ${local.state_dir}/analysis --topology ${local.topology} --only cluster:analysis --runtime ${var.runtime}"
   down_command = "${local.down} ${local.state_dir}/analysis"
   triggers = {
     brokers         = tostring(var.analysis_brokers)
@@ -99,6 +105,7 @@ module "analysis" {
     retention_hours = tostring(var.retention_hours)
     base_port       = tostring(var.base_port)
     position        = tostring(length(var.datacenters))
+    runtime         = var.runtime
   }
   depends_on = [terraform_data.config, module.zookeeper]
 }
@@ -107,13 +114,14 @@ module "mirror" {
   source       = "../../modules/local-service"
   name         = "mirror to-analysis"
   working_dir  = local.project_dir
-  up_command   = "${local.lab} up -q --dir ${local.state_dir}/mirror --topology ${local.topology} --only mirror:to-analysis"
+  up_command   = "${local.lab} up -q --dir ${local.state_dir}/mirror --topology ${local.topology} --only mirror:to-analysis --runtime ${var.runtime}"
   down_command = "${local.down} ${local.state_dir}/mirror"
   triggers = {
     sources   = join(",", var.datacenters)
     whitelist = var.mirror_whitelist
     processes = tostring(var.mirror_processes)
     base_port = tostring(var.base_port)
+    runtime   = var.runtime
   }
   depends_on = [terraform_data.config, module.datacenter, module.analysis]
 }
@@ -122,9 +130,9 @@ module "audit" {
   source       = "../../modules/local-service"
   name         = "audit service"
   working_dir  = local.project_dir
-  up_command   = "${local.python} -m infra.local.daemon up --dir ${local.state_dir}/audit --name audit --ready-url ${local.audit_url}/healthz -- ${local.python} -m audit serve --zookeeper ${local.zookeeper}/analysis --http-port ${local.audit_port}"
+  up_command   = "${local.python} -m infra.local.daemon up --runtime ${var.runtime} --dir ${local.state_dir}/audit --name audit --ready-url ${local.audit_url}/healthz -- ${local.audit_program} serve --zookeeper ${local.zookeeper}/analysis --http-port ${local.audit_port}"
   down_command = "${local.python} -m infra.local.daemon down --dir ${local.state_dir}/audit"
-  triggers     = { port = tostring(local.audit_port), zookeeper = "${local.zookeeper}/analysis" }
+  triggers     = { port = tostring(local.audit_port), zookeeper = "${local.zookeeper}/analysis", runtime = var.runtime }
   depends_on   = [terraform_data.config, module.analysis]
 }
 

@@ -18,6 +18,11 @@ output "airflow_url" {
   value       = var.airflow ? "http://127.0.0.1:${local.airflow_port}" : null
 }
 
+output "runtime" {
+  description = "How the components run: processes, or containers (docker ps --filter label=org.samsa.lab.state-dir=<state_dir>/<component> lists a component's)."
+  value       = var.runtime
+}
+
 output "state_dir" {
   description = "Where the processes keep their state, logs and data."
   value       = local.state_dir

@@ -72,6 +72,16 @@ variable "airflow" {
   default     = true
 }
 
+variable "runtime" {
+  description = "How the components run: \"processes\" of this checkout, or \"containers\" of the project's images (make images: samsa/zookeeper, samsa/samsa, samsa/haproxy; host networking). Airflow runs as processes either way."
+  type        = string
+  default     = "processes"
+  validation {
+    condition     = contains(["processes", "containers"], var.runtime)
+    error_message = "runtime must be \"processes\" or \"containers\"."
+  }
+}
+
 variable "base_port" {
   description = "Every port of the environment is laid out from here (infra/topology.py)."
   type        = number

@@ -4,9 +4,11 @@
 resource "terraform_data" "service" {
   triggers_replace = var.triggers
 
-  # a destroy-time provisioner may only refer to self: keep what it needs here
+  # a destroy-time provisioner may only refer to self: keep what it needs
+  # here (and the up command, so that a plan shows what will run)
   input = {
     name        = var.name
+    up          = var.up_command
     down        = var.down_command
     working_dir = var.working_dir
   }

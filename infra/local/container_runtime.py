@@ -1,0 +1,214 @@
+"""The lab's processes as containers of the project's images (infra/docker/).
+
+With ``runtime="containers"`` the lab (``infra.local.lab``) and the local
+daemon (``infra.local.daemon``) start each component as an attached ``docker
+run`` — the docker client itself is the supervised process: it streams the
+container's output into the component's log, proxies signals and exits with
+the container's status, so the lab's pid-based liveness, readiness and stop
+work unchanged. This module only builds those commands and asks the engine
+what the client cannot answer: it never starts a component itself.
+
+Why not infra/docker/containers.py (testcontainers, the tests' and the
+benchmark's way): those containers belong to the Python that started them;
+the lab's must outlive ``python -m infra.local up`` and be found again by
+``status`` and ``down`` from the state directory, as its processes are.
+
+Every container
+
+* uses host networking only (``--network host``): no bridge network exists
+  on the machines this is built on (traffic to private-range addresses is
+  forbidden), and the services bind the topology's ports as processes do;
+* runs as the invoking user (``--user UID:GID``), with the state directory
+  bind-mounted at the same path (``-v DIR:DIR``) and as its working
+  directory, so every path in the rendered settings is valid inside it and
+  what it writes there belongs to whoever runs the lab;
+* is removed when it exits (``--rm``), named ``<lab>-<digest of the state
+  directory>-<component>`` (two labs never collide) and labelled with its
+  state directory (``org.samsa.lab.state-dir``), which is how leftovers are
+  found.
+
+Why ``docker kill`` and ``remove``: a signal to the docker client is
+forwarded to the container, but SIGKILL cannot be forwarded — a killed client
+leaves its container running. So signals go to the container through the
+engine (``signal``), and whoever stops a component removes what is left
+under its label afterwards (``remove_labelled``).
+
+The engine is the user's (DOCKER_HOST or the default socket) or the
+project's own dockerd (``infra.docker.engine.up``).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass
+
+from broker.harness.process import wait_until
+
+#: How a component may run: as processes of this checkout, or as containers.
+RUNTIMES = ("processes", "containers")
+#: The image each kind of component runs (``make images`` builds them).
+IMAGES = {"zookeeper": "samsa/zookeeper:latest", "haproxy": "samsa/haproxy:latest",
+          "samsa": "samsa/samsa:latest"}
+#: The label that ties a container to the state directory that started it.
+STATE_LABEL = "org.samsa.lab.state-dir"
+#: Where the haproxy image reads its configuration.
+HAPROXY_CONFIG = "/etc/haproxy/haproxy.cfg"
+CLI_TIMEOUT_S = 60.0
+
+
+class ContainerError(RuntimeError):
+    """The engine is missing, an image is missing, or the engine refused."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path bind-mounted into a container."""
+    host: str
+    inside: str
+    read_only: bool = False
+
+    def option(self) -> str:
+        return f"{self.host}:{self.inside}" + (":ro" if self.read_only else "")
+
+
+def container_name(lab: str, state_dir: str, component: str) -> str:
+    """``<lab>-<8 hex digits of the state directory>-<component>``: Docker's
+    name rules ([a-zA-Z0-9][a-zA-Z0-9_.-]*) hold for the topology's names."""
+    digest = hashlib.sha1(os.path.abspath(state_dir).encode()).hexdigest()[:8]
+    prefix = lab.lstrip("._-") or "samsa"
+    return f"{prefix}-{digest}-{component}"
+
+
+def engine_host() -> str:
+    """The DOCKER_HOST of a running engine: the user's, or the project's own
+    dockerd, started if needed (ContainerError when neither can be had)."""
+    from infra.docker import engine
+    try:
+        return engine.up()
+    except SystemExit as exc:             # engine.up says why it cannot start one
+        raise ContainerError(f"no Docker engine: {exc}") from None
+
+
+class Docker:
+    """The docker CLI against one engine (``host``: unix://... or tcp://...)."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.cli = shutil.which("docker")
+        if self.cli is None:
+            raise ContainerError("the docker client is missing: install Debian's docker.io "
+                                 "(`apt-get install docker.io`)")
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment of a docker client talking to this engine."""
+        return {**os.environ, "DOCKER_HOST": self.host}
+
+    def _run(self, *args: str, check: bool = True,
+             timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
+        try:
+            done = subprocess.run([self.cli, *args], env=self.env, capture_output=True,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise ContainerError(f"`docker {' '.join(args)}` did not answer in "
+                                 f"{timeout:.0f} s (engine {self.host})") from None
+        if check and done.returncode != 0:
+            raise ContainerError(f"`docker {' '.join(args)}` failed (engine {self.host}): "
+                                 f"{done.stderr.strip() or done.stdout.strip()}")
+        return done
+
+    # ---------------------------------------------------------------- commands
+
+    def run_command(self, name: str, image: str, args: list[str], *, state_dir: str,
+                    env: dict[str, str] | None = None, mounts: list[Mount] = (),
+                    workdir: str | None = None, entrypoint: str | None = None) -> list[str]:
+        """The attached ``docker run`` that runs ``image`` (its entrypoint, then
+        ``args``) as container ``name``; see the module's docstring for the
+        options every container gets."""
+        state_dir = os.path.abspath(state_dir)
+        command = [self.cli, "run", "--rm", "--name", name, "--network", "host",
+                   "--user", f"{os.getuid()}:{os.getgid()}", "--label",
+                   f"{STATE_LABEL}={state_dir}", "-v", f"{state_dir}:{state_dir}",
+                   "-w", workdir or state_dir]
+        for mount in mounts:
+            command += ["-v", mount.option()]
+        for key, value in (env or {}).items():
+            command += ["-e", f"{key}={value}"]
+        if entrypoint:
+            command += ["--entrypoint", entrypoint]
+        return command + [image, *args]
+
+    # ---------------------------------------------------------------- queries
+
+    def missing_images(self, images) -> list[str]:
+        """Which of ``images`` the engine does not have."""
+        return [image for image in images
+                if self._run("image", "inspect", "--format", "{{.Id}}", image,
+                             check=False).returncode != 0]
+
+    def require_images(self, images) -> None:
+        missing = self.missing_images(sorted(set(images)))
+        if missing:
+            raise ContainerError(f"images missing in the engine at {self.host}: "
+                                 f"{', '.join(missing)}; build them with `make images`")
+
+    def labelled(self, state_dir: str) -> list[str]:
+        """Names of the containers (running or not) of ``state_dir``."""
+        out = self._run("ps", "-a", "--filter", f"label={STATE_LABEL}={os.path.abspath(state_dir)}",
+                        "--format", "{{.Names}}").stdout
+        return sorted(line.strip() for line in out.splitlines() if line.strip())
+
+    def exists(self, name: str) -> bool:
+        return self._run("container", "inspect", "--format", "{{.Id}}", name,
+                         check=False).returncode == 0
+
+    # ---------------------------------------------------------------- actions
+
+    def signal(self, name: str, sig: int) -> bool:
+        """``sig`` to container ``name``'s main process; False when it does not
+        run (not yet created, or gone)."""
+        return self._run("kill", "--signal", signal.Signals(sig).name, name,
+                         check=False).returncode == 0
+
+    def remove(self, names: list[str], timeout: float = 30.0) -> list[str]:
+        """``docker rm -f`` each of ``names`` and wait until they are gone (one
+        whose --rm removal is under way refuses the rm, but goes all the
+        same); the names still there after ``timeout``."""
+        if not names:
+            return []
+        self._run("rm", "-f", *names, check=False)
+        pending = list(names)
+
+        def gone() -> bool:
+            pending[:] = [n for n in pending if self.exists(n)]
+            return not pending
+
+        wait_until(gone, timeout, interval=0.2)
+        return pending
+
+    def remove_labelled(self, state_dir: str, timeout: float = 30.0) -> list[str]:
+        """Remove every container of ``state_dir``; the names of those removed.
+        ContainerError when some are still there after ``timeout``."""
+        names = self.labelled(state_dir)
+        left = self.remove(names, timeout)
+        if left:
+            raise ContainerError(f"containers still there after docker rm -f: {', '.join(left)}")
+        return names
+
+    def check_haproxy_config(self, path: str) -> None:
+        """``haproxy -c`` of the file ``path`` in the haproxy image."""
+        path = os.path.abspath(path)
+        done = self._run("run", "--rm", "--network", "host", "--user",
+                         f"{os.getuid()}:{os.getgid()}", "-v", f"{path}:{HAPROXY_CONFIG}:ro",
+                         "--entrypoint", "haproxy", IMAGES["haproxy"], "-c", "-f",
+                         HAPROXY_CONFIG, check=False)
+        if done.returncode != 0:
+            raise ContainerError(f"haproxy (in {IMAGES['haproxy']}) refuses {path}:\n"
+                                 f"{(done.stdout + done.stderr).strip()}")
+
+
+__all__ = ["ContainerError", "Docker", "IMAGES", "Mount", "RUNTIMES", "STATE_LABEL",
+           "container_name", "engine_host"]

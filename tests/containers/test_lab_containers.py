@@ -1,0 +1,192 @@
+"""The lab and Terraform's local environment in the containers runtime
+(infra/local/container_runtime.py): each process an attached ``docker run``
+of the project's images, with host networking.
+
+* ``python -m infra.local up --runtime containers``: ZooKeeper, dc-a's two
+  brokers behind HAProxy, the analysis broker and a mirror, each a container
+  of the right image, run as the caller, on the host's network; what is
+  produced through the load balancer (acks=flushed) is all copied into
+  analysis; a mirror whose docker client was SIGKILLed leaves its container
+  running, and ``down`` removes it with the rest: no container is left;
+* a start refused when an image is missing, nothing started;
+* ``terraform apply -var runtime=containers`` of the local environment (no
+  Airflow: it has no image yet) makes every component's container, the
+  audit service's included; messages go through the output load balancer
+  into analysis; ``destroy`` leaves no container and no process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import urllib.request
+
+import docker
+import pytest
+
+from broker.client.producer import Producer
+from broker.harness.process import proc_stat
+from broker_helpers import run_module, topic_values, wait_until
+from infra.local import container_runtime
+from infra.local.container_runtime import STATE_LABEL
+from infra.local.lab import Lab, LabError, free_topology
+from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology, to_toml
+from terraform_helpers import (ROOT, free_base_port, local_environment, send_through_mirror,
+                               terraform)
+
+# brokers that flush often (acks=flushed answers fast)
+BROKERS = ("log.flush_ms=10",)
+USER = f"{os.getuid()}:{os.getgid()}"
+
+
+def topology() -> Topology:
+    return Topology(
+        name="test-lab-containers",
+        datacenters=(ClusterSpec("dc-a", brokers=2, broker_settings=BROKERS,
+                                 load_balancer=LoadBalancerSpec()),),
+        analysis=ClusterSpec("analysis", brokers=1, broker_settings=BROKERS),
+        mirrors=(MirrorSpec("to-analysis", sources=("dc-a",), target="analysis", processes=1,
+                            settings=("commit_interval_ms=200", "linger_ms=5")),))
+
+
+def containers_of(state_dir, prefix: bool = False) -> dict[str, object]:
+    """The containers (running or not) labelled with ``state_dir`` (with
+    ``prefix``: with any state directory under it), by name."""
+    client = docker.from_env()
+    try:
+        if not prefix:
+            found = client.containers.list(
+                all=True, filters={"label": f"{STATE_LABEL}={os.path.abspath(state_dir)}"})
+        else:
+            found = [c for c in client.containers.list(all=True, filters={"label": STATE_LABEL})
+                     if c.labels[STATE_LABEL].startswith(str(state_dir) + os.sep)]
+        return {c.name: c for c in found}
+    finally:
+        client.close()
+
+
+def running(pid: int) -> bool:
+    stat = proc_stat(pid)
+    return stat is not None and stat.state not in "ZX"
+
+
+def _lab(*args: str) -> tuple[int, str, str]:
+    done = run_module("infra.local", *args, timeout=120)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+@pytest.mark.timeout(180)
+def test_the_lab_runs_as_containers_and_down_leaves_none(docker_host, tmp_path):
+    t = free_topology(topology())
+    topology_file = tmp_path / "topology.toml"
+    topology_file.write_text(to_toml(t))
+    state = tmp_path / "lab"
+    try:
+        code, out, err = _lab("up", "--runtime", "containers", "--topology", str(topology_file),
+                              "--dir", str(state))
+        assert code == 0, err[-3000:]
+        assert "(as containers)" in out and "brokers registered 2/2" in out
+
+        lab = Lab.open(str(state))
+        assert lab.runtime == "containers"
+        images = {"zookeeper": "samsa/zookeeper:latest", "broker": "samsa/samsa:latest",
+                  "haproxy": "samsa/haproxy:latest", "mirror": "samsa/samsa:latest"}
+        ours = containers_of(state)
+        assert sorted(ours) == sorted(lab.container(name) for name in lab.records)
+        for name, record in lab.records.items():
+            # `up` has exited: its docker clients run on, and with them the containers
+            assert running(record.pid), name
+            container = ours[record.container]
+            assert container.status == "running", name
+            assert container.attrs["Config"]["Image"] == images[record.role], name
+            assert container.attrs["HostConfig"]["NetworkMode"] == "host", name
+            assert container.attrs["Config"]["User"] == USER, name
+
+        code, out, err = _lab("status", "--dir", str(state), "--json")
+        assert code == 0, err
+        status = json.loads(out)
+        assert status["runtime"] == "containers"
+        (dc_a,) = [c for c in status["clusters"] if c["name"] == "dc-a"]
+        assert [(b["server"], b["status"]) for b in dc_a["load_balancer"]["backends"]] == [
+            ("broker-0", "UP"), ("broker-1", "UP")]       # the stats socket, from the host
+
+        sent = {b"view %d" % i for i in range(300)}
+        with Producer(bootstrap=lab.lb_address("dc-a"), acks="flushed") as producer:
+            for value in sorted(sent):
+                producer.send("page-views", value)
+        wait_until(lambda: sent <= set(topic_values(lab, "analysis", "page-views", range(1))),
+                   timeout=30, interval=0.2, what="the mirror to copy everything into analysis")
+        # every one reached dc-a (through HAProxy, to both brokers) exactly once
+        assert sorted(topic_values(lab, "dc-a", "page-views", range(2))) == sorted(sent)
+
+        # SIGKILL cannot be forwarded: the mirror's container outlives its client
+        mirror = lab.records["to-analysis.mirror-0"]
+        os.kill(mirror.pid, signal.SIGKILL)
+        wait_until(lambda: not running(mirror.pid), timeout=10, what="the docker client to die")
+        assert containers_of(state)[mirror.container].status == "running"
+
+        pids = lab.pids()
+        code, out, err = _lab("down", "--dir", str(state))
+        assert code == 0, err[-3000:]
+        assert "removed containers whose docker client had gone" in err
+        assert containers_of(state) == {}
+        assert not [name for name, pid in pids.items() if running(pid)]
+        assert (state / "logs" / "dc-a.broker-0.log").stat().st_size > 0    # logs are kept
+    finally:
+        if (state / "lab.json").exists():
+            Lab.open(str(state)).down(timeout=10)
+
+
+def test_a_missing_image_refuses_the_start(docker_host, tmp_path, monkeypatch):
+    monkeypatch.setitem(container_runtime.IMAGES, "haproxy", "samsa/haproxy:no-such-tag")
+    lab = Lab(free_topology(topology()), str(tmp_path / "lab"), runtime="containers")
+    with pytest.raises(LabError, match=r"samsa/haproxy:no-such-tag.*make images"):
+        lab.up()
+    assert not lab.records
+    assert containers_of(tmp_path / "lab") == {}
+
+
+@pytest.mark.timeout(300)
+def test_terraform_applies_and_destroys_the_environment_as_containers(docker_host, tmp_path):
+    env_dir = local_environment(tmp_path)
+    state = tmp_path / "state"
+    variables = ["-var", f"python={sys.executable}", "-var", f"state_dir={state}",
+                 "-var", f"base_port={free_base_port()}", "-var", f"project_dir={ROOT}",
+                 "-var", "runtime=containers", "-var", "airflow=false",
+                 "-var", 'datacenters=["dc-a"]', "-var", "analysis_brokers=1",
+                 "-var", "mirror_processes=1"]
+    out = terraform(env_dir, "init", "-input=false")
+    assert out.returncode == 0, out.stdout + out.stderr
+    pids: list[int] = []
+    try:
+        out = terraform(env_dir, "apply", "-auto-approve", "-input=false", *variables)
+        assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+        outputs = {k: v["value"] for k, v in json.loads(
+            terraform(env_dir, "output", "-json").stdout).items()}
+        assert outputs["runtime"] == "containers"
+
+        ours = containers_of(state, prefix=True)
+        # <lab>-<8 hex digits of its state directory>-<component>
+        by_component = {re.sub(r"^.*?-[0-9a-f]{8}-", "", name): c for name, c in ours.items()}
+        assert sorted(by_component) == ["analysis.broker-0", "audit", "dc-a.broker-0",
+                                        "dc-a.broker-1", "dc-a.haproxy", "to-analysis.mirror-0",
+                                        "zookeeper-1"], sorted(ours)
+        assert all(c.status == "running" for c in ours.values())
+        assert by_component["audit"].attrs["Config"]["Image"] == "samsa/samsa:latest"
+        with urllib.request.urlopen(outputs["audit_url"] + "/healthz", timeout=10) as r:
+            assert r.read() == b"ok\n"
+
+        send_through_mirror(outputs, state, {b"tf %d" % i for i in range(100)},
+                            analysis_brokers=1)
+        # the docker clients the components' up commands left running
+        pids += [pid for component in ("zookeeper", "dc-a", "analysis", "mirror")
+                 for pid in Lab.open(str(state / component)).pids().values()]
+        pids.append(json.loads((state / "audit" / "daemon.json").read_text())["pid"])
+        assert all(running(pid) for pid in pids)
+    finally:
+        out = terraform(env_dir, "destroy", "-auto-approve", "-input=false", *variables)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert containers_of(state, prefix=True) == {}
+    assert not [pid for pid in pids if running(pid)]
