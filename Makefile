@@ -7,7 +7,7 @@ CHECKOV := .venv-checkov/bin/checkov
 
 
 .PHONY: demo-down demo-broker demo-lab drill drill-loss
-.PHONY: setup demo test test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers images images-down \
+.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers images images-down \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
@@ -23,7 +23,8 @@ help:
 	@echo "             fails if the audit shows any acknowledged message lost"
 	@echo "make drill-loss  a segment deleted before the mirror copied it: the audit must report"
 	@echo "             exactly that loss, and warehouse_load must refuse that hour"
-	@echo "make test    run the whole test suite"
+	@echo "make test    build the container images (cached), run the whole test suite, stop the"
+	@echo "             project's dockerd (SAMSA_CONTAINERS=0: no images, container tests opted out)"
 	@echo "make test-fast  the suite without the tests marked slow"
 	@echo "make test-asan  the codec's and the audit kernel's tests against the C code built with"
 	@echo "             AddressSanitizer and UBSan (in build/asan)"
@@ -98,8 +99,23 @@ demo-broker: setup
 demo-lab: setup
 	$(PY) -m infra.local.demo
 
+# The container tests (tests/containers) run the images: they are built first,
+# with the layer cache (SAMSA_CONTAINERS=0 opts out: then those tests are
+# reported skipped as opted out). A build that fails does not stop the suite:
+# the container tests then fail and say why. The project's own dockerd is
+# stopped at the end, pass or fail: make test leaves no daemon running.
 test: setup
-	SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q
+	@$(MAKE) --no-print-directory test-images
+	@status=0; SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q || status=$$?; \
+	  $(PY) -m infra.docker.engine down; exit $$status
+
+test-images:
+	@if [ "$${SAMSA_CONTAINERS:-1}" = 0 ]; then \
+	  echo "SAMSA_CONTAINERS=0: no images built; the container tests are opted out"; \
+	else \
+	  $(PY) -m infra.docker.images --no-record || \
+	    echo "make test: the images did not build (above): the container tests will fail"; \
+	fi
 
 # container images of the services, built offline (infra/docker/, docs/containers.md);
 # uses DOCKER_HOST or the default socket, else starts the project's own dockerd
@@ -110,7 +126,9 @@ images-down:
 	$(PY) -m infra.docker.engine down
 
 test-fast: setup
-	SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q -m "not slow"
+	@$(MAKE) --no-print-directory test-images
+	@status=0; SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q -m "not slow" || \
+	  status=$$?; $(PY) -m infra.docker.engine down; exit $$status
 
 # A copy of the sources with the accelerator built under AddressSanitizer and
 # UBSan (-Werror too); the codec's tests and fuzzers run against it. CPython

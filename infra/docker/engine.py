@@ -94,6 +94,10 @@ def up(timeout: float = 60.0) -> str:
     host = existing_engine()
     if host:
         return host
+    if os.environ.get("DOCKER_HOST"):
+        raise SystemExit(f"DOCKER_HOST={os.environ['DOCKER_HOST']} does not answer: start that "
+                         f"engine, or unset DOCKER_HOST to use the default socket or the "
+                         f"project's own dockerd")
     p = _paths()
     host = f"unix://{p['socket']}"
     if own_pid() and answers(host):
