@@ -26,13 +26,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from infra.docker.images import latest
 from infra.topology import Topology, mirror_config
 
-ZOOKEEPER = "samsa/zookeeper:latest"
-HAPROXY = "samsa/haproxy:latest"
-POSTGRES = "samsa/postgres:latest"
-SAMSA = "samsa/samsa:latest"
-ANALYSIS = "samsa/analysis:latest"
+ZOOKEEPER, HAPROXY, POSTGRES, SAMSA, ANALYSIS = (
+    latest(n) for n in ("zookeeper", "haproxy", "postgres", "samsa", "analysis"))
 CONF = "/etc/samsa"
 
 

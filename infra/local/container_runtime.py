@@ -46,12 +46,12 @@ import subprocess
 from dataclasses import dataclass
 
 from broker.harness.process import wait_until
+from infra.docker.images import latest
 
 #: How a component may run: as processes of this checkout, or as containers.
 RUNTIMES = ("processes", "containers")
 #: The image each kind of component runs (``make images`` builds them).
-IMAGES = {"zookeeper": "samsa/zookeeper:latest", "haproxy": "samsa/haproxy:latest",
-          "samsa": "samsa/samsa:latest"}
+IMAGES = {name: latest(name) for name in ("zookeeper", "haproxy", "samsa")}
 #: The label that ties a container to the state directory that started it.
 STATE_LABEL = "org.samsa.lab.state-dir"
 #: Where the haproxy image reads its configuration.

@@ -23,8 +23,6 @@ import pytest
 from container_helpers import Containers
 
 OPT_OUT = "SAMSA_CONTAINERS"
-IMAGES = ("samsa/zookeeper:latest", "samsa/haproxy:latest", "samsa/postgres:latest",
-          "samsa/samsa:latest")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -54,8 +52,9 @@ def docker_host():
     try:
         import docker
         client = docker.from_env()
+        from infra.docker.images import IMAGES, latest
         missing = []
-        for image in IMAGES:
+        for image in map(latest, IMAGES):
             try:
                 client.images.get(image)
             except docker.errors.ImageNotFound:

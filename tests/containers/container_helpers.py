@@ -5,3 +5,25 @@ from __future__ import annotations
 
 from infra.docker.containers import Containers, NotReady, Service  # noqa: F401
 from infra.docker.pipeline import free_ports  # noqa: F401 - the tests take ports here
+
+
+def healthy(service: Service) -> bool:
+    """Does the image's own HEALTHCHECK report the container healthy?"""
+    c = service.docker
+    c.reload()
+    return c.attrs["State"].get("Health", {}).get("Status") == "healthy"
+
+
+def run_to_end(group: Containers, name: str, image: str, command: list[str],
+               timeout: float = 300.0, **kwargs) -> tuple[int, str]:
+    """Run a command that ends (a load, a CLI call) in a container of
+    ``group`` (``Containers.run``'s arguments): its exit status and its whole
+    output, stdout and stderr interleaved. NotReady if it ran longer than
+    ``timeout`` (the container stays in the group: removed at teardown)."""
+    service = group.run(name, image, command=command, wait=False, **kwargs)
+    try:
+        status = service.docker.wait(timeout=timeout)["StatusCode"]
+    except Exception as exc:               # noqa: BLE001 - the SDK's read timeout
+        raise NotReady(f"container {name} did not end within {timeout:.0f} s ({exc}):\n"
+                       f"{service.logs(60)}") from None
+    return status, service.docker.logs().decode(errors="replace")

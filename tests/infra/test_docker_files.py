@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from infra.docker import engine
-from infra.docker.images import IMAGES
+from infra.docker.images import CONTEXT_ITEMS, CONTEXTS, IMAGES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DOCKER = os.path.join(os.path.dirname(os.path.dirname(HERE)), "infra", "docker")
@@ -23,7 +23,7 @@ DOCKER = os.path.join(os.path.dirname(os.path.dirname(HERE)), "infra", "docker")
 def test_dockerfile_sources_labels_health_and_user(name):
     text = open(os.path.join(DOCKER, name, "Dockerfile")).read()
     for src in re.findall(r"^COPY (?!--from)(\S+)", text, re.M):
-        if name == "samsa" and src in ("wheels", "src"):
+        if name in CONTEXTS and src in CONTEXT_ITEMS:
             continue                       # made by images.py into the build context
         assert os.path.exists(os.path.join(DOCKER, name, src)), src
     assert "HEALTHCHECK" in text
@@ -33,7 +33,7 @@ def test_dockerfile_sources_labels_health_and_user(name):
 
 
 @pytest.mark.parametrize("script", ["zookeeper/entrypoint.sh", "postgres/entrypoint.sh",
-                                    "samsa/entrypoint.sh"])
+                                    "samsa/entrypoint.sh", "analysis/entrypoint.sh"])
 def test_entrypoints_parse_and_are_executable(script):
     path = os.path.join(DOCKER, script)
     assert os.access(path, os.X_OK)
