@@ -1,6 +1,6 @@
 """The pipeline in containers against the same pipeline as processes.
 
-    .venv/bin/python -m bench.containers_bench             # 3 runs of each (~3 min)
+    .venv/bin/python -m bench.containers_bench             # 5 runs of each (~4 min)
     .venv/bin/python -m bench.containers_bench --runs 5 --messages 2000000
 
 Two figures (issue 17), on the images of ``make images``:
@@ -16,9 +16,10 @@ Two figures (issue 17), on the images of ``make images``:
   ZooKeeper, run as containers (host networking) and as processes (the lab,
   infra/local/lab.py), the same topology, the same client workers as
   ``make bench`` (bench/run.py): produce --messages 200-byte values through
-  HAProxy (batch 50, acks=none; until all are in the broker), consume them
-  from the broker (200 KB fetches, CRCs checked), and the mirror's copy
-  (from the first send until analysis holds them all).
+  HAProxy (batch 50, acks=none; until all are in the broker), the mirror's
+  copy (from the first send until analysis holds them all), then consume
+  them from the broker (200 KB fetches, CRCs checked) with nothing else
+  running.
 
 Writes bench/results/containers-<UTC date>.json and the section between the
 containers-bench markers in bench/RESULTS.md.
@@ -80,21 +81,23 @@ def analysis_messages(address: str) -> int:
 
 
 def measure(lb: str, broker: str, analysis: str, n: int) -> dict:
-    """Produce through ``lb``, consume from ``broker``, wait for the mirror."""
+    """Produce through ``lb`` (the mirror copies meanwhile), wait until the
+    mirror has copied everything, then consume from ``broker`` alone (so the
+    mirror's work does not share the 2 cores with the consumer)."""
     from broker.client.admin import AdminClient
     with AdminClient(broker) as admin:
         admin.create_topic(TOPIC, 1)
     t0 = time.perf_counter()
     produced = worker("produce", {"bootstrap": lb, "topic": TOPIC, "n": n, "batch_size": 50,
                                   "linger_ms": 5})
-    consumed = worker("consume", {"bootstrap": broker, "topic": TOPIC, "n": n,
-                                  "fetch_bytes": 200 * 1024})
     deadline = time.perf_counter() + 300
     copied = analysis_messages(analysis)
     while copied < n and time.perf_counter() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.02)
         copied = analysis_messages(analysis)
     mirror_s = time.perf_counter() - t0
+    consumed = worker("consume", {"bootstrap": broker, "topic": TOPIC, "n": n,
+                                  "fetch_bytes": 200 * 1024})
     out = {"produce": produced.get("msgs_per_s"), "consume": consumed.get("msgs_per_s"),
            "mirror": n / mirror_s if copied >= n else None, "copied": copied}
     errors = [r["error"] for r in (produced, consumed) if "error" in r]
@@ -130,8 +133,8 @@ def run_processes(topology, directory: str, n: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--messages", type=int, default=1_000_000)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--messages", type=int, default=3_000_000)
     p.add_argument("--no-write", action="store_true", help="do not touch bench/RESULTS.md")
     a = p.parse_args(argv)
     from infra.docker import engine
