@@ -126,6 +126,7 @@ def down(timeout: float = 30.0) -> bool:
     False if none ran."""
     pid = own_pid()
     if pid is None:
+        _unmount_leftovers()
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -133,10 +134,25 @@ def down(timeout: float = 30.0) -> bool:
         try:
             os.kill(pid, 0)
         except OSError:
-            return True
+            break
         time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _unmount_leftovers()
     return True
+
+
+def _unmount_leftovers() -> None:
+    """dockerd leaves its host network namespace bind-mounted under the exec
+    root (exec/netns/default) after it exits: unmount it, so nothing of the
+    engine stays behind and its cache directory can be removed."""
+    netns = os.path.join(_paths()["exec"], "netns")
+    if not os.path.isdir(netns):
+        return
+    for name in os.listdir(netns):
+        path = os.path.join(netns, name)
+        if os.path.ismount(path):
+            subprocess.run(["umount", "-l", path], check=False, capture_output=True)
 
 
 def main(argv: list[str] | None = None) -> int:
