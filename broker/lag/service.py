@@ -118,8 +118,10 @@ class LagService:
             except Exception as exc:   # noqa: BLE001 - one cluster's failure stops no other
                 with self._lock:
                     self._errors[cluster.name] += 1
-                    self._last_error[cluster.name] = str(exc)
-                log.warning("evaluating %s failed: %s", cluster.name, exc)
+                    # kazoo's ConnectionLoss() says nothing: name the exception
+                    reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                    self._last_error[cluster.name] = reason
+                log.warning("evaluating %s failed: %s", cluster.name, reason)
                 continue
             with self._lock:
                 self._status[cluster.name] = result

@@ -69,3 +69,20 @@ def test_a_dead_zookeeper_keeps_the_last_evaluation_and_says_so(own_zookeeper):
         wait_until(recovered, 60, interval=0.5, what="an evaluation after ZooKeeper's restart")
     finally:
         service.stop()
+
+
+def test_a_failure_without_a_message_is_named(monkeypatch):
+    """Defect (seen once in a full run of the test above): kazoo's
+    ConnectionLoss() has no message, so ``last_error`` was "" — falsy, as if
+    nothing had failed. The exception's name is said then."""
+    from kazoo.exceptions import ConnectionLoss
+    service = LagService(LagServiceConfig(
+        clusters=(WatchedCluster("dc", "127.0.0.1:1/dc"),),
+        http_port=0, interval_s=3600))
+
+    def lost(cluster):
+        raise ConnectionLoss()
+
+    monkeypatch.setattr(service, "_monitor", lost)
+    service.evaluate_once()
+    assert service.snapshot()[3] == {"dc": "ConnectionLoss"}
