@@ -13,5 +13,5 @@ CREATE DATABASE "${POSTGRES_DB}" OWNER "${POSTGRES_USER}";
 SQL
   "$bin/pg_ctl" -D /data -m fast -w stop >/dev/null
 fi
-exec "$bin/postgres" -D /data -c listen_addresses=127.0.0.1 -c port="${PGPORT}" \
+exec "$bin/postgres" -D /data -c listen_addresses=127.0.0.1 -c port="${PGPORT}" -c jit=off \
   -c unix_socket_directories=/tmp
