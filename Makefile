@@ -102,12 +102,14 @@ demo-lab: setup
 # The container tests (tests/containers) run the images: they are built first,
 # with the layer cache (SAMSA_CONTAINERS=0 opts out: then those tests are
 # reported skipped as opted out). A build that fails does not stop the suite:
-# the container tests then fail and say why. The project's own dockerd is
-# stopped at the end, pass or fail: make test leaves no daemon running.
+# the container tests then fail and say why (the images are not this
+# checkout's). At the end, pass, fail or Ctrl-C, the project's own dockerd is
+# stopped unless containers still run on it (a lab or a Terraform environment
+# started as containers): make test leaves no daemon of its own running.
 test: setup
-	@$(MAKE) --no-print-directory test-images
-	@status=0; SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q || status=$$?; \
-	  $(PY) -m infra.docker.engine down; exit $$status
+	@trap '$(PY) -m infra.docker.engine down-if-idle' EXIT; \
+	  $(MAKE) --no-print-directory test-images; \
+	  SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q
 
 test-images:
 	@if [ "$${SAMSA_CONTAINERS:-1}" = 0 ]; then \
@@ -126,9 +128,9 @@ images-down:
 	$(PY) -m infra.docker.engine down
 
 test-fast: setup
-	@$(MAKE) --no-print-directory test-images
-	@status=0; SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q -m "not slow" || \
-	  status=$$?; $(PY) -m infra.docker.engine down; exit $$status
+	@trap '$(PY) -m infra.docker.engine down-if-idle' EXIT; \
+	  $(MAKE) --no-print-directory test-images; \
+	  SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q -m "not slow"
 
 # A copy of the sources with the accelerator built under AddressSanitizer and
 # UBSan (-Werror too); the codec's tests and fuzzers run against it. CPython

@@ -8,7 +8,7 @@ Two figures (issue 17), on the images of ``make images``:
 * **ready**: from nothing running (the images built) to the containerized
   pipeline serving — a 3-node ZooKeeper ensemble, dc-a's two brokers behind
   HAProxy, the analysis broker, the mirror (two processes), PostgreSQL, the
-  audit service and a counter per cluster — each container waited on until
+  audit service and a counter per cluster: 13 containers — each waited on until
   it serves (infra/docker/pipeline.py). Median of --runs, with each step's
   median.
 * **containers vs processes**, alternated in one run: one datacenter broker
@@ -19,7 +19,8 @@ Two figures (issue 17), on the images of ``make images``:
   HAProxy (batch 50, acks=none; until all are in the broker), the mirror's
   copy (from the first send until analysis holds them all), then consume
   them from the broker (200 KB fetches, CRCs checked) with nothing else
-  running.
+  running; then one broker alone, a container against a process, the same
+  produce and consume: what host networking itself costs.
 
 Writes bench/results/containers-<UTC date>.json and the section between the
 containers-bench markers in bench/RESULTS.md.
@@ -119,6 +120,44 @@ def run_containers(containers_cls, topology, directory: str, n: int) -> dict:
         group.remove_all()
 
 
+def lone_broker(runtime: str, containers_cls, directory: str, n: int) -> dict:
+    """One broker alone, as a container (host networking) or a process: the
+    same produce (batch 50, acks=none) and consume workers against it."""
+    from broker.client.admin import AdminClient
+    from infra.docker.pipeline import SAMSA, free_ports, metadata_answers
+
+    def measure_lone(address: str) -> dict:
+        with AdminClient(address) as admin:
+            admin.create_topic(TOPIC, 1)
+        produced = worker("produce", {"bootstrap": address, "topic": TOPIC, "n": n,
+                                      "batch_size": 50, "linger_ms": 5})
+        consumed = worker("consume", {"bootstrap": address, "topic": TOPIC, "n": n,
+                                      "fetch_bytes": 200 * 1024})
+        out = {"produce": produced.get("msgs_per_s"), "consume": consumed.get("msgs_per_s")}
+        errors = [r["error"] for r in (produced, consumed) if "error" in r]
+        if errors:
+            out["error"] = "; ".join(errors)
+        return out
+
+    if runtime == "processes":
+        from broker.harness import BrokerProcess
+        broker = BrokerProcess(directory).start()
+        try:
+            return measure_lone(f"127.0.0.1:{broker.port}")
+        finally:
+            broker.stop()
+    group = containers_cls()
+    port, metrics = free_ports(2)
+    address = f"127.0.0.1:{port}"
+    try:
+        group.run("lone-broker", SAMSA, command=["broker", "--port", str(port), "--metrics-port",
+                                                 str(metrics), "--data-dir", "/data"],
+                  ready=lambda s: metadata_answers(address))
+        return measure_lone(address)
+    finally:
+        group.remove_all()
+
+
 def run_processes(topology, directory: str, n: int) -> dict:
     from infra.local.lab import Lab
     lab = Lab(topology, directory)
@@ -174,6 +213,17 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{runtime} run {run + 1}: produce {r['produce'] or 0:,.0f} msg/s, consume "
                     f"{r['consume'] or 0:,.0f} msg/s, mirror {r['mirror'] or 0:,.0f} msg/s"
                     + (f"  ERROR {r['error']}" if "error" in r else ""))
+        result["lone"] = []
+        for run in range(a.runs):
+            order = ("containers", "processes") if run % 2 == 0 else ("processes", "containers")
+            for runtime in order:
+                r = lone_broker(runtime, Containers, os.path.join(tmp, f"lone-{runtime}-{run}"),
+                                a.messages)
+                r.update(run=run, runtime=runtime)
+                result["lone"].append(r)
+                log(f"lone broker, {runtime} run {run + 1}: produce {r['produce'] or 0:,.0f} "
+                    f"msg/s, consume {r['consume'] or 0:,.0f} msg/s"
+                    + (f"  ERROR {r['error']}" if "error" in r else ""))
     result["summary"] = summary_of(result)
     day = result["date"][:10]
     path = os.path.join(HERE, "results", f"containers-{day}.json")
@@ -187,21 +237,28 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any("error" in r for r in result["ab"]) else 0
 
 
-def summary_of(result: dict) -> dict:
-    steps = sorted({k for r in result["ready"] for k in r})
-    out = {"ready": {k: summarize([r[k] for r in result["ready"] if k in r]) for k in steps}}
+def _compare(runs: list[dict], figures: tuple[str, ...]) -> dict:
+    """Medians per runtime, and the median of the per-run ratios containers /
+    processes (each pair measured back to back in one run)."""
+    out: dict = {}
     for runtime in ("containers", "processes"):
-        runs = [r for r in result["ab"] if r["runtime"] == runtime and "error" not in r]
-        out[runtime] = {k: summarize([r[k] for r in runs]) for k in ("produce", "consume",
-                                                                   "mirror")}
+        ok = [r for r in runs if r["runtime"] == runtime and "error" not in r]
+        out[runtime] = {k: summarize([r[k] for r in ok]) for k in figures}
     ratios = {}
-    for k in ("produce", "consume", "mirror"):
-        pairs = [(c[k], p[k]) for c in result["ab"] for p in result["ab"]
+    for k in figures:
+        pairs = [(c[k], p[k]) for c in runs for p in runs
                  if c["runtime"] == "containers" and p["runtime"] == "processes"
                  and c["run"] == p["run"] and "error" not in c and "error" not in p]
         ratios[k] = statistics.median(c / p for c, p in pairs) if pairs else None
     out["ratio_containers_to_processes"] = ratios
     return out
+
+
+def summary_of(result: dict) -> dict:
+    steps = sorted({k for r in result["ready"] for k in r})
+    return {"ready": {k: summarize([r[k] for r in result["ready"] if k in r]) for k in steps},
+            "pipeline": _compare(result["ab"], ("produce", "consume", "mirror")),
+            "lone": _compare(result.get("lone", []), ("produce", "consume"))}
 
 
 def render(result: dict, json_rel: str) -> str:
@@ -217,23 +274,27 @@ def render(result: dict, json_rel: str) -> str:
         "",
         f"**Ready**: the containerized pipeline (3-node ZooKeeper, dc-a's 2 brokers behind "
         f"HAProxy, the analysis broker, the mirror's 2 processes, PostgreSQL, the audit service, "
-        f"a counter per cluster: 12 containers) from nothing running to every container "
+        f"a counter per cluster: 13 containers) from nothing running to every container "
         f"serving: **{ready['total']['median']:.1f} s** ({ready['total']['min']:.1f}-"
         f"{ready['total']['max']:.1f}; goal <= 20 s). Steps: " + ", ".join(
             f"{k} {v['median']:.1f} s" for k, v in ready.items() if k != "total") + ".",
         "",
         f"**Containers vs processes**, alternated in one run ({result['messages']:,} "
-        f"messages of 200 B each way; one broker per cluster, HAProxy, one mirror process, "
-        f"host networking):",
+        f"messages of 200 B each way, host networking): the pipeline (one broker per cluster, "
+        f"HAProxy, one mirror process), then one broker alone:",
         "",
-        "| figure | containers | processes | containers / processes |",
+        "| figure (msg/s) | containers | processes | containers / processes (median of "
+        "the per-run ratios) |",
         "|---|---|---|---|",
     ]
-    for k, what in (("produce", "produce through HAProxy, batch 50 (msg/s)"),
-                    ("consume", "consume from the broker (msg/s)"),
-                    ("mirror", "mirror copy, first send to all in analysis (msg/s)")):
-        c, p = s["containers"].get(k, {}), s["processes"].get(k, {})
-        ratio = s["ratio_containers_to_processes"].get(k)
+    rows = (("pipeline", "produce", "pipeline: produce through HAProxy, batch 50"),
+            ("pipeline", "mirror", "pipeline: the mirror's copy, first send to all in analysis"),
+            ("pipeline", "consume", "pipeline: consume from the broker, once the mirror is done"),
+            ("lone", "produce", "a lone broker: produce, batch 50"),
+            ("lone", "consume", "a lone broker: consume"))
+    for part, k, what in rows:
+        c, p = s[part]["containers"].get(k, {}), s[part]["processes"].get(k, {})
+        ratio = s[part]["ratio_containers_to_processes"].get(k)
         lines.append(f"| {what} | {c.get('median', 0):,.0f} | {p.get('median', 0):,.0f} | "
                      f"{ratio:.2f} |" if ratio else f"| {what} | - | - | - |")
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
     python -m infra.docker.engine up      # print DOCKER_HOST=... (starting one if needed)
     python -m infra.docker.engine status
     python -m infra.docker.engine down    # stop the dockerd this project started
+    python -m infra.docker.engine down-if-idle   # the same, unless containers run on it
 
 An engine the user already has is used as it is: ``DOCKER_HOST``, else the
 default socket (/var/run/docker.sock) when it answers. Otherwise the project
@@ -142,6 +143,29 @@ def down(timeout: float = 30.0) -> bool:
     return True
 
 
+def running_containers(host: str) -> list[str]:
+    """Names of the containers running on the engine at ``host``."""
+    out = subprocess.run(["docker", "ps", "--format", "{{.Names}}"], capture_output=True,
+                         text=True, env={**os.environ, "DOCKER_HOST": host}, timeout=30)
+    return out.stdout.split() if out.returncode == 0 else []
+
+
+def down_if_idle() -> str:
+    """Stop the project's dockerd unless containers run on it (a lab or a
+    Terraform environment started as containers): what ``make test`` does
+    at its end. Returns what was done, to print."""
+    if own_pid() is None:
+        _unmount_leftovers()
+        return "no dockerd of this project runs"
+    busy = running_containers(f"unix://{_paths()['socket']}")
+    if busy:
+        return (f"the project's dockerd keeps running: {len(busy)} container(s) run on it "
+                f"({', '.join(busy[:5])}{', ...' if len(busy) > 5 else ''}); "
+                f"`make images-down` stops it")
+    down()
+    return "stopped the project's dockerd"
+
+
 def _unmount_leftovers() -> None:
     """dockerd leaves its host network namespace bind-mounted under the exec
     root (exec/netns/default) after it exits: unmount it, so nothing of the
@@ -158,10 +182,12 @@ def _unmount_leftovers() -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("action", choices=["up", "down", "down-if-idle", "status"])
     a = p.parse_args(argv)
     if a.action == "up":
         print(f"DOCKER_HOST={up()}")
+    elif a.action == "down-if-idle":
+        print(down_if_idle())
     elif a.action == "down":
         print("stopped the project's dockerd" if down() else "no dockerd of this project runs")
     else:

@@ -309,19 +309,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def save(result: dict) -> None:
-    """Into bench/results/images-<date>.json: the images of an earlier run
-    that day that this one did not build (``--only``) are kept."""
+    """Append this run to bench/results/images-<date>.json (``runs``: each
+    run's engine, revision, base image and total seconds, and the images it
+    built), and keep ``images``: the latest size and build time of every
+    image built that day."""
     out = os.path.join(ROOT, "bench", "results", f"images-{result['date']}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     try:
         with open(out) as f:
-            earlier = json.load(f).get("images", [])
+            earlier = json.load(f)
     except (OSError, ValueError):
-        earlier = []
-    built = {i["image"] for i in result["images"]}
-    result["images"] = [i for i in earlier if i["image"] not in built] + result["images"]
+        earlier = {}
+    runs = earlier.get("runs", [])
+    runs.append(result)
+    latest_of = {i["image"]: i for run in runs for i in run["images"]}
     with open(out, "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump({"date": result["date"], "images": list(latest_of.values()), "runs": runs},
+                  f, indent=1)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,18 @@ password Airflow generated, printed by ``up`` and ``status``
 The DAGs read their settings from the file SAMSA_WAREHOUSE_CONFIG names
 (``--warehouse-config``; default config/loader.toml). A triggerer is not
 started: no DAG of the project defers (the sensor reschedules instead).
+
+With ``--runtime containers`` the same Airflow runs from the samsa/analysis
+image (Airflow, the loader and the DAGs built in: ``make images``): ``db
+migrate`` is a one-shot container, and each service an attached ``docker
+run`` recorded like a process (infra/local/container_runtime.py: host
+networking, as the invoking user, the state directory mounted at the same
+path and labelled with it). The settings file and the loader's local output
+(and ``report_dir``) are mounted at their own paths too, so the rendered
+settings hold inside; a task's spark-submit runs in the scheduler's
+container. The DAGs are the image's, not this checkout's: rebuild the image
+after changing them. ``down`` also removes the containers a SIGKILLed docker
+client would leave.
 """
 from __future__ import annotations
 
@@ -26,11 +38,16 @@ import time
 import urllib.request
 
 from broker.harness.process import SupervisedProcess, proc_stat, signal_group
+from infra.local.container_runtime import (IMAGES, RUNTIMES, ContainerError, Docker, Mount,
+                                           container_name, engine_host)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STATE_FILE = "airflow-state.json"
 SERVICES = ("api-server", "scheduler", "dag-processor")
 PROJECT_DAGS = ("warehouse_load", "audit_report")
+#: Where the DAGs and the entrypoint are in the analysis image (infra/docker/analysis).
+IMAGE_DAGS = "/opt/samsa-app/dags"
+IMAGE_ENTRYPOINT = "/usr/local/bin/analysis"
 
 
 class AirflowStackError(RuntimeError):
@@ -41,12 +58,13 @@ def airflow_bin() -> str:
     return os.path.join(os.path.dirname(sys.executable), "airflow")
 
 
-def environment(state_dir: str, port: int, warehouse_config: str, db_url: str = "") -> dict:
-    home = os.path.join(state_dir, "home")
-    env = dict(os.environ)
-    env.update({
-        "AIRFLOW_HOME": home,
-        "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(ROOT, "dags"),
+def settings(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
+             dags_folder: str = os.path.join(ROOT, "dags")) -> dict[str, str]:
+    """Airflow's and the DAGs' settings (environment variables), the same in
+    both runtimes but for where the DAGs are."""
+    values = {
+        "AIRFLOW_HOME": os.path.join(state_dir, "home"),
+        "AIRFLOW__CORE__DAGS_FOLDER": dags_folder,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
@@ -57,11 +75,53 @@ def environment(state_dir: str, port: int, warehouse_config: str, db_url: str = 
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "SAMSA_WAREHOUSE_CONFIG": os.path.abspath(warehouse_config),
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
-    })
+    }
     if db_url:
-        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
+        values["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
+    return values
+
+
+def environment(state_dir: str, port: int, warehouse_config: str, db_url: str = "") -> dict:
+    """The environment of this checkout's Airflow processes."""
+    env = dict(os.environ)
+    env.update(settings(state_dir, port, warehouse_config, db_url))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     return env
+
+
+def container_environment(state_dir: str, port: int, warehouse_config: str,
+                          db_url: str = "") -> dict[str, str]:
+    """The environment of the Airflow containers: the caller's own
+    ``AIRFLOW__*`` (as a process inherits them: log server ports, ...), then
+    the settings, with the image's DAGs."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW__")}
+    env.update(settings(state_dir, port, warehouse_config, db_url, dags_folder=IMAGE_DAGS))
+    return env
+
+
+def container_mounts(state_dir: str, warehouse_config: str) -> list[Mount]:
+    """What the containers need outside the state directory, at the same
+    paths: the settings file (read-only) and the local directories it names
+    (the loader's output, the audit reports'), made first so that they belong
+    to the caller. A relative output is the processes' working directory's,
+    the state directory."""
+    from hadoop_loader.dag_steps import read_settings
+    config = os.path.abspath(warehouse_config)
+    try:
+        loader, warehouse = read_settings(config)
+    except (OSError, ValueError) as exc:
+        raise AirflowStackError(f"the warehouse settings {config}: {exc}") from None
+    mounts = [Mount(config, config, read_only=True)]
+    for location in (loader.output, warehouse.report_dir):
+        path = location[len("file://"):] if location.startswith("file://") else location
+        if not path or "://" in path:       # hdfs://, s3a://: reached over the network
+            continue
+        path = os.path.normpath(os.path.join(state_dir, path))
+        os.makedirs(path, exist_ok=True)
+        mounts.append(Mount(path, path))
+    # what is in the state directory is mounted already, with it
+    return [m for m in dict.fromkeys(mounts)
+            if m.host != state_dir and not m.host.startswith(state_dir + os.sep)]
 
 
 def _alive(record: dict) -> bool:
@@ -95,10 +155,11 @@ def _get(url: str, timeout: float = 2.0) -> bytes | None:
         return None
 
 
-def _dags_parsed(env: dict) -> bool:
-    """Whether the DAG processor has stored the project's DAGs."""
+def _dags_parsed(cli: list[str], env: dict) -> bool:
+    """Whether the DAG processor has stored the project's DAGs (``cli``: the
+    airflow command, here or in a container)."""
     import subprocess
-    out = subprocess.run([airflow_bin(), "dags", "list", "--output", "json"], env=env,
+    out = subprocess.run(cli + ["dags", "list", "--output", "json"], env=env,
                          capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         return False
@@ -111,19 +172,69 @@ def _dags_parsed(env: dict) -> bool:
     return set(PROJECT_DAGS) <= listed
 
 
+class _Runner:
+    """How ``up`` runs an airflow command: this checkout's, or in a container
+    of the analysis image (``docker`` set)."""
+
+    def __init__(self, state_dir: str, port: int, warehouse_config: str, db_url: str,
+                 docker: Docker | None = None) -> None:
+        self.state_dir, self.docker = state_dir, docker
+        if docker is None:
+            self.env = environment(state_dir, port, warehouse_config, db_url)
+        else:
+            self.env = docker.env               # the docker client's
+            self.container_env = container_environment(state_dir, port, warehouse_config, db_url)
+            self.mounts = container_mounts(state_dir, warehouse_config)
+
+    def container(self, name: str) -> str | None:
+        return None if self.docker is None else container_name("airflow", self.state_dir, name)
+
+    def command(self, name: str, args: list[str]) -> list[str]:
+        """``airflow ARGS``, the one called ``name`` (its container's name)."""
+        if self.docker is None:
+            return [airflow_bin(), *args]
+        return self.docker.run_command(self.container(name), IMAGES["analysis"],
+                                       ["airflow", *args], state_dir=self.state_dir,
+                                       env=self.container_env, mounts=self.mounts)
+
+    def cli(self) -> list[str]:
+        """The airflow command for queries: in the API server's container (its
+        environment; the entrypoint names the uid for it), or this checkout's."""
+        if self.docker is None:
+            return [airflow_bin()]
+        return [self.docker.cli, "exec", self.container("api-server"), IMAGE_ENTRYPOINT,
+                "airflow"]
+
+
 def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
-       timeout: float = 180.0, say=print) -> dict:
+       timeout: float = 180.0, say=print, runtime: str = "processes") -> dict:
     import subprocess
     state_dir = os.path.abspath(state_dir)
     existing = read_state(state_dir)
     if existing and any(_alive(r) for r in existing["processes"]):
         raise AirflowStackError(f"an Airflow already runs from {state_dir} "
                                 f"(make airflow-down first)")
-    env = environment(state_dir, port, warehouse_config, db_url)
+    if runtime not in RUNTIMES:
+        raise AirflowStackError(f"runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
+    docker = None
+    if runtime == "containers":
+        try:
+            docker = Docker(engine_host())
+            docker.require_images([IMAGES["analysis"]])
+            docker.remove_labelled(state_dir)         # left by a killed docker client
+        except ContainerError as exc:
+            raise AirflowStackError(str(exc)) from None
     os.makedirs(os.path.join(state_dir, "logs"), exist_ok=True)
+    runner = _Runner(state_dir, port, warehouse_config, db_url, docker)
     t0 = time.monotonic()
-    migrate = subprocess.run([airflow_bin(), "db", "migrate"], env=env, capture_output=True,
-                             text=True, timeout=300)
+    try:
+        migrate = subprocess.run(runner.command("db-migrate", ["db", "migrate"]),
+                                 env=runner.env, cwd=state_dir, capture_output=True, text=True,
+                                 timeout=300)
+    except subprocess.TimeoutExpired:
+        if docker is not None:
+            docker.remove_labelled(state_dir)
+        raise AirflowStackError("airflow db migrate did not finish in 300 s") from None
     if migrate.returncode != 0:
         raise AirflowStackError("airflow db migrate failed:\n" + migrate.stdout[-2000:]
                                 + migrate.stderr[-2000:])
@@ -131,14 +242,16 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
     records = []
     for name in SERVICES:
         log_path = os.path.join(state_dir, "logs", f"{name}.log")
-        command = [airflow_bin(), name] + (["--port", str(port), "--host", "127.0.0.1"]
-                                           if name == "api-server" else [])
-        proc = SupervisedProcess(name, command, log_path, cwd=state_dir, env=env).start()
+        command = runner.command(name, [name] + (["--port", str(port), "--host", "127.0.0.1"]
+                                                 if name == "api-server" else []))
+        proc = SupervisedProcess(name, command, log_path, cwd=state_dir, env=runner.env).start()
         stat = proc_stat(proc.pid)
         records.append({"name": name, "pid": proc.pid, "command": command, "log": log_path,
-                        "start_ticks": stat.start_ticks if stat else -1})
+                        "start_ticks": stat.start_ticks if stat else -1,
+                        "container": runner.container(name)})
     state = {"url": f"http://127.0.0.1:{port}", "port": port, "processes": records,
-             "warehouse_config": os.path.abspath(warehouse_config)}
+             "warehouse_config": os.path.abspath(warehouse_config), "runtime": runtime,
+             "docker_host": docker.host if docker else None}
     with open(os.path.join(state_dir, STATE_FILE), "w") as f:
         json.dump(state, f, indent=1)
     deadline = time.monotonic() + timeout
@@ -149,7 +262,7 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
                 raise AirflowStackError(f"the Airflow UI did not answer in {timeout:.0f} s")
             time.sleep(0.5)
         say(f"Airflow UI answering at {state['url']} ({time.monotonic() - t0:.1f} s)")
-        while not _dags_parsed(env):
+        while not _dags_parsed(runner.cli(), runner.env):
             _check_alive(records)
             if time.monotonic() > deadline:
                 raise AirflowStackError(f"the DAGs were not parsed in {timeout:.0f} s: see "
@@ -171,20 +284,42 @@ def _check_alive(records: list[dict]) -> None:
 
 
 def down(state_dir: str, timeout: float = 30.0, say=print) -> int:
-    """Stop every process ``up`` started; how many were running."""
-    state = read_state(os.path.abspath(state_dir))
+    """Stop every process ``up`` started (and remove its containers); how
+    many were running."""
+    state_dir = os.path.abspath(state_dir)
+    state = read_state(state_dir)
     if not state:
         say(f"no Airflow state in {state_dir}")
         return 0
+    docker = Docker(state["docker_host"]) if state.get("docker_host") else None
+
+    def send(record: dict, sig: int) -> None:
+        # to a container through the engine: its client cannot forward SIGKILL
+        if docker is not None and record.get("container") and \
+                docker.signal(record["container"], sig):
+            return
+        if _alive(record):
+            signal_group(record["pid"], sig)
+
     running = [r for r in state["processes"] if _alive(r)]
     for r in running:
-        signal_group(r["pid"], signal.SIGTERM)
+        send(r, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while any(_alive(r) for r in running) and time.monotonic() < deadline:
         time.sleep(0.2)
     for r in running:
         if _alive(r):
-            signal_group(r["pid"], signal.SIGKILL)
+            send(r, signal.SIGKILL)
+    if docker is not None:
+        try:
+            left = docker.remove_labelled(state_dir)
+        except ContainerError as exc:
+            raise AirflowStackError(str(exc)) from None
+        if left:
+            say(f"removed containers whose docker client had gone: {', '.join(left)}")
+        deadline = time.monotonic() + 10.0      # their clients exit with them
+        while any(_alive(r) for r in running) and time.monotonic() < deadline:
+            time.sleep(0.2)
     say(f"stopped {len(running)} Airflow processes")
     return len(running)
 
@@ -194,6 +329,7 @@ def status(state_dir: str) -> dict:
     if not state:
         return {"running": False}
     return {"running": any(_alive(r) for r in state["processes"]), "url": state["url"],
+            "runtime": state.get("runtime", "processes"),
             "login": {"user": "admin", "password": password(state_dir)},
             "processes": {r["name"]: ("running" if _alive(r) else "stopped")
                           for r in state["processes"]},
@@ -210,10 +346,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="the DAGs' settings file (SAMSA_WAREHOUSE_CONFIG)")
     p.add_argument("--db", default="", metavar="URL",
                    help="Airflow's metadata database (default SQLite in the state directory)")
+    p.add_argument("--runtime", choices=RUNTIMES, default="processes",
+                   help="processes (default): this checkout's Airflow; containers: the "
+                        f"{IMAGES['analysis']} image's (its DAGs)")
     args = p.parse_args(argv)
     try:
         if args.command == "up":
-            state = up(args.dir, args.port, args.warehouse_config, args.db)
+            state = up(args.dir, args.port, args.warehouse_config, args.db,
+                       runtime=args.runtime)
             print(f"Airflow: {state['url']}  login: admin / {password(args.dir)}")
             print(f"logs: {os.path.abspath(args.dir)}/logs/; stop: make airflow-down")
         elif args.command == "down":

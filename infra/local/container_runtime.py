@@ -1,7 +1,8 @@
 """The lab's processes as containers of the project's images (infra/docker/).
 
-With ``runtime="containers"`` the lab (``infra.local.lab``) and the local
-daemon (``infra.local.daemon``) start each component as an attached ``docker
+With ``runtime="containers"`` the lab (``infra.local.lab``), the local
+daemon (``infra.local.daemon``) and the local Airflow
+(``infra.local.airflow_stack``) start each component as an attached ``docker
 run`` — the docker client itself is the supervised process: it streams the
 container's output into the component's log, proxies signals and exits with
 the container's status, so the lab's pid-based liveness, readiness and stop
@@ -51,7 +52,7 @@ from infra.docker.images import latest
 #: How a component may run: as processes of this checkout, or as containers.
 RUNTIMES = ("processes", "containers")
 #: The image each kind of component runs (``make images`` builds them).
-IMAGES = {name: latest(name) for name in ("zookeeper", "haproxy", "samsa")}
+IMAGES = {name: latest(name) for name in ("zookeeper", "haproxy", "samsa", "analysis")}
 #: The label that ties a container to the state directory that started it.
 STATE_LABEL = "org.samsa.lab.state-dir"
 #: Where the haproxy image reads its configuration.

@@ -10,7 +10,9 @@ the services as the images of infra/docker/, driven by testcontainers.
 * ``containers``: containers of one test, removed at teardown, with the
   tail of each one's log printed when the test failed.
 
-No engine, no images: the tests fail and say why. A user without Docker
+No engine, no images, or images built from another revision than the
+checkout's (a failed build leaves the last good ones): the tests fail and
+say why. A user without Docker
 opts out explicitly with ``SAMSA_CONTAINERS=0``: the tests are then
 reported as skipped with that reason, never skipped silently.
 """
@@ -52,17 +54,26 @@ def docker_host():
     try:
         import docker
         client = docker.from_env()
-        from infra.docker.images import IMAGES, latest
-        missing = []
+        from infra.docker.images import IMAGES, latest, version
+        revision = version()[1]
+        missing, stale = [], []
         for image in map(latest, IMAGES):
             try:
-                client.images.get(image)
+                labels = client.images.get(image).labels or {}
             except docker.errors.ImageNotFound:
                 missing.append(image)
+                continue
+            built_from = labels.get("org.opencontainers.image.revision")
+            if built_from != revision:
+                stale.append(f"{image} (built from {built_from})")
         client.close()
         if missing:
             pytest.fail(f"images missing in the engine at {host}: {', '.join(missing)}; "
                         f"build them with `make images`", pytrace=False)
+        if stale:
+            # a build that failed leaves the last good images: never test those
+            pytest.fail(f"images not built from this checkout ({revision}): "
+                        f"{', '.join(stale)}; build them with `make images`", pytrace=False)
         yield host
     finally:
         for key, value in saved.items():

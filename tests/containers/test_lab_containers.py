@@ -10,8 +10,8 @@ of the project's images, with host networking.
   running, and ``down`` removes it with the rest: no container is left;
 * a start refused when an image is missing, nothing started;
 * ``terraform apply -var runtime=containers`` of the local environment (no
-  Airflow: it has no image yet) makes every component's container, the
-  audit service's included; messages go through the output load balancer
+  Airflow, for time: its containers are test_airflow_containers.py's) makes
+  every component's container, the audit service's included; messages go through the output load balancer
   into analysis; ``destroy`` leaves no container and no process.
 """
 from __future__ import annotations

@@ -5,8 +5,9 @@ resource that starts real processes), messages produced through an output
 load balancer address read back in the analysis cluster, a second apply with
 3 brokers per datacenter (the datacenters are replaced, nothing else), and
 `destroy` leaving no process; the `runtime` variable validated and carried
-into every component's command (the containers runtime applied for real:
-tests/containers/test_lab_containers.py). Terraform runs offline:
+into every component's command, Airflow's included (the containers runtime
+applied for real: tests/containers/test_lab_containers.py, Airflow's from
+its image: tests/containers/test_airflow_containers.py). Terraform runs offline:
 terraform_data needs no provider."""
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_runtime_must_be_processes_or_containers(initialised):
 
 
 @pytest.mark.parametrize("runtime", ["processes", "containers"])
-def test_every_component_but_airflow_runs_in_the_runtime(initialised, runtime):
+def test_every_component_runs_in_the_runtime(initialised, runtime):
     commands = planned_up_commands(initialised, "-var", f"runtime={runtime}",
                                    "-var", "python=/venv/bin/python")
     assert sorted(commands) == ['module.airflow[0]', 'module.analysis',
@@ -66,10 +67,9 @@ def test_every_component_but_airflow_runs_in_the_runtime(initialised, runtime):
                                 'module.datacenter["dc-b"]', 'module.mirror',
                                 'module.zookeeper']
     for address, command in commands.items():
-        if address == "module.airflow[0]":          # no analysis image yet: processes
-            assert "--runtime" not in command
-            continue
         assert f" --runtime {runtime} " in command + " ", (address, command)
+    assert commands["module.airflow[0]"].startswith(
+        "/venv/bin/python -m infra.local.airflow_stack up --runtime "), commands
     # the audit: this checkout's program, or the samsa image's entrypoint
     audit = commands["module.audit"].split(" -- ", 1)[1]
     assert audit.startswith("audit serve " if runtime == "containers"

@@ -1,11 +1,17 @@
 #!/bin/sh
 # First start: initdb into /data (UTF-8: with the minimal image's default SQL_ASCII,
 # psycopg hands text back as bytes), create the user and database; then run postgres
-# in the foreground, listening on 127.0.0.1 and PGPORT (host networking).
+# in the foreground, listening on PG_LISTEN (127.0.0.1: host networking; "*" on a bridge
+# network) and PGPORT.
 set -eu
 bin=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
 if [ ! -s /data/PG_VERSION ]; then
-  "$bin/initdb" -D /data -A trust -U postgres -E UTF8 --locale=C.UTF-8 >/dev/null
+  # with a password, connections over TCP must give it; the local socket
+  # (this script, pg_isready in the container) stays trusted
+  auth="-A trust"
+  [ -z "${POSTGRES_PASSWORD}" ] || auth="--auth-local=trust --auth-host=scram-sha-256"
+  # shellcheck disable=SC2086
+  "$bin/initdb" -D /data $auth -U postgres -E UTF8 --locale=C.UTF-8 >/dev/null
   "$bin/pg_ctl" -D /data -o "-c listen_addresses='' -c unix_socket_directories=/tmp -p ${PGPORT}" -w start >/dev/null
   psql -h /tmp -p "${PGPORT}" -U postgres -v ON_ERROR_STOP=1 -q <<SQL
 CREATE ROLE "${POSTGRES_USER}" LOGIN $( [ -n "${POSTGRES_PASSWORD}" ] && echo "PASSWORD '${POSTGRES_PASSWORD}'" );
@@ -13,5 +19,5 @@ CREATE DATABASE "${POSTGRES_DB}" OWNER "${POSTGRES_USER}";
 SQL
   "$bin/pg_ctl" -D /data -m fast -w stop >/dev/null
 fi
-exec "$bin/postgres" -D /data -c listen_addresses=127.0.0.1 -c port="${PGPORT}" -c jit=off \
+exec "$bin/postgres" -D /data -c listen_addresses="${PG_LISTEN}" -c port="${PGPORT}" -c jit=off \
   -c unix_socket_directories=/tmp

@@ -9,11 +9,11 @@ cfg=/conf/zoo.cfg
   echo "dataDir=/data"
   echo "clientPort=${ZOO_PORT}"
   echo "admin.enableServer=false"
-  echo "4lw.commands.whitelist=*"
+  echo "4lw.commands.whitelist=${ZOO_4LW_COMMANDS}"
   if [ -n "${ZOO_SERVERS}" ]; then
     echo "${ZOO_SERVERS}" | tr ',' '\n' | sed 's/^\([0-9]*\)=/server.\1=/'
   fi
 } > "$cfg"
 [ -z "${ZOO_SERVERS}" ] || echo "${ZOO_MY_ID}" > /data/myid
 main=org.apache.zookeeper.server.quorum.QuorumPeerMain
-exec java -Xmx256m -cp "/usr/share/java/zookeeper.jar:/usr/share/java/*" "$main" "$cfg"
+exec java "-Xmx${ZOO_HEAP}" -cp "/usr/share/java/zookeeper.jar:/usr/share/java/*" "$main" "$cfg"

@@ -4,7 +4,7 @@
 # resource that starts and stops real processes (modules/local-service):
 # processes of this checkout, or with runtime = "containers" containers of
 # the project's images, each a `docker run` the component's up command
-# supervises (Airflow stays processes: there is no analysis image yet).
+# supervises (Airflow's from samsa/analysis, with the DAGs built into it).
 #
 #   terraform init && terraform apply -auto-approve     (or: make tf-local-up)
 #   terraform destroy -auto-approve                     (or: make tf-local-down)
@@ -141,8 +141,8 @@ module "airflow" {
   count        = var.airflow ? 1 : 0
   name         = "airflow"
   working_dir  = local.project_dir
-  up_command   = "${local.python} -m infra.local.airflow_stack up --dir ${local.state_dir}/airflow --port ${local.airflow_port} --warehouse-config ${local.warehouse}"
+  up_command   = "${local.python} -m infra.local.airflow_stack up --runtime ${var.runtime} --dir ${local.state_dir}/airflow --port ${local.airflow_port} --warehouse-config ${local.warehouse}"
   down_command = "${local.python} -m infra.local.airflow_stack down --dir ${local.state_dir}/airflow"
-  triggers     = { port = tostring(local.airflow_port) }
+  triggers     = { port = tostring(local.airflow_port), runtime = var.runtime }
   depends_on   = [terraform_data.config, module.audit]
 }

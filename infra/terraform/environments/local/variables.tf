@@ -73,7 +73,7 @@ variable "airflow" {
 }
 
 variable "runtime" {
-  description = "How the components run: \"processes\" of this checkout, or \"containers\" of the project's images (make images: samsa/zookeeper, samsa/samsa, samsa/haproxy; host networking). Airflow runs as processes either way."
+  description = "How the components run: \"processes\" of this checkout, or \"containers\" of the project's images (make images: samsa/zookeeper, samsa/samsa, samsa/haproxy, samsa/analysis for Airflow; host networking)."
   type        = string
   default     = "processes"
   validation {
