@@ -5,6 +5,12 @@ watches on /brokers/ids and /brokers/topics; listeners hear of every change.
 Used by producers (to spread or key messages over the whole cluster) and by
 consumer groups (a change of brokers or partitions triggers a rebalance).
 Thread-safe: the watches update it on kazoo's thread; readers take a copy.
+
+A watch's reads can fail when ZooKeeper goes away in the middle (a
+restarted server): the view then keeps what it had, remembers what it
+could not read, and reads it again once the client is connected again —
+the watch itself stays armed, but no new event would come for a change
+that already happened.
 """
 from __future__ import annotations
 
@@ -14,12 +20,16 @@ import time
 from typing import Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch
 
 from . import paths
 
 log = logging.getLogger(__name__)
+
+_BROKER_IDS = object()          # in ``_unread``: the broker list (else a topic's name)
 
 
 class ClusterView:
@@ -33,6 +43,8 @@ class ClusterView:
         self._topic_watches: set[str] = set()
         self._listeners: list[Callable[[], None]] = []
         self.version = 0                                   # bumped on every change
+        self._unread: set = set()       # what a watch could not read: read again on reconnect
+        client.add_listener(self._on_state)
         client.ensure_path(paths.BROKER_IDS)
         client.ensure_path(paths.BROKER_TOPICS)
         ChildrenWatch(client, paths.BROKER_IDS, self._on_broker_ids)
@@ -81,15 +93,19 @@ class ClusterView:
 
     # ------------------------------------------------------------ watches
 
-    def _on_broker_ids(self, children: list[str]) -> None:
+    def _on_broker_ids(self, children: list[str], retry_now: bool = True) -> None:
         brokers = {}
-        for child in children:
-            try:
-                data, _ = self.client.get(paths.broker_id_path(int(child)))
-                host, _, port = data.decode().rpartition(":")
-                brokers[int(child)] = (host, int(port))
-            except (NoNodeError, ValueError):
-                continue          # gone meanwhile, or not a broker node
+        try:
+            for child in children:
+                try:
+                    data, _ = self.client.get(paths.broker_id_path(int(child)))
+                    host, _, port = data.decode().rpartition(":")
+                    brokers[int(child)] = (host, int(port))
+                except (NoNodeError, ValueError):
+                    continue          # gone meanwhile, or not a broker node
+        except (KazooException, KazooTimeoutError) as exc:
+            self._read_later(_BROKER_IDS, exc, retry_now)
+            return
         with self._lock:
             self._brokers = brokers
         log.info("cluster: brokers %s", sorted(brokers))
@@ -107,20 +123,59 @@ class ClusterView:
                 self._topic_watches.discard(gone)
         self._notify()
 
-    def _on_topic_brokers(self, topic: str, children: list[str]) -> bool | None:
+    def _on_topic_brokers(self, topic: str, children: list[str],
+                          retry_now: bool = True) -> bool | None:
         holders = {}
-        for child in children:
-            try:
-                data, _ = self.client.get(paths.broker_topic_path(topic, int(child)))
-                holders[int(child)] = int(data.decode())
-            except (NoNodeError, ValueError):
-                continue
+        try:
+            for child in children:
+                try:
+                    data, _ = self.client.get(paths.broker_topic_path(topic, int(child)))
+                    holders[int(child)] = int(data.decode())
+                except (NoNodeError, ValueError):
+                    continue
+        except (KazooException, KazooTimeoutError) as exc:
+            self._read_later(topic, exc, retry_now)
+            return None
         with self._lock:
             if topic not in self._topic_watches:
                 return False      # the topic went away: stop watching it
             self._topics[topic] = holders
         self._notify()
         return None
+
+    def _read_later(self, what, exc: BaseException, now: bool = True) -> None:
+        """A watch's read failed: keep the view, read ``what`` again once
+        connected (``now``: at once if the client is connected already; a
+        read again that fails waits for the next reconnection)."""
+        name = "the broker list" if what is _BROKER_IDS else f"topic {what!r}"
+        log.warning("cluster: reading %s failed (%s); read again once connected",
+                    name, type(exc).__name__)
+        with self._lock:
+            self._unread.add(what)
+        if now and self.client.connected:
+            self.client.handler.spawn(self._read_again)
+
+    def _on_state(self, state: str) -> None:
+        # on kazoo's event thread, which must not block: read elsewhere
+        if state == KazooState.CONNECTED and self._unread:
+            self.client.handler.spawn(self._read_again)
+
+    def _read_again(self) -> None:
+        with self._lock:
+            unread, self._unread = self._unread, set()
+        for what in unread:
+            path = paths.BROKER_IDS if what is _BROKER_IDS else paths.broker_topic_path(what)
+            try:
+                children = self.client.get_children(path)
+            except NoNodeError:
+                continue
+            except (KazooException, KazooTimeoutError) as exc:
+                self._read_later(what, exc, now=False)
+                continue
+            if what is _BROKER_IDS:
+                self._on_broker_ids(children, retry_now=False)
+            else:
+                self._on_topic_brokers(what, children, retry_now=False)
 
     def _notify(self) -> None:
         with self._changed:
