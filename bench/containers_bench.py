@@ -28,7 +28,6 @@ containers-bench markers in bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -38,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import (HERE, MESSAGE_BYTES, ROOT, git_state, log, machine_info, parse_result,
+from bench.common import (HERE, ROOT, git_state, log, machine_info, parse_result,
                           summarize, wait_for_quiet, write_section)
 
 MARK_START = "<!-- containers-bench:start -->"
@@ -74,36 +73,40 @@ def worker(kind: str, params: dict, timeout: float = 900) -> dict:
     return parse_result(kind, out.returncode, out.stdout)
 
 
-def analysis_messages(address: str) -> int:
+def copied_messages(address: str) -> int:
     from broker.client.admin import AdminClient
+    from bench.mirror_bench import target_messages
     with AdminClient(address) as admin:
-        count = admin.partition_count(TOPIC) or 0
-        return sum(admin.latest_offset(TOPIC, p) for p in range(count)) // MESSAGE_BYTES
+        return target_messages(admin, TOPIC)
 
 
-def measure(lb: str, broker: str, analysis: str, n: int) -> dict:
-    """Produce through ``lb`` (the mirror copies meanwhile), wait until the
-    mirror has copied everything, then consume from ``broker`` alone (so the
-    mirror's work does not share the 2 cores with the consumer)."""
+def measure(produce_to: str, consume_from: str, n: int, analysis: str | None = None) -> dict:
+    """Produce ``n`` through ``produce_to``; with ``analysis``, wait until the
+    mirror has copied them all there (it copies meanwhile); then consume them
+    from ``consume_from`` alone (so the mirror's work does not share the 2
+    cores with the consumer)."""
     from broker.client.admin import AdminClient
-    with AdminClient(broker) as admin:
+    with AdminClient(consume_from) as admin:
         admin.create_topic(TOPIC, 1)
     t0 = time.perf_counter()
-    produced = worker("produce", {"bootstrap": lb, "topic": TOPIC, "n": n, "batch_size": 50,
-                                  "linger_ms": 5})
-    deadline = time.perf_counter() + 300
-    copied = analysis_messages(analysis)
-    while copied < n and time.perf_counter() < deadline:
-        time.sleep(0.02)
-        copied = analysis_messages(analysis)
-    mirror_s = time.perf_counter() - t0
-    consumed = worker("consume", {"bootstrap": broker, "topic": TOPIC, "n": n,
+    produced = worker("produce", {"bootstrap": produce_to, "topic": TOPIC, "n": n,
+                                  "batch_size": 50, "linger_ms": 5})
+    out: dict = {"produce": produced.get("msgs_per_s")}
+    errors = [produced["error"]] if "error" in produced else []
+    if analysis is not None:
+        deadline = time.perf_counter() + 300
+        copied = copied_messages(analysis)
+        while copied < n and time.perf_counter() < deadline:
+            time.sleep(0.02)
+            copied = copied_messages(analysis)
+        out.update(mirror=n / (time.perf_counter() - t0) if copied >= n else None, copied=copied)
+        if copied < n:
+            errors.append(f"the mirror copied {copied} of {n} in 300 s")
+    consumed = worker("consume", {"bootstrap": consume_from, "topic": TOPIC, "n": n,
                                   "fetch_bytes": 200 * 1024})
-    out = {"produce": produced.get("msgs_per_s"), "consume": consumed.get("msgs_per_s"),
-           "mirror": n / mirror_s if copied >= n else None, "copied": copied}
-    errors = [r["error"] for r in (produced, consumed) if "error" in r]
-    if copied < n:
-        errors.append(f"the mirror copied {copied} of {n} in 300 s")
+    out["consume"] = consumed.get("msgs_per_s")
+    if "error" in consumed:
+        errors.append(consumed["error"])
     if errors:
         out["error"] = "; ".join(errors)
     return out
@@ -114,8 +117,8 @@ def run_containers(containers_cls, topology, directory: str, n: int) -> dict:
     group = containers_cls()
     try:
         pipe = ContainerPipeline(group.run, topology, directory).up(timeout=90)
-        return measure(pipe.lb_address("dc-a"), pipe.broker_address("dc-a", 0),
-                       pipe.broker_address("analysis", 0), n)
+        return measure(pipe.lb_address("dc-a"), pipe.broker_address("dc-a", 0), n,
+                       pipe.broker_address("analysis", 0))
     finally:
         group.remove_all()
 
@@ -123,27 +126,13 @@ def run_containers(containers_cls, topology, directory: str, n: int) -> dict:
 def lone_broker(runtime: str, containers_cls, directory: str, n: int) -> dict:
     """One broker alone, as a container (host networking) or a process: the
     same produce (batch 50, acks=none) and consume workers against it."""
-    from broker.client.admin import AdminClient
     from infra.docker.pipeline import SAMSA, free_ports, metadata_answers
-
-    def measure_lone(address: str) -> dict:
-        with AdminClient(address) as admin:
-            admin.create_topic(TOPIC, 1)
-        produced = worker("produce", {"bootstrap": address, "topic": TOPIC, "n": n,
-                                      "batch_size": 50, "linger_ms": 5})
-        consumed = worker("consume", {"bootstrap": address, "topic": TOPIC, "n": n,
-                                      "fetch_bytes": 200 * 1024})
-        out = {"produce": produced.get("msgs_per_s"), "consume": consumed.get("msgs_per_s")}
-        errors = [r["error"] for r in (produced, consumed) if "error" in r]
-        if errors:
-            out["error"] = "; ".join(errors)
-        return out
-
     if runtime == "processes":
         from broker.harness import BrokerProcess
         broker = BrokerProcess(directory).start()
         try:
-            return measure_lone(f"127.0.0.1:{broker.port}")
+            address = f"127.0.0.1:{broker.port}"
+            return measure(address, address, n)
         finally:
             broker.stop()
     group = containers_cls()
@@ -153,7 +142,7 @@ def lone_broker(runtime: str, containers_cls, directory: str, n: int) -> dict:
         group.run("lone-broker", SAMSA, command=["broker", "--port", str(port), "--metrics-port",
                                                  str(metrics), "--data-dir", "/data"],
                   ready=lambda s: metadata_answers(address))
-        return measure_lone(address)
+        return measure(address, address, n)
     finally:
         group.remove_all()
 
@@ -163,8 +152,8 @@ def run_processes(topology, directory: str, n: int) -> dict:
     lab = Lab(topology, directory)
     try:
         lab.up(timeout=90)
-        return measure(lab.lb_address("dc-a"), lab.broker_address("dc-a", 0),
-                       lab.broker_address("analysis", 0), n)
+        return measure(lab.lb_address("dc-a"), lab.broker_address("dc-a", 0), n,
+                       lab.broker_address("analysis", 0))
     finally:
         lab.down(purge=True)
 

@@ -664,11 +664,13 @@ class Producer:
                             or _single(b) != _single(last):
                         runs.append([])
                     runs[-1].append(b)
-                for i, run in enumerate(runs):
+                start = 0                       # runs are consecutive slices of batches
+                for run in runs:
                     # a lost connection requeues this run and every later one,
                     # in order: no later run may overtake it
-                    if not self._send_run(run, [b for r in runs[i:] for b in r]):
+                    if not self._send_run(run, batches[start:]):
                         return
+                    start += len(run)
                 return
         self._send_batches(batches)
 

@@ -115,8 +115,14 @@ class ClusterView:
         for topic in topics:
             if topic not in self._topic_watches:
                 self._topic_watches.add(topic)
-                ChildrenWatch(self.client, paths.broker_topic_path(topic),
-                              lambda children, t=topic: self._on_topic_brokers(t, children))
+                try:
+                    ChildrenWatch(self.client, paths.broker_topic_path(topic),
+                                  lambda children, t=topic: self._on_topic_brokers(t, children))
+                except (KazooException, KazooTimeoutError) as exc:
+                    # its first read failed; the watch reads again by itself
+                    # once reconnected: go on with the other topics
+                    log.warning("cluster: watching topic %r: %s; it reads again once "
+                                "connected", topic, type(exc).__name__)
         with self._lock:
             for gone in set(self._topics) - set(topics):
                 del self._topics[gone]

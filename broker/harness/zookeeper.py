@@ -182,7 +182,7 @@ def _ephemeral_port_range() -> tuple[int, int]:
         return 32768, 60999          # Linux's default
 
 
-def _free_ports(host: str, count: int) -> list[int]:
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` distinct ports free on ``host`` now, outside the ephemeral range.
 
     Port 0 would hand out ephemeral ports, which the kernel also gives every
@@ -420,7 +420,7 @@ class ZooKeeperEnsemble:
                              f"port pairs, not {list(peer_ports)}")
         wanted = ((0 if client_ports is not None else self.size)
                   + (2 * self.size if quorum and peer_ports is None else 0))
-        free = iter(_free_ports(self.host, wanted) if wanted else [])
+        free = iter(free_ports(wanted, self.host) if wanted else [])
         clients = list(client_ports) if client_ports is not None else \
             [next(free) for _ in range(self.size)]
         peers = (list(peer_ports) if peer_ports is not None else

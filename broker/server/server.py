@@ -899,7 +899,6 @@ class BrokerServer:
             self._write_dirty_logs()
             waiting_fetches = []
             for lg in topic.logs:
-                self._flush_timers.discard(lg)      # its timer finds it deleted
                 self._reflush.discard(lg)
                 waiting_fetches.extend(self._fetch_waiters.pop(lg, ()))
                 for _end, pw, r in self._flush_waiters.pop(lg, ()):

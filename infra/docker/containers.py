@@ -12,11 +12,10 @@ and TESTCONTAINERS_RYUK_DISABLED=true (its reaper image cannot be pulled).
 """
 from __future__ import annotations
 
-import itertools
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from testcontainers.core.container import DockerContainer
@@ -33,7 +32,6 @@ class Service:
     """One started container."""
     name: str
     container: DockerContainer
-    ports: dict[str, int] = field(default_factory=dict)
     ready: Callable[["Service"], bool] | None = None
 
     @property
@@ -92,11 +90,9 @@ class Containers:
     def __init__(self) -> None:
         self.services: list[Service] = []
         self._suffix = uuid.uuid4().hex[:6]
-        self._ids = itertools.count()
 
     def run(self, name: str, image: str, command: list[str] | None = None,
             env: dict[str, str] | None = None, files: dict[str, str] | None = None,
-            ports: dict[str, int] | None = None,
             ready: Callable[[Service], bool] | None = None, timeout: float = 60.0,
             wait: bool = True, **docker_kwargs) -> Service:
         """Start ``image`` as ``name`` with host networking; ``files`` maps a
@@ -115,7 +111,7 @@ class Containers:
             container.with_volume_mapping(os.path.abspath(host), inside, mode)
         if command:
             container.with_command(command)
-        service = Service(name, container, dict(ports or {}), ready)
+        service = Service(name, container, ready)
         container.start()
         self.services.append(service)
         return service.wait_ready(timeout) if wait else service

@@ -68,12 +68,14 @@ def existing_engine() -> str | None:
 
 
 def own_pid() -> int | None:
-    """The pid of the dockerd this project started, if it runs."""
+    """The pid of the dockerd this project started, if it runs (a pid file
+    left by a dockerd that died may name a pid reused by another program:
+    that one is never ours to stop)."""
     try:
         with open(_paths()["pidfile"]) as f:
             pid = int(f.read().strip())
-        os.kill(pid, 0)
-        return pid
+        with open(f"/proc/{pid}/comm") as f:
+            return pid if f.read().strip() == "dockerd" else None
     except (OSError, ValueError):
         return None
 
@@ -191,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     elif a.action == "down":
         print("stopped the project's dockerd" if down() else "no dockerd of this project runs")
     else:
-        host = existing_engine()
         own = own_pid()
+        own_host = f"unix://{_paths()['socket']}"
+        host = existing_engine() or (own_host if own and answers(own_host) else None)
         print(f"engine: {host or 'none answering'}; the project's dockerd: "
               f"{f'pid {own}' if own else 'not running'} (data in {cache_dir()})")
     return 0

@@ -249,7 +249,7 @@ def build(name: str, env: dict, ver: str, rev: str) -> dict:
         shutil.copytree(os.path.join(HERE, name), ctx, dirs_exist_ok=True)
         if name in CONTEXTS:
             CONTEXTS[name](ctx)
-        tag = f"samsa/{name}:{ver}" if name != "samsa" else f"samsa/samsa:{ver}"
+        tag = f"samsa/{name}:{ver}"
         labels = {"title": f"samsa-{name}" if name != "samsa" else "samsa",
                   "source": SOURCE_URL, "version": ver, "revision": rev}
         label_args = [arg for k, v in labels.items()
@@ -266,7 +266,7 @@ def build(name: str, env: dict, ver: str, rev: str) -> dict:
                    "-t", stage_tag, ctx, env=env, stdout=quiet)
         log(f"{tag}: docker build ...")
         docker("build", "--network", "host", "--build-arg", f"BASE={BASE}", *label_args,
-               "-t", tag, "-t", tag.rsplit(":", 1)[0] + ":latest", ctx, env=env, stdout=quiet)
+               "-t", tag, "-t", latest(name), ctx, env=env, stdout=quiet)
     took = time.monotonic() - started
     size = image_size(tag, env)
     log(f"{tag}: {size / 1e6:.0f} MB, built in {took:.1f} s")

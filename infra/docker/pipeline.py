@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import http.client
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from broker.harness.zookeeper import free_ports, server_mode
 from infra.docker.images import latest
 from infra.topology import Topology, mirror_config
 
@@ -34,44 +34,11 @@ ZOOKEEPER, HAPROXY, POSTGRES, SAMSA, ANALYSIS = (
 CONF = "/etc/samsa"
 
 
-# ------------------------------------------------------------------ ports
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct ports free on ``host`` now (held together while chosen)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 # ------------------------------------------------------------------ readiness
-
-def four_letter(port: int, word: bytes = b"ruok", timeout: float = 1.0,
-                host: str = "127.0.0.1") -> bytes:
-    """ZooKeeper's answer to a four-letter word (b"" when none)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(word)
-            chunks = []
-            while data := s.recv(4096):
-                chunks.append(data)
-            return b"".join(chunks)
-    except OSError:
-        return b""
-
 
 def zookeeper_serving(port: int, host: str = "127.0.0.1") -> bool:
     """``imok``, and a member of a quorum (or standalone): it serves clients."""
-    if four_letter(port, b"ruok", host=host) != b"imok":
-        return False
-    return any(f"Mode: {mode}".encode() in four_letter(port, b"srvr", host=host)
-               for mode in ("leader", "follower", "standalone"))
+    return server_mode(host, port) is not None
 
 
 def http_ok(port: int, path: str = "/", timeout: float = 1.0, host: str = "127.0.0.1") -> bool:
@@ -192,7 +159,6 @@ class ContainerPipeline:
             pending.append(self.run(
                 f"zookeeper-{i + 1}", ZOOKEEPER,
                 env={"ZOO_PORT": str(port), "ZOO_MY_ID": str(i + 1), "ZOO_SERVERS": servers},
-                ports={"client": port},
                 ready=lambda s, port=port: zookeeper_serving(port, t.host), wait=False))
         for service in pending:            # a quorum needs the others started
             service.wait_ready(timeout)
@@ -226,8 +192,6 @@ class ContainerPipeline:
             pending.append(((cluster, i), self.run(
                 f"{cluster}-broker-{i}", SAMSA, command=self.broker_command(cluster, i),
                 env={"SAMSA_HEALTH_PORT": str(t.broker_metrics_ports(cluster)[i])},
-                ports={"port": t.broker_ports(cluster)[i],
-                       "metrics": t.broker_metrics_ports(cluster)[i]},
                 ready=lambda s, address=address: metadata_answers(address), wait=False)))
         for key, service in pending:
             self.brokers[key] = service.wait_ready(timeout)
@@ -242,7 +206,7 @@ class ContainerPipeline:
         # container's own and writable by its user
         self.load_balancers[cluster] = self.run(
             f"{cluster}-haproxy", HAPROXY, files={"/etc/haproxy/haproxy.cfg": config},
-            ports={"port": self.topology.lb_port(cluster)}, working_dir="/tmp",
+            working_dir="/tmp",
             ready=lambda s: metadata_answers(address), timeout=timeout)
         self._timed(f"load balancer {cluster}", started)
 
@@ -257,7 +221,7 @@ class ContainerPipeline:
             self.mirrors.append(self.run(
                 f"mirror-{mirror}-{i}", SAMSA, command=["mirror", "--config", f"{CONF}/mirror.toml"],
                 files={f"{CONF}/mirror.toml": path},
-                env={"SAMSA_HEALTH_PORT": str(port)}, ports={"metrics": port},
+                env={"SAMSA_HEALTH_PORT": str(port)},
                 ready=lambda s, port=port: port <= 0 or http_ok(port, "/metrics"),
                 timeout=timeout))
         self._timed(f"mirror {mirror}", started)
@@ -274,7 +238,7 @@ class ContainerPipeline:
         self.audit_ports = ports
         pg_port = str(ports.postgres)
         self.audit["postgres"] = self.run(
-            "postgres", POSTGRES, env={"PGPORT": pg_port}, ports={"port": ports.postgres},
+            "postgres", POSTGRES, env={"PGPORT": pg_port},
             ready=lambda s: s.exec(["pg_isready", "-h", t.host, "-p", pg_port, "-q"])[0] == 0,
             timeout=timeout)
         analysis = clusters[-1]
@@ -284,7 +248,6 @@ class ContainerPipeline:
                      "--db", self.postgres_url, "--http-port", str(ports.http),
                      "--set", "data_dir=/data"],
             env={"SAMSA_HEALTH_PORT": str(ports.http), "SAMSA_HEALTH_PATH": "healthz"},
-            ports={"http": ports.http},
             ready=lambda s: http_ok(ports.http, "/healthz"), timeout=timeout)
         for cluster in clusters:
             port = ports.counter_metrics[cluster]
@@ -294,6 +257,6 @@ class ContainerPipeline:
                 command += ["--set", setting]
             self.audit[f"count-{cluster}"] = self.run(
                 f"audit-count-{cluster}", SAMSA, command=command,
-                env={"SAMSA_HEALTH_PORT": str(port)}, ports={"metrics": port},
+                env={"SAMSA_HEALTH_PORT": str(port)},
                 ready=lambda s, port=port: http_ok(port, "/metrics"), timeout=timeout)
         self._timed("audit", started)

@@ -40,6 +40,7 @@ project's own dockerd (``infra.docker.engine.up``).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import signal
@@ -47,7 +48,10 @@ import subprocess
 from dataclasses import dataclass
 
 from broker.harness.process import wait_until
-from infra.docker.images import latest
+from infra.docker import engine
+from infra.docker.images import has_image, latest
+
+log = logging.getLogger(__name__)
 
 #: How a component may run: as processes of this checkout, or as containers.
 RUNTIMES = ("processes", "containers")
@@ -86,7 +90,6 @@ def container_name(lab: str, state_dir: str, component: str) -> str:
 def engine_host() -> str:
     """The DOCKER_HOST of a running engine: the user's, or the project's own
     dockerd, started if needed (ContainerError when neither can be had)."""
-    from infra.docker import engine
     try:
         return engine.up()
     except SystemExit as exc:             # engine.up says why it cannot start one
@@ -146,9 +149,7 @@ class Docker:
 
     def missing_images(self, images) -> list[str]:
         """Which of ``images`` the engine does not have."""
-        return [image for image in images
-                if self._run("image", "inspect", "--format", "{{.Id}}", image,
-                             check=False).returncode != 0]
+        return [image for image in images if not has_image(image, self.env)]
 
     def require_images(self, images) -> None:
         missing = self.missing_images(sorted(set(images)))
@@ -192,7 +193,13 @@ class Docker:
 
     def remove_labelled(self, state_dir: str, timeout: float = 30.0) -> list[str]:
         """Remove every container of ``state_dir``; the names of those removed.
-        ContainerError when some are still there after ``timeout``."""
+        ContainerError when some are still there after ``timeout``. An engine
+        that no longer answers (stopped, the machine rebooted) took its
+        containers with it: nothing to remove, so a ``down`` can still finish."""
+        if not engine.answers(self.host):
+            log.warning("the Docker engine at %s does not answer: its containers of %s "
+                        "are gone with it", self.host, state_dir)
+            return []
         names = self.labelled(state_dir)
         left = self.remove(names, timeout)
         if left:

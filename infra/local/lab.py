@@ -410,10 +410,6 @@ class Lab:
         if self.runtime == "containers":
             container = self.container(name)
             env["DOCKER_HOST"] = self._docker().host
-            # a container of the name may still be going away (--rm after a
-            # kill) or be left by a killed client: the name must be free
-            if self._docker().remove([container]):
-                raise LabError(f"container {container} cannot be removed: {name} cannot start")
         proc = SupervisedProcess(name, command, log_path, cwd=cwd or self.state_dir, env=env)
         proc.start()
         record = ProcessRecord(name=name, role=role, pid=proc.pid,
@@ -427,6 +423,13 @@ class Lab:
 
     def _relaunch(self, name: str) -> ProcessRecord:
         old = self.records[name]
+        if old.container:
+            # its container may still be going away (--rm after a kill) or be
+            # left by a killed client: the name must be free (up removed every
+            # container of the state directory before the first launch)
+            if self._docker().remove([old.container]):
+                raise LabError(f"container {old.container} cannot be removed: "
+                               f"{name} cannot start")
         return self._launch(old.name, old.role, old.command, old.ports, old.cluster, old.index,
                             old.cwd)
 

@@ -121,6 +121,15 @@ def test_the_lab_runs_as_containers_and_down_leaves_none(docker_host, tmp_path):
         # every one reached dc-a (through HAProxy, to both brokers) exactly once
         assert sorted(topic_values(lab, "dc-a", "page-views", range(2))) == sorted(sent)
 
+        # kill -9 of a broker (through the engine) and its restart: a container
+        # of the same name, the same data, registered anew; nothing lost
+        lab.kill_broker("dc-a", 1, signal.SIGKILL)
+        old_pid = lab.records["dc-a.broker-1"].pid
+        lab.restart_broker("dc-a", 1)
+        assert lab.records["dc-a.broker-1"].pid != old_pid
+        assert containers_of(state)[lab.records["dc-a.broker-1"].container].status == "running"
+        assert sorted(topic_values(lab, "dc-a", "page-views", range(2))) == sorted(sent)
+
         # SIGKILL cannot be forwarded: the mirror's container outlives its client
         mirror = lab.records["to-analysis.mirror-0"]
         os.kill(mirror.pid, signal.SIGKILL)

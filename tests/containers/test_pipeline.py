@@ -30,7 +30,8 @@ from broker.client.producer import Producer
 from broker.coordination import paths
 from broker_helpers import topic_values, wait_until
 from container_helpers import Containers
-from infra.docker.pipeline import ContainerPipeline, four_letter
+from broker.harness.zookeeper import server_mode
+from infra.docker.pipeline import ContainerPipeline
 from infra.local.lab import free_topology
 from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology, ZooKeeperSpec
 
@@ -174,12 +175,8 @@ def test_docker_kill_of_a_broker_under_load_loses_no_acknowledged_message(pipeli
 
 
 def zookeeper_modes(pipe: ContainerPipeline) -> list[str]:
-    modes = []
-    for port in pipe.topology.zookeeper_client_ports():
-        text = four_letter(port, b"srvr").decode(errors="replace")
-        modes.append(next((line.split(": ", 1)[1] for line in text.splitlines()
-                           if line.startswith("Mode: ")), "down"))
-    return modes
+    return [server_mode(pipe.topology.host, port) or "down"
+            for port in pipe.topology.zookeeper_client_ports()]
 
 
 def owners(pipe: ContainerPipeline, topic: str) -> tuple[set[str], dict[str, str]]:

@@ -9,18 +9,20 @@ from __future__ import annotations
 import threading
 
 from kazoo.exceptions import ConnectionLoss
-from kazoo.protocol.states import KazooState
-
+from kazoo.retry import RetryFailedError
 from broker.coordination import paths
 from broker.coordination.cluster import ClusterView
+from broker.harness.kazoo_faults import drop_connection
 
 
 class FailingReads:
-    """``client.get`` failing with ConnectionLoss for paths under ``prefix``,
-    ``times`` times."""
+    """``client.<method>`` failing with ConnectionLoss for paths under
+    ``prefix``, ``times`` times."""
 
-    def __init__(self, client, prefix: str, times: int) -> None:
-        self.get, self.prefix, self.left = client.get, prefix, times
+    def __init__(self, client, prefix: str, times: int, method: str = "get",
+                 error: type[Exception] = ConnectionLoss) -> None:
+        self.get, self.prefix, self.left = getattr(client, method), prefix, times
+        self.error = error
         self.lock = threading.Lock()
 
     def __call__(self, path, *args, **kwargs):
@@ -28,7 +30,7 @@ class FailingReads:
             fail = path.startswith(self.prefix) and self.left > 0
             self.left -= fail
         if fail:
-            raise ConnectionLoss()
+            raise self.error()
         return self.get(path, *args, **kwargs)
 
 
@@ -51,5 +53,29 @@ def test_a_broker_list_read_that_fails_is_read_again_on_reconnect(zk_client, mon
     monkeypatch.setattr(zk_client, "get", failing)
     zk_client.create(paths.broker_id_path(3), b"127.0.0.1:9093", makepath=True)
     assert not view.wait_for(lambda v: v.brokers(), 1)       # kept as it was...
-    view._on_state(KazooState.CONNECTED)                     # ...until connected again
+    drop_connection(zk_client)                               # ...until connected again
     assert view.wait_for(lambda v: v.brokers() == {3: ("127.0.0.1", 9093)}, 10)
+
+
+def test_a_new_topic_whose_watch_cannot_start_is_watched_once_reconnected(zk_client,
+                                                                          monkeypatch):
+    """The first read of a new topic's watch failed for good (its retries
+    gave up: kazoo retries a ConnectionLoss itself): the other new topic is
+    still watched, and the failed one reads again once the client reconnects."""
+    zk_client.create(paths.broker_id_path(7), b"127.0.0.1:9092", makepath=True)
+    view = ClusterView(zk_client)
+    assert view.wait_for(lambda v: list(v.brokers()) == [7], 10)
+    # whichever of the two topics is watched first fails
+    failing = FailingReads(zk_client, paths.BROKER_TOPICS + "/", 1, "get_children",
+                           RetryFailedError)
+    monkeypatch.setattr(zk_client, "get_children", failing)
+    tx = zk_client.transaction()                             # two new topics at once
+    for topic in ("t1", "t2"):
+        tx.create(paths.broker_topic_path(topic))
+        tx.create(paths.broker_topic_path(topic, 7), b"1")
+    tx.commit()
+    assert view.wait_for(lambda v: [v.partitions("t1"), v.partitions("t2")].count(["7-0"])
+                         == 1, 10), "the topic after the failed one was not watched"
+    assert failing.left == 0
+    drop_connection(zk_client)
+    assert view.wait_for(lambda v: v.partitions("t1") == v.partitions("t2") == ["7-0"], 10)

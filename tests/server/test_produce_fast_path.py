@@ -25,10 +25,10 @@ def flushed_values(address: str, topic: str, partition: int, count: int) -> list
     def read() -> list[bytes]:
         with connect(address) as conn:
             return [m.value for m in read_partition(conn, topic, partition)]
-    values: list[bytes] = []
-    wait_until(lambda: len(values := read()) >= count and values,
-               what=f"{count} messages in {topic}/{partition}")
-    return read()
+    def enough() -> list[bytes] | None:
+        values = read()
+        return values if len(values) >= count else None
+    return wait_until(enough, what=f"{count} messages in {topic}/{partition}")
 
 
 def send_then_sync(address: str, frames: list[bytes]) -> None:
