@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--messages", type=int, default=3_000_000)
-    p.add_argument("--no-write", action="store_true", help="do not touch bench/RESULTS.md")
+    p.add_argument("--no-write", action="store_true", help="print only: write neither bench/RESULTS.md nor the results JSON")
     a = p.parse_args(argv)
     from infra.docker import engine
     host = engine.up()
@@ -216,12 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     result["summary"] = summary_of(result)
     day = result["date"][:10]
     path = os.path.join(HERE, "results", f"containers-{day}.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
     section = render(result, os.path.relpath(path, HERE))
     print(section)
     if not a.no_write:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
         write_section(os.path.join(HERE, "RESULTS.md"), section, MARK_START, MARK_END)
     return 1 if any("error" in r for r in result["ab"]) else 0
 
