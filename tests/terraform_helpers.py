@@ -13,7 +13,8 @@ import subprocess
 
 from broker.client.producer import Producer
 from broker_helpers import topic_values, wait_until
-from infra.local.lab import Lab, busy_ports
+from broker.harness.zookeeper import _ephemeral_port_range
+from infra.local.lab import Lab, busy_among
 from infra.topology import load_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,25 +36,37 @@ def local_environment(tmp_path) -> str:
     return str(tree / "environments" / "local")
 
 
+# the most brokers a test scales a datacenter to (test_terraform_local: 2 -> 3)
+LARGEST_DATACENTER = 3
+
+
+def environment_ports(base: int) -> list[tuple[int, str]]:
+    """Every port the local environment at ``base`` may listen on: its
+    topology's at LARGEST_DATACENTER brokers per datacenter, the audit's and
+    Airflow's past the mirrors' block (environments/local/main.tf)."""
+    topology = load_topology(os.path.join(ROOT, "infra", "local", "topology.toml"),
+                             {"base_port": str(base),
+                              "datacenters.dc-a.brokers": str(LARGEST_DATACENTER),
+                              "datacenters.dc-b.brokers": str(LARGEST_DATACENTER)})
+    audit = base + 100 * (len(topology.clusters()) + 2)
+    return [*topology.ports(), (audit, "audit"), (audit + 1, "Airflow")]
+
+
 def free_base_port() -> int:
-    """A base port where the environment's ports (the topology's, and the
-    audit's and Airflow's past it) are free now; tried in random order, so
-    that two runs at once rarely race for the same."""
-    for base in random.sample(range(42000, 60000, 1000), 18):
-        topology = load_topology(os.path.join(ROOT, "infra", "local", "topology.toml"),
-                                 {"base_port": str(base)})
-        extra = [base + 500, base + 501]
-        free = []
-        for port in extra:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                    free.append(port)
-                except OSError:
-                    pass
-        if not busy_ports(topology) and len(free) == len(extra):
+    """A base port where every port of ``environment_ports`` is free now and
+    below the ephemeral range. In that range an outgoing connection's source
+    port (the mirror's, Airflow's, a client's) can take one of them between
+    this check and a later apply (a CI run lost the third dc-a broker's
+    metrics port so). Random bases, so that two runs at once rarely race."""
+    low, _high = _ephemeral_port_range()
+    chooser = random.SystemRandom()
+    for _ in range(200):
+        base = chooser.randrange(10_000, low - 1000)
+        ports = environment_ports(base)
+        if max(port for port, _ in ports) < low and not busy_among(ports):
             return base
-    raise RuntimeError("no free base port")
+    raise RuntimeError(f"no base port in 10000-{low - 1000} with every port of the "
+                       "environment free")
 
 
 def send_through_mirror(outputs: dict, state_dir, values: set[bytes], analysis_brokers: int,

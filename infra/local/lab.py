@@ -74,7 +74,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from kazoo.exceptions import NoNodeError
 
@@ -159,13 +159,18 @@ def free_topology(topology: Topology, attempts: int = 200) -> Topology:
 
 def busy_ports(topology: Topology) -> list[tuple[int, str]]:
     """The ports of ``topology`` something else listens on now."""
+    return busy_among(topology.ports(), topology.host)
+
+
+def busy_among(ports: Iterable[tuple[int, str]], host: str = "127.0.0.1") -> list[tuple[int, str]]:
+    """The (port, what) of ``ports`` that something holds on ``host`` now."""
     busy = []
-    for port, what in topology.ports():
+    for port, what in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             # as the servers bind: a port in TIME_WAIT is free, a listening one is not
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                sock.bind((topology.host, port))
+                sock.bind((host, port))
             except OSError:
                 busy.append((port, what))
     return busy

@@ -22,14 +22,27 @@ from broker.coordination.zk import make_client, start_client
 from infra.local.lab import Lab
 from infra.topology import load_topology
 from lab_helpers import processes_mentioning, topic_values
-from terraform_helpers import (ROOT, free_base_port, local_environment, send_through_mirror,
-                               terraform)
+from broker.harness.zookeeper import _ephemeral_port_range
+from terraform_helpers import (ROOT, environment_ports, free_base_port, local_environment,
+                               send_through_mirror, terraform)
 
 
 def test_terraform_files_are_formatted():
     out = terraform(os.path.join(ROOT, "infra", "terraform"), "fmt", "-check", "-recursive",
                     "-diff")
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_environment_is_placed_below_the_ephemeral_range():
+    # A CI run failed the 2 -> 3 brokers apply below: the base port had been
+    # picked in the ephemeral range with only the 2-broker ports checked, and
+    # an outgoing connection's source port took dc-a broker 2's metrics port.
+    low, _high = _ephemeral_port_range()
+    for _ in range(20):
+        ports = environment_ports(free_base_port())
+        assert max(port for port, _ in ports) < low, ports
+        assert {"dc-a broker 2 metrics", "dc-b broker 2 metrics", "audit",
+                "Airflow"} <= {what for _, what in ports}
 
 
 @pytest.fixture(scope="module")
