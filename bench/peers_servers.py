@@ -39,6 +39,7 @@ from broker.harness.process import (  # noqa: E402
     group_cpu_seconds,
     group_members,
 )
+from broker.harness.zookeeper import free_ports  # noqa: E402
 
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
@@ -54,13 +55,6 @@ class ServerStartError(RuntimeError):
 
 
 # ====================================================================== processes
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the kernel's pick)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def dir_usage(path: str) -> dict[str, int]:
     """{file: bytes it takes on disk} under ``path``, as du counts them
@@ -194,9 +188,7 @@ class RabbitMQServer(Server):
 
     def __init__(self, workdir: str) -> None:
         super().__init__(workdir)
-        self.port = free_port()
-        self.dist_port = free_port()
-        self.epmd_port = free_port()
+        self.port, self.dist_port, self.epmd_port = free_ports(3)
         self.node = f"samsa-peers-{os.getpid()}@localhost"
         self.env: dict[str, str] = {}
 
@@ -255,7 +247,7 @@ class ActiveMQServer(Server):
 
     def __init__(self, workdir: str, heap: str = "1G") -> None:
         super().__init__(workdir)
-        self.port = free_port()
+        self.port = free_ports(1)[0]
         self.heap = heap
 
     @property

@@ -21,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.client.connection import BrokerConnection, parse_address
+from broker.harness.zookeeper import free_ports
 from broker.protocol import api
 from broker.protocol.api import Acks
 from broker.protocol.message import Message, decode_message_set, encode_message_set
@@ -168,10 +169,9 @@ def closed_by_peer(sock: socket.socket, timeout: float = 3.0) -> bool:
 
 
 def unused_port() -> int:
-    """A local port nobody listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A local port nobody listens on now, below the ephemeral range so that
+    no outgoing connection takes it before a server binds it."""
+    return free_ports(1)[0]
 
 
 # ------------------------------------------------------------------ metrics, logs, programs

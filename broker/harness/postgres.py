@@ -17,11 +17,11 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 
 from broker.harness.process import SupervisedProcess, signal_group
+from broker.harness.zookeeper import free_ports
 
 INSTALL_HINT = "PostgreSQL is not installed: apt-get install postgresql (Debian)"
 
@@ -38,17 +38,11 @@ def find_bindir() -> str:
     return os.path.dirname(candidates[-1])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PostgresServer:
     def __init__(self, database: str = "audit", user: str = "samsa", port: int = 0) -> None:
         self.database = database
         self.user = user
-        self.port = port or _free_port()
+        self.port = port or free_ports(1)[0]
         self.bindir = find_bindir()
         self.directory: str | None = None
         self.process: SupervisedProcess | None = None

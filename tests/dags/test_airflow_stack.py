@@ -18,15 +18,8 @@ import pytest
 from audit.config import ServeConfig
 from audit.service import AuditService
 from broker.harness.process import command_lines
-from broker_helpers import wait_until
+from broker_helpers import unused_port, wait_until
 from infra.local import airflow_stack
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def call(url: str, token: str | None = None, body: dict | None = None) -> dict:
@@ -51,7 +44,7 @@ def test_airflow_up_runs_the_project_dags_and_down_stops_it(zookeeper, zk_chroot
                       f'output = "{output}"\n[warehouse]\n'
                       f'audit_url = "http://127.0.0.1:{audit_port}"\n')
     state_dir = str(tmp_path / "airflow")
-    port = free_port()
+    port = unused_port()
     try:
         state = airflow_stack.up(state_dir, port, str(config), say=lambda *_: None)
         url = state["url"]
