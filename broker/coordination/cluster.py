@@ -11,6 +11,13 @@ restarted server): the view then keeps what it had, remembers what it
 could not read, and reads it again once the client is connected again —
 the watch itself stays armed, but no new event would come for a change
 that already happened.
+
+The race a read again runs: it reads on a thread of its own while the watch
+may be called meanwhile (a change after the reconnection), and whichever
+writes last wins. A read again therefore counts the watch's calls before it
+reads and writes only if there was none since: a later call read the newer
+state itself, or (if it had read before the read again did) its watch is
+armed since then and is called again for the change in between.
 """
 from __future__ import annotations
 
@@ -44,6 +51,7 @@ class ClusterView:
         self._listeners: list[Callable[[], None]] = []
         self.version = 0                                   # bumped on every change
         self._unread: set = set()       # what a watch could not read: read again on reconnect
+        self._watch_calls: dict = {}    # _BROKER_IDS or a topic -> its watch's calls so far
         client.add_listener(self._on_state)
         client.ensure_path(paths.BROKER_IDS)
         client.ensure_path(paths.BROKER_TOPICS)
@@ -93,7 +101,21 @@ class ClusterView:
 
     # ------------------------------------------------------------ watches
 
-    def _on_broker_ids(self, children: list[str], retry_now: bool = True) -> None:
+    def _called(self, what) -> None:
+        """Count a call of ``what``'s watch (before it reads anything)."""
+        with self._lock:
+            self._watch_calls[what] = self._watch_calls.get(what, 0) + 1
+
+    def _superseded(self, what, read_since: int | None) -> bool:
+        """Whether a read again (``read_since``: the watch's calls when it
+        began) is to be dropped because the watch has been called since.
+        Expects the lock held."""
+        return read_since is not None and self._watch_calls.get(what, 0) != read_since
+
+    def _on_broker_ids(self, children: list[str], read_since: int | None = None) -> None:
+        """The broker list's watch (``read_since`` None) or a read again of it."""
+        if read_since is None:
+            self._called(_BROKER_IDS)
         brokers = {}
         try:
             for child in children:
@@ -104,9 +126,11 @@ class ClusterView:
                 except (NoNodeError, ValueError):
                     continue          # gone meanwhile, or not a broker node
         except (KazooException, KazooTimeoutError) as exc:
-            self._read_later(_BROKER_IDS, exc, retry_now)
+            self._read_later(_BROKER_IDS, exc, now=read_since is None)
             return
         with self._lock:
+            if self._superseded(_BROKER_IDS, read_since):
+                return
             self._brokers = brokers
         log.info("cluster: brokers %s", sorted(brokers))
         self._notify()
@@ -127,10 +151,14 @@ class ClusterView:
             for gone in set(self._topics) - set(topics):
                 del self._topics[gone]
                 self._topic_watches.discard(gone)
+                self._watch_calls.pop(gone, None)
         self._notify()
 
     def _on_topic_brokers(self, topic: str, children: list[str],
-                          retry_now: bool = True) -> bool | None:
+                          read_since: int | None = None) -> bool | None:
+        """A topic's watch (``read_since`` None) or a read again of it."""
+        if read_since is None:
+            self._called(topic)
         holders = {}
         try:
             for child in children:
@@ -140,11 +168,13 @@ class ClusterView:
                 except (NoNodeError, ValueError):
                     continue
         except (KazooException, KazooTimeoutError) as exc:
-            self._read_later(topic, exc, retry_now)
+            self._read_later(topic, exc, now=read_since is None)
             return None
         with self._lock:
             if topic not in self._topic_watches:
                 return False      # the topic went away: stop watching it
+            if self._superseded(topic, read_since):
+                return None
             self._topics[topic] = holders
         self._notify()
         return None
@@ -171,6 +201,8 @@ class ClusterView:
             unread, self._unread = self._unread, set()
         for what in unread:
             path = paths.BROKER_IDS if what is _BROKER_IDS else paths.broker_topic_path(what)
+            with self._lock:
+                since = self._watch_calls.get(what, 0)
             try:
                 children = self.client.get_children(path)
             except NoNodeError:
@@ -179,9 +211,9 @@ class ClusterView:
                 self._read_later(what, exc, now=False)
                 continue
             if what is _BROKER_IDS:
-                self._on_broker_ids(children, retry_now=False)
+                self._on_broker_ids(children, read_since=since)
             else:
-                self._on_topic_brokers(what, children, retry_now=False)
+                self._on_topic_brokers(what, children, read_since=since)
 
     def _notify(self) -> None:
         with self._changed:

@@ -11,7 +11,7 @@ import threading
 from kazoo.exceptions import ConnectionLoss
 from kazoo.retry import RetryFailedError
 from broker.coordination import paths
-from broker.coordination.cluster import ClusterView
+from broker.coordination.cluster import _BROKER_IDS, ClusterView
 from broker.harness.kazoo_faults import drop_connection
 
 
@@ -79,3 +79,38 @@ def test_a_new_topic_whose_watch_cannot_start_is_watched_once_reconnected(zk_cli
     assert failing.left == 0
     drop_connection(zk_client)
     assert view.wait_for(lambda v: v.partitions("t1") == v.partitions("t2") == ["7-0"], 10)
+
+
+def test_a_read_again_never_writes_an_older_broker_list_over_a_newer_one(zk_client,
+                                                                         monkeypatch):
+    """A read again runs on a thread of its own; a change meanwhile reaches
+    the view through the watch. Whichever wrote last used to win: a read
+    again slower than the watch wrote the older list over the newer one, and
+    no event came to mend it (seen in the review of issue 17)."""
+    zk_client.create(paths.broker_id_path(1), b"127.0.0.1:9001", makepath=True)
+    view = ClusterView(zk_client)
+    assert view.wait_for(lambda v: list(v.brokers()) == [1], 10)
+
+    # a read again (as after a failed read) whose reads of the brokers'
+    # addresses stall until the watch has delivered a newer list
+    read_again = threading.Thread(target=view._read_again, daemon=True)
+    reading, release = threading.Event(), threading.Event()
+    get = zk_client.get
+
+    def stalling_get(path, *args, **kwargs):
+        result = get(path, *args, **kwargs)
+        if threading.current_thread() is read_again:
+            reading.set()
+            release.wait(10)
+        return result
+
+    monkeypatch.setattr(zk_client, "get", stalling_get)
+    view._unread.add(_BROKER_IDS)
+    read_again.start()
+    assert reading.wait(10)                                  # it has read [1]...
+    zk_client.create(paths.broker_id_path(2), b"127.0.0.1:9002")
+    assert view.wait_for(lambda v: sorted(v.brokers()) == [1, 2], 10)   # ...the watch [1, 2]
+    release.set()
+    read_again.join(10)
+    assert not read_again.is_alive()
+    assert sorted(view.brokers()) == [1, 2], "the read again wrote its older list last"
