@@ -16,7 +16,9 @@ With ``--runtime containers`` the command is the arguments of a container
 of ``--image`` (default samsa/samsa: ``audit serve ...``, its entrypoint
 picks the program), run as the lab runs its containers
 (infra/local/container_runtime.py: host networking, the state directory
-mounted at the same path and the working directory, as the invoking user);
+mounted at the same path and the working directory, as the invoking user),
+the image's HEALTHCHECK pointed at the ready URL (SAMSA_HEALTH_PORT and
+SAMSA_HEALTH_PATH: the image's default is a broker's metrics port);
 ``down`` also removes the container, which a SIGKILLed docker client would
 leave.
 
@@ -31,6 +33,7 @@ import os
 import signal
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 from broker.harness.process import SupervisedProcess, proc_stat, signal_group, tail
@@ -58,6 +61,19 @@ def _answers(url: str) -> bool:
         return False
 
 
+def health_check_env(ready_url: str) -> dict[str, str]:
+    """The environment that points the samsa image's HEALTHCHECK (a GET of
+    127.0.0.1:$SAMSA_HEALTH_PORT/$SAMSA_HEALTH_PATH) at ``ready_url``; none
+    without one."""
+    if not ready_url:
+        return {}
+    url = urllib.parse.urlsplit(ready_url)
+    if url.port is None:
+        raise DaemonError(f"the ready URL {ready_url} names no port")
+    path = url.path.lstrip("/") + (f"?{url.query}" if url.query else "")
+    return {"SAMSA_HEALTH_PORT": str(url.port), "SAMSA_HEALTH_PATH": path}
+
+
 def up(state_dir: str, name: str, command: list[str], ready_url: str = "",
        timeout: float = 60.0, runtime: str = "processes", image: str | None = None) -> dict:
     """Start ``command`` (in ``runtime``; see the module's docstring) and wait
@@ -82,7 +98,7 @@ def up(state_dir: str, name: str, command: list[str], ready_url: str = "",
         container, docker_host, env = container_name("samsa", state_dir, name), docker.host, \
             docker.env
         command = docker.run_command(container, image or IMAGES["samsa"], command,
-                                     state_dir=state_dir)
+                                     state_dir=state_dir, env=health_check_env(ready_url))
     proc = SupervisedProcess(name, command, log_path, cwd=state_dir, env=env).start()
     stat = proc_stat(proc.pid)
     record = {"name": name, "pid": proc.pid, "start_ticks": stat.start_ticks if stat else -1,

@@ -9,9 +9,14 @@ from infra.docker.pipeline import free_ports  # noqa: F401 - the tests take port
 
 def healthy(service: Service) -> bool:
     """Does the image's own HEALTHCHECK report the container healthy?"""
-    c = service.docker
-    c.reload()
-    return c.attrs["State"].get("Health", {}).get("Status") == "healthy"
+    return health(service.docker) == "healthy"
+
+
+def health(container) -> str | None:
+    """What the image's own HEALTHCHECK says of a docker SDK ``container``
+    now (starting, healthy, unhealthy; None without a check)."""
+    container.reload()
+    return container.attrs["State"].get("Health", {}).get("Status")
 
 
 def run_to_end(group: Containers, name: str, image: str, command: list[str],

@@ -11,7 +11,8 @@ of the project's images, with host networking.
 * a start refused when an image is missing, nothing started;
 * ``terraform apply -var runtime=containers`` of the local environment (no
   Airflow, for time: its containers are test_airflow_containers.py's) makes
-  every component's container, the audit service's included; messages go through the output load balancer
+  every component's container, the audit service's included, each healthy by its
+  image's own check; messages go through the output load balancer
   into analysis; ``destroy`` leaves no container and no process.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import re
 import signal
 import sys
+import time
 import urllib.request
 
 import docker
@@ -29,6 +31,7 @@ import pytest
 from broker.client.producer import Producer
 from broker.harness.process import proc_stat
 from broker_helpers import run_module, topic_values, wait_until
+from container_helpers import health
 from infra.local import container_runtime
 from infra.local.container_runtime import STATE_LABEL
 from infra.local.lab import Lab, LabError, free_topology
@@ -184,6 +187,15 @@ def test_terraform_applies_and_destroys_the_environment_as_containers(docker_hos
                                         "zookeeper-1"], sorted(ours)
         assert all(c.status == "running" for c in ours.values())
         assert by_component["audit"].attrs["Config"]["Image"] == "samsa/samsa:latest"
+        # each healthy by its image's own HEALTHCHECK: the audit's probes its
+        # /healthz (the image's default, a broker's metrics port, never answered)
+        def unhealthy() -> dict[str, str | None]:
+            return {name: status for name, c in ours.items()
+                    if (status := health(c)) != "healthy"}
+        deadline = time.monotonic() + 60
+        while unhealthy() and time.monotonic() < deadline:
+            time.sleep(0.5)                 # the checks run every 2 s; no event says
+        assert not unhealthy(), unhealthy()
         with urllib.request.urlopen(outputs["audit_url"] + "/healthz", timeout=10) as r:
             assert r.read() == b"ok\n"
 
