@@ -438,6 +438,13 @@ def walk_message_set(buf: bytes | bytearray | memoryview, verify_crc: bool = Tru
     ``wrappers`` counts compressed wrappers (not opened)."""
     if _speedups is not None:
         return _speedups.walk(buf, 1 << 62, verify_crc)
+    return py_walk_message_set(buf, verify_crc)
+
+
+def py_walk_message_set(buf: bytes | bytearray | memoryview, verify_crc: bool = True
+                        ) -> tuple[int, int, int, int, int, int]:
+    """The reference walk_message_set (the C accelerator's ``walk`` gives the
+    same; tests/protocol/test_speedups.py holds them to it)."""
     pos, end, count, first_ts, max_ts, wrappers = 0, len(buf), 0, -1, -1, 0
     while pos < end:
         if end - pos < HEADER_SIZE:
@@ -463,20 +470,10 @@ def walk_message_set(buf: bytes | bytearray | memoryview, verify_crc: bool = Tru
 
 
 def whole_messages_length(buf: bytes | bytearray | memoryview) -> tuple[int, bool]:
-    """Bytes of the whole messages at the start of ``buf`` (read from the
-    length fields only: no CRC check, wrappers not opened), and whether what
-    follows is only a partial message (False: a malformed length, which a
-    full decode will report). Lets a consumer ask for the next fetch before
-    it decodes this one."""
-    if _speedups is not None:
-        status, pos, _c, _f, _m, _w = _speedups.walk(buf, 1 << 62, False)
-        return pos, status in (0, 1)
-    pos, end = 0, len(buf)
-    while end - pos >= HEADER_SIZE:
-        (length,) = _LENGTH.unpack_from(buf, pos)
-        if length < 18:
-            return pos, False
-        if pos + 4 + length > end:
-            break
-        pos += 4 + length
-    return pos, True
+    """Bytes of the whole messages with sound headers at the start of ``buf``
+    (no CRC check, wrappers not opened), and whether what follows is only a
+    partial message (False: a malformed message, which a full decode will
+    report). Lets a consumer ask for the next fetch before it decodes this
+    one."""
+    status, pos, _count, _first, _max, _wrappers = walk_message_set(buf, False)
+    return pos, status in (0, 1)
