@@ -10,6 +10,8 @@ cfg=/conf/zoo.cfg
   echo "clientPort=${ZOO_PORT}"
   echo "admin.enableServer=false"
   echo "4lw.commands.whitelist=${ZOO_4LW_COMMANDS}"
+  echo "autopurge.purgeInterval=${ZOO_AUTOPURGE_HOURS}"
+  echo "autopurge.snapRetainCount=${ZOO_SNAP_RETAIN_COUNT}"
   if [ -n "${ZOO_SERVERS}" ]; then
     echo "${ZOO_SERVERS}" | tr ',' '\n' | sed 's/^\([0-9]*\)=/server.\1=/'
   fi
