@@ -1,7 +1,9 @@
 """The samsa/zookeeper image purges old snapshots and transaction logs as the
 cloud instances do (every ZOO_AUTOPURGE_HOURS, default 24, keeping the newest
 ZOO_SNAP_RETAIN_COUNT, default 5): before, it never did — ZooKeeper's own
-default — and a long-running member filled its volume."""
+default — and a long-running member filled its volume. Both are read from
+ZooKeeper's own log, which ``docker logs`` had none of: with every jar of
+/usr/share/java on the classpath SLF4J chose its no-op backend."""
 from __future__ import annotations
 
 from broker_helpers import wait_until

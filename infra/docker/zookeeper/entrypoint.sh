@@ -18,4 +18,9 @@ cfg=/conf/zoo.cfg
 } > "$cfg"
 [ -z "${ZOO_SERVERS}" ] || echo "${ZOO_MY_ID}" > /data/myid
 main=org.apache.zookeeper.server.quorum.QuorumPeerMain
-exec java "-Xmx${ZOO_HEAP}" -cp "/usr/share/java/zookeeper.jar:/usr/share/java/*" "$main" "$cfg"
+# zookeeper.jar's manifest names its dependencies; of SLF4J's backends only
+# slf4j-simple (to stderr, so `docker logs`): with all of /usr/share/java on the
+# classpath SLF4J found six, chose its no-op one, and ZooKeeper logged nothing
+exec java "-Xmx${ZOO_HEAP}" -Dorg.slf4j.simpleLogger.showDateTime=true \
+  "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSZ" \
+  -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar "$main" "$cfg"
