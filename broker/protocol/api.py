@@ -300,9 +300,19 @@ def decode_produce_frame(payload, max_message_bytes: int = 1 << 30):
     if _produce_frame is not None:
         fast = _produce_frame(payload, max_message_bytes)
         if fast is not None:
-            return fast[0], fast[1], fast[2], [
-                (topic, partition, payload[start:stop], (n, stop - start, first_ts, max_ts))
-                for topic, partition, start, stop, n, first_ts, max_ts in fast[3]]
+            return produce_of_c_frame(payload, fast)
+    return _py_decode_produce_frame(payload)
+
+
+def produce_of_c_frame(payload, fast: tuple):
+    """decode_produce_frame's answer from what ``produce_frame_c(payload, ...)``
+    returned (not None) for it: for a caller that has parsed it already."""
+    return fast[0], fast[1], fast[2], [
+        (topic, partition, payload[start:stop], (n, stop - start, first_ts, max_ts))
+        for topic, partition, start, stop, n, first_ts, max_ts in fast[3]]
+
+
+def _py_decode_produce_frame(payload):
     try:
         if len(payload) < 10:
             return None

@@ -15,6 +15,8 @@ Metrics (all prefixed ``samsa_``):
   log_end_offset{topic,partition}, log_flushed_offset{topic,partition}
   log_quarantined_bytes{topic,partition}              corrupt or missing, never served
   validations_off_loop_total                          produces checked on the worker thread
+  produce_short_cuts_total                            acks=none produces the batch-1 path
+                                                      appended straight to their log
   connections, connections_throttled_total, connections_closed_idle_total
   request_memory_bytes, request_memory_waits_total    the request memory pool
   page_cache_budget_bytes, page_cache_dropped_bytes_total
@@ -48,6 +50,7 @@ class BrokerMetrics:
         self.connections = 0
         self.sendfile_bytes = 0
         self.validations_off_loop = 0
+        self.produce_short_cuts = 0        # the batch-1 path's appends (server.handle_frames)
         self.connections_throttled = 0     # reading paused: too many queued requests
         self.connections_closed_idle = 0
         self.memory_pool = None            # RequestMemoryPool, set by the server
@@ -120,6 +123,12 @@ class _Collector:
                                   "the validation thread (they inflate beyond "
                                   "inline_decompress_bytes)")
         fam.add_metric([], m.validations_off_loop)
+        yield fam
+        fam = CounterMetricFamily("samsa_produce_short_cuts",
+                                  "acks=none produce requests appended straight to their log "
+                                  "by the batch-1 path (a partition already appended to in "
+                                  "the same read)")
+        fam.add_metric([], m.produce_short_cuts)
         yield fam
         gauge = GaugeMetricFamily("samsa_connections", "Open client connections")
         gauge.add_metric([], m.connections)
