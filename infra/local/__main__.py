@@ -146,7 +146,11 @@ def render_status(status: dict) -> str:
            f" (as {status.get('runtime', 'processes')})", "", "processes:"]
     for p in status["processes"]:
         ports = ", ".join(f"{k} {v}" for k, v in p["ports"].items())
-        container = f"  container {p['container']}" if p.get("container") else ""
+        container = ""
+        if p.get("container"):
+            container = f"  container {p['container']} {p.get('container_state', '')}".rstrip()
+            if p["alive"] and not p.get("client_alive", True):
+                container += " (its docker client is gone: `down` removes it)"
         out.append(f"  {'up  ' if p['alive'] else 'DOWN'}  {p['name']:<26} pid {p['pid']:<8} "
                    f"{ports}{container}")
     if not status["processes"]:

@@ -163,6 +163,25 @@ class Docker:
                         "--format", "{{.Names}}").stdout
         return sorted(line.strip() for line in out.splitlines() if line.strip())
 
+    def states(self, names: list[str]) -> dict[str, str]:
+        """Each of ``names``' state as the engine tells it: "running",
+        "running (healthy)", "exited", ... and "missing" for one it does not
+        have (or all of them when the engine does not answer: "engine
+        unreachable")."""
+        if not names:
+            return {}
+        try:
+            done = self._run("container", "inspect", "--format",
+                             "{{.Name}} {{.State.Status}}{{if .State.Health}} "
+                             "({{.State.Health.Status}}){{end}}", *names, check=False)
+        except ContainerError:
+            return {name: "engine unreachable" for name in names}
+        found = dict(line.lstrip("/").split(" ", 1) for line in done.stdout.splitlines()
+                     if " " in line)
+        if not found and done.returncode != 0 and "No such" not in done.stderr:
+            return {name: "engine unreachable" for name in names}
+        return {name: found.get(name, "missing") for name in names}
+
     def exists(self, name: str) -> bool:
         return self._run("container", "inspect", "--format", "{{.Id}}", name,
                          check=False).returncode == 0

@@ -381,6 +381,17 @@ class Lab:
                 raise LabError(str(exc)) from None
         return self._docker_cli
 
+    def _container_states(self) -> dict[str, str]:
+        """The engine's state of each container of the lab (none in the
+        processes runtime)."""
+        names = [r.container for r in self.records.values() if r.container]
+        if not names:
+            return {}
+        try:
+            return self._docker().states(names)
+        except LabError as exc:         # no docker client, no engine to be had
+            return {name: f"unknown: {exc}" for name in names}
+
     def container(self, name: str) -> str:
         """The name of the container that runs the lab's process ``name``."""
         return container_name(self.topology.name, self.state_dir, name)
@@ -919,7 +930,10 @@ class Lab:
 
         * ``runtime``: processes or containers;
         * ``processes``: name, role, cluster, pid, alive, ports, log, container
-          (its name in the containers runtime, else None);
+          (its name in the containers runtime, else None); in containers also
+          container_state (the engine's: "running (healthy)", "exited",
+          "missing", ...) and client_alive (its docker client's process):
+          alive is the container running, which outlives a SIGKILLed client;
         * ``zookeeper``: connect string and each member's mode;
         * ``clusters``: per cluster, the brokers registered in ZooKeeper
           (id -> address) against those expected, the topics (partition
@@ -934,10 +948,16 @@ class Lab:
         out: dict[str, Any] = {"lab": t.name, "state_dir": self.state_dir,
                                "runtime": self.runtime, "processes": [], "clusters": [],
                                "mirrors": []}
+        states = self._container_states()
         for name, r in self.records.items():
-            out["processes"].append({"name": name, "role": r.role, "cluster": r.cluster,
-                                     "pid": r.pid, "alive": self.alive(name), "ports": r.ports,
-                                     "log": r.log, "container": r.container})
+            process = {"name": name, "role": r.role, "cluster": r.cluster, "pid": r.pid,
+                       "alive": self.alive(name), "ports": r.ports, "log": r.log,
+                       "container": r.container}
+            if r.container:
+                process["client_alive"] = process["alive"]
+                process["container_state"] = states.get(r.container, "missing")
+                process["alive"] = process["container_state"].startswith("running")
+            out["processes"].append(process)
         out["running"] = bool(self.records) and all(p["alive"] for p in out["processes"])
         out["zookeeper"] = {"connect": t.zookeeper_connect(), "servers": [
             {"address": f"{t.host}:{port}", "mode": server_mode(t.host, port)}

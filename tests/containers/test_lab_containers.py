@@ -110,7 +110,9 @@ def test_the_lab_runs_as_containers_and_down_leaves_none(docker_host, tmp_path):
         code, out, err = _lab("status", "--dir", str(state), "--json")
         assert code == 0, err
         status = json.loads(out)
-        assert status["runtime"] == "containers"
+        assert status["runtime"] == "containers" and status["running"]
+        assert all(p["alive"] and p["client_alive"] and p["container_state"].startswith("running")
+                   for p in status["processes"]), status["processes"]
         (dc_a,) = [c for c in status["clusters"] if c["name"] == "dc-a"]
         assert [(b["server"], b["status"]) for b in dc_a["load_balancer"]["backends"]] == [
             ("broker-0", "UP"), ("broker-1", "UP")]       # the stats socket, from the host
@@ -138,6 +140,15 @@ def test_the_lab_runs_as_containers_and_down_leaves_none(docker_host, tmp_path):
         os.kill(mirror.pid, signal.SIGKILL)
         wait_until(lambda: not running(mirror.pid), timeout=10, what="the docker client to die")
         assert containers_of(state)[mirror.container].status == "running"
+        # status tells it as it is: the mirror serves, its client is gone (it
+        # said DOWN, for a container that went on copying)
+        code, out, err = _lab("status", "--dir", str(state), "--json")
+        assert code == 0, err
+        (seen,) = [p for p in json.loads(out)["processes"] if p["name"] == mirror.name]
+        assert (seen["alive"], seen["client_alive"]) == (True, False), seen
+        assert seen["container_state"].startswith("running"), seen
+        code, out, err = _lab("status", "--dir", str(state))
+        assert "its docker client is gone: `down` removes it" in out, out
 
         pids = lab.pids()
         code, out, err = _lab("down", "--dir", str(state))

@@ -32,3 +32,10 @@ def test_a_daemon_comes_down_when_its_engine_is_gone(tmp_path):
         f'"container": "audit-x", "docker_host": "{DEAD}"}}')
     assert daemon.down(str(state)) is False             # nothing ran any more
     assert not (state / daemon.STATE_FILE).exists()
+
+
+def test_the_state_of_containers_on_an_engine_that_is_gone(tmp_path):
+    # the lab's status then says so, rather than failing or calling them missing
+    assert Docker(DEAD).states(["a", "b"]) == {"a": "engine unreachable",
+                                               "b": "engine unreachable"}
+    assert Docker(DEAD).states([]) == {}
