@@ -41,32 +41,41 @@ LARGEST_DATACENTER = 3
 
 
 def environment_ports(base: int) -> list[tuple[int, str]]:
-    """Every port the local environment at ``base`` may listen on: its
-    topology's at LARGEST_DATACENTER brokers per datacenter, the audit's and
-    Airflow's past the mirrors' block (environments/local/main.tf)."""
+    """Every port the local environment at ``base`` may listen on, whichever
+    variables a test applies it with: the default topology's at
+    LARGEST_DATACENTER brokers per datacenter, the audit's and Airflow's past
+    the mirrors' block (environments/local/main.tf), and the rest of that span
+    (fewer datacenters move the mirrors, the audit and Airflow down into it)."""
     topology = load_topology(os.path.join(ROOT, "infra", "local", "topology.toml"),
                              {"base_port": str(base),
                               "datacenters.dc-a.brokers": str(LARGEST_DATACENTER),
                               "datacenters.dc-b.brokers": str(LARGEST_DATACENTER)})
     audit = base + 100 * (len(topology.clusters()) + 2)
-    return [*topology.ports(), (audit, "audit"), (audit + 1, "Airflow")]
+    named = [*topology.ports(), (audit, "audit"), (audit + 1, "Airflow")]
+    taken = {port for port, _ in named}
+    return named + [(port, "another layout's") for port in range(base, audit + 2)
+                    if port not in taken]
 
 
 def free_base_port() -> int:
     """A base port where every port of ``environment_ports`` is free now and
-    below the ephemeral range. In that range an outgoing connection's source
-    port (the mirror's, Airflow's, a client's) can take one of them between
-    this check and a later apply (a CI run lost the third dc-a broker's
-    metrics port so). Random bases, so that two runs at once rarely race."""
-    low, _high = _ephemeral_port_range()
+    outside the ephemeral range (below it, else above it). In that range an
+    outgoing connection's source port (the mirror's, Airflow's, a client's)
+    can take one of them between this check and a later apply (a CI run lost
+    the third dc-a broker's metrics port so). Random bases, so that two runs
+    at once rarely race."""
+    low, high = _ephemeral_port_range()
+    span = max(port for port, _ in environment_ports(10_000)) - 10_000 + 1
+    bases = (range(10_000, low - span) if low - span - 10_000 >= 1000
+             else range(high + 1, 65_536 - span))
     chooser = random.SystemRandom()
     for _ in range(200):
-        base = chooser.randrange(10_000, low - 1000)
+        base = chooser.choice(bases)
         ports = environment_ports(base)
-        if max(port for port, _ in ports) < low and not busy_among(ports):
+        if not busy_among(ports):
             return base
-    raise RuntimeError(f"no base port in 10000-{low - 1000} with every port of the "
-                       "environment free")
+    raise RuntimeError(f"no base port in {bases.start}-{bases.stop - 1} with every port of "
+                       "the environment free")
 
 
 def send_through_mirror(outputs: dict, state_dir, values: set[bytes], analysis_brokers: int,

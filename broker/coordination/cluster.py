@@ -151,7 +151,9 @@ class ClusterView:
             for gone in set(self._topics) - set(topics):
                 del self._topics[gone]
                 self._topic_watches.discard(gone)
-                self._watch_calls.pop(gone, None)
+                # its watch count stays (and goes on rising if it comes back):
+                # back at the same count, a read again of the old topic would
+                # pass for current
         self._notify()
 
     def _on_topic_brokers(self, topic: str, children: list[str],

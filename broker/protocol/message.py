@@ -266,7 +266,11 @@ def decode_message_set(buf: bytes | bytearray | memoryview, base_offset: int,
                     raise CorruptMessageError(f"bad message length {length} at offset "
                                               f"{base_offset + pos}")
                 break
-            if length < 18 or magic != MAGIC or key_length < -1 or key_length > length - 18:
+            if length < 18 or magic != MAGIC or attributes & ~_CODEC_MASK or key_length < -1 \
+                    or key_length > length - 18:
+                # reserved attribute bits too, as the walk and the C decoder: a
+                # consumer holds its position at what the walk refused, counting
+                # on this to raise (else it would deliver these again and again)
                 raise CorruptMessageError(f"malformed message at offset {base_offset + pos}")
             if verify_crc and crc32(mv[pos + 8:stop]) != crc:
                 raise CorruptMessageError(f"CRC mismatch at offset {base_offset + pos}")

@@ -68,10 +68,14 @@ def health_check_env(ready_url: str) -> dict[str, str]:
     if not ready_url:
         return {}
     url = urllib.parse.urlsplit(ready_url)
-    if url.port is None:
+    try:
+        port = url.port
+    except ValueError:                   # "http://host:http/" and the like
+        port = None
+    if port is None:
         raise DaemonError(f"the ready URL {ready_url} names no port")
     path = url.path.lstrip("/") + (f"?{url.query}" if url.query else "")
-    return {"SAMSA_HEALTH_PORT": str(url.port), "SAMSA_HEALTH_PATH": path}
+    return {"SAMSA_HEALTH_PORT": str(port), "SAMSA_HEALTH_PATH": path}
 
 
 def up(state_dir: str, name: str, command: list[str], ready_url: str = "",

@@ -958,6 +958,7 @@ class Lab:
                 process["container_state"] = states.get(r.container, "missing")
                 process["alive"] = process["container_state"].startswith("running")
             out["processes"].append(process)
+        alive = {p["name"]: p["alive"] for p in out["processes"]}
         out["running"] = bool(self.records) and all(p["alive"] for p in out["processes"])
         out["zookeeper"] = {"connect": t.zookeeper_connect(), "servers": [
             {"address": f"{t.host}:{port}", "mode": server_mode(t.host, port)}
@@ -998,14 +999,16 @@ class Lab:
                     entry["load_balancer"] = lb
                 out["clusters"].append(entry)
             for mirror in t.mirrors:
-                out["mirrors"].append(self._mirror_status(mirror, views))
+                out["mirrors"].append(self._mirror_status(mirror, views, alive))
         finally:
             for client, _view in views.values():
                 client.stop()
                 client.close()
         return out
 
-    def _mirror_status(self, mirror, views) -> dict[str, Any]:
+    def _mirror_status(self, mirror, views, alive_now: dict[str, bool]) -> dict[str, Any]:
+        """``alive_now``: each process's liveness as status() found it (a
+        container that outlived its client is alive, and scraped)."""
         entry: dict[str, Any] = {"name": mirror.name, "group": mirror.mirror_group,
                                  "sources": list(mirror.sources), "target": mirror.target,
                                  "processes": [], "lag": {}, "metrics_lag_bytes": None}
@@ -1014,7 +1017,7 @@ class Lab:
         for i in range(mirror.processes):
             name = f"{mirror.name}.mirror-{i}"
             started = name in self.records
-            alive = started and self.alive(name)
+            alive = started and alive_now.get(name, False)
             port = self.topology.mirror_metrics_ports(mirror.name)[i]
             proc: dict[str, Any] = {"name": name, "started": started, "alive": alive,
                                     "metrics_port": port, "metrics": False}

@@ -144,9 +144,12 @@ def test_the_lab_runs_as_containers_and_down_leaves_none(docker_host, tmp_path):
         # said DOWN, for a container that went on copying)
         code, out, err = _lab("status", "--dir", str(state), "--json")
         assert code == 0, err
-        (seen,) = [p for p in json.loads(out)["processes"] if p["name"] == mirror.name]
+        status = json.loads(out)
+        (seen,) = [p for p in status["processes"] if p["name"] == mirror.name]
         assert (seen["alive"], seen["client_alive"]) == (True, False), seen
         assert seen["container_state"].startswith("running"), seen
+        (in_mirror,) = status["mirrors"][0]["processes"]     # its lag still scraped
+        assert (in_mirror["alive"], in_mirror["metrics"]) == (True, True), in_mirror
         code, out, err = _lab("status", "--dir", str(state))
         assert "its docker client is gone: `down` removes it" in out, out
 

@@ -114,3 +114,36 @@ def test_a_read_again_never_writes_an_older_broker_list_over_a_newer_one(zk_clie
     read_again.join(10)
     assert not read_again.is_alive()
     assert sorted(view.brokers()) == [1, 2], "the read again wrote its older list last"
+
+
+def test_a_read_again_of_a_topic_deleted_and_made_again_is_dropped(zk_client, monkeypatch):
+    """The same race across a topic's deletion: its watch count went with it,
+    so the new topic's first call brought the count back to what the read
+    again had noted, and the old topic's holders were written over the new."""
+    zk_client.create(paths.broker_topic_path("t", 7), b"1", makepath=True)
+    view = ClusterView(zk_client)
+    assert view.wait_for(lambda v: v._topics.get("t") == {7: 1}, 10)     # (7 not up: no partitions)
+
+    read_again = threading.Thread(target=view._read_again, daemon=True)
+    reading, release = threading.Event(), threading.Event()
+    get = zk_client.get
+
+    def stalling_get(path, *args, **kwargs):
+        result = get(path, *args, **kwargs)
+        if threading.current_thread() is read_again:
+            reading.set()
+            release.wait(10)
+        return result
+
+    monkeypatch.setattr(zk_client, "get", stalling_get)
+    view._unread.add("t")
+    read_again.start()
+    assert reading.wait(10)                                  # it has read broker 7's
+    zk_client.delete(paths.broker_topic_path("t"), recursive=True)
+    assert view.wait_for(lambda v: "t" not in v._topics, 10)
+    zk_client.create(paths.broker_topic_path("t", 8), b"1", makepath=True)
+    assert view.wait_for(lambda v: v._topics.get("t") == {8: 1}, 10)
+    release.set()
+    read_again.join(10)
+    assert not read_again.is_alive()
+    assert view._topics.get("t") == {8: 1}, "the old topic's holders were written last"

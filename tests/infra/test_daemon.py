@@ -22,8 +22,9 @@ def test_the_image_health_check_probes_the_ready_url():
     assert daemon.health_check_env("http://127.0.0.1:8091/api/ready?deep=1") == {
         "SAMSA_HEALTH_PORT": "8091", "SAMSA_HEALTH_PATH": "api/ready?deep=1"}
     assert daemon.health_check_env("") == {}          # no ready URL: the image's default
-    with pytest.raises(daemon.DaemonError, match="names no port"):
-        daemon.health_check_env("http://localhost/healthz")
+    for url in ("http://localhost/healthz", "http://localhost:http/healthz"):
+        with pytest.raises(daemon.DaemonError, match="names no port"):
+            daemon.health_check_env(url)
 
 
 def test_up_waits_until_the_service_answers_and_down_stops_it(tmp_path):

@@ -3,12 +3,13 @@ import os
 import random
 import subprocess
 import sys
+import zlib
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from broker.protocol import api, message as M
-from broker.protocol.errors import ProtocolError
+from broker.protocol.errors import CorruptMessageError, ProtocolError
 
 pytestmark = pytest.mark.skipif(not M.ACCELERATED, reason="C accelerator not built")
 
@@ -143,3 +144,20 @@ def test_whole_messages_length_stops_at_a_malformed_header():
         input=buf, capture_output=True, env=dict(os.environ, SAMSA_PURE_PYTHON="1"))
     assert pure.returncode == 0, pure.stderr.decode()
     assert pure.stdout.decode().strip() == f"({len(one)}, False)"
+
+
+def test_reserved_attribute_bits_are_refused_by_both_decoders():
+    """The pure-Python decoder opened a wrapper whose attributes had a
+    reserved bit set (it used only the codec bits), where the walk and the C
+    decoder refuse it: a consumer without the accelerator held its position
+    at it (the walk said malformed) yet got its messages, and so delivered
+    them again on every fetch."""
+    plain = M.encode_message_set([(None, b"v", 1)])
+    wrapper = bytearray(M.compress_message_set(M.encode_values([b"a", b"b"], 2), 1, 2))
+    wrapper[9] |= 0x08                                   # a reserved attribute bit
+    wrapper[4:8] = (zlib.crc32(bytes(wrapper[8:])) & 0xFFFFFFFF).to_bytes(4, "big")
+    buf = plain + bytes(wrapper)
+    assert M.walk_message_set(buf)[:2] == M.py_walk_message_set(buf)[:2] == (5, len(plain))
+    for decode in (M.decode_message_set, M.py_decode_message_set):
+        with pytest.raises(CorruptMessageError, match="malformed message at offset 23"):
+            decode(buf, 0)
