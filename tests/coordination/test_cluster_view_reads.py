@@ -34,6 +34,34 @@ class FailingReads:
         return self.get(path, *args, **kwargs)
 
 
+class StalledReadAgain:
+    """The view's read again of ``what`` (as after a failed read; the broker
+    list or a topic) on a thread of its own, started and stalled just after
+    its first read of a node's data until ``finish()``."""
+
+    def __init__(self, view, client, monkeypatch, what) -> None:
+        self.thread = threading.Thread(target=view._read_again, daemon=True)
+        self.reading, self.release = threading.Event(), threading.Event()
+        get = client.get
+
+        def stalling_get(path, *args, **kwargs):
+            result = get(path, *args, **kwargs)
+            if threading.current_thread() is self.thread:
+                self.reading.set()
+                self.release.wait(10)
+            return result
+
+        monkeypatch.setattr(client, "get", stalling_get)
+        view._unread.add(what)
+        self.thread.start()
+        assert self.reading.wait(10), "the read again read nothing"
+
+    def finish(self) -> None:
+        self.release.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+
 def test_a_topic_read_that_fails_is_read_again(zk_client, monkeypatch):
     zk_client.ensure_path(paths.broker_id_path(7))
     zk_client.set(paths.broker_id_path(7), b"127.0.0.1:9092")
@@ -93,26 +121,10 @@ def test_a_read_again_never_writes_an_older_broker_list_over_a_newer_one(zk_clie
 
     # a read again (as after a failed read) whose reads of the brokers'
     # addresses stall until the watch has delivered a newer list
-    read_again = threading.Thread(target=view._read_again, daemon=True)
-    reading, release = threading.Event(), threading.Event()
-    get = zk_client.get
-
-    def stalling_get(path, *args, **kwargs):
-        result = get(path, *args, **kwargs)
-        if threading.current_thread() is read_again:
-            reading.set()
-            release.wait(10)
-        return result
-
-    monkeypatch.setattr(zk_client, "get", stalling_get)
-    view._unread.add(_BROKER_IDS)
-    read_again.start()
-    assert reading.wait(10)                                  # it has read [1]...
-    zk_client.create(paths.broker_id_path(2), b"127.0.0.1:9002")
+    read_again = StalledReadAgain(view, zk_client, monkeypatch, _BROKER_IDS)
+    zk_client.create(paths.broker_id_path(2), b"127.0.0.1:9002")     # it has read [1]...
     assert view.wait_for(lambda v: sorted(v.brokers()) == [1, 2], 10)   # ...the watch [1, 2]
-    release.set()
-    read_again.join(10)
-    assert not read_again.is_alive()
+    read_again.finish()
     assert sorted(view.brokers()) == [1, 2], "the read again wrote its older list last"
 
 
@@ -124,26 +136,10 @@ def test_a_read_again_of_a_topic_deleted_and_made_again_is_dropped(zk_client, mo
     view = ClusterView(zk_client)
     assert view.wait_for(lambda v: v._topics.get("t") == {7: 1}, 10)     # (7 not up: no partitions)
 
-    read_again = threading.Thread(target=view._read_again, daemon=True)
-    reading, release = threading.Event(), threading.Event()
-    get = zk_client.get
-
-    def stalling_get(path, *args, **kwargs):
-        result = get(path, *args, **kwargs)
-        if threading.current_thread() is read_again:
-            reading.set()
-            release.wait(10)
-        return result
-
-    monkeypatch.setattr(zk_client, "get", stalling_get)
-    view._unread.add("t")
-    read_again.start()
-    assert reading.wait(10)                                  # it has read broker 7's
+    read_again = StalledReadAgain(view, zk_client, monkeypatch, "t")   # read broker 7's
     zk_client.delete(paths.broker_topic_path("t"), recursive=True)
     assert view.wait_for(lambda v: "t" not in v._topics, 10)
     zk_client.create(paths.broker_topic_path("t", 8), b"1", makepath=True)
     assert view.wait_for(lambda v: v._topics.get("t") == {8: 1}, 10)
-    release.set()
-    read_again.join(10)
-    assert not read_again.is_alive()
+    read_again.finish()
     assert view._topics.get("t") == {8: 1}, "the old topic's holders were written last"
