@@ -38,16 +38,19 @@ NEVER_FLUSH = {"log.flush_ms": 100_000, "log.flush_messages": 1_000_000}
 
 
 def wait_until(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.01,
-               what: str = "the condition") -> T:
+               what: str | Callable[[], str] = "the condition") -> T:
     """Poll ``condition`` until it returns something truthy (returned); fail the
-    test after ``timeout`` seconds. Only for states no event announces."""
+    test after ``timeout`` seconds, saying ``what`` (a callable: what it
+    returns then, to show the state at the time-out). Only for states no
+    event announces."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+            pytest.fail(f"timed out after {timeout}s waiting for "
+                        f"{what() if callable(what) else what}")
         time.sleep(interval)
 
 

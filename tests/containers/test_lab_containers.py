@@ -22,7 +22,6 @@ import os
 import re
 import signal
 import sys
-import time
 import urllib.request
 
 import docker
@@ -113,6 +112,9 @@ def test_the_lab_runs_as_containers_and_down_leaves_none(docker_host, tmp_path):
         assert status["runtime"] == "containers" and status["running"]
         assert all(p["alive"] and p["client_alive"] and p["container_state"].startswith("running")
                    for p in status["processes"]), status["processes"]
+        broker_0 = lab.container("dc-a.broker-0")                 # and one it does not have
+        states = container_runtime.Docker(docker_host).states([broker_0, "samsa-no-such"])
+        assert states[broker_0].startswith("running") and states["samsa-no-such"] == "missing"
         (dc_a,) = [c for c in status["clusters"] if c["name"] == "dc-a"]
         assert [(b["server"], b["status"]) for b in dc_a["load_balancer"]["backends"]] == [
             ("broker-0", "UP"), ("broker-1", "UP")]       # the stats socket, from the host
@@ -206,10 +208,8 @@ def test_terraform_applies_and_destroys_the_environment_as_containers(docker_hos
         def unhealthy() -> dict[str, str | None]:
             return {name: status for name, c in ours.items()
                     if (status := health(c)) != "healthy"}
-        deadline = time.monotonic() + 60
-        while unhealthy() and time.monotonic() < deadline:
-            time.sleep(0.5)                 # the checks run every 2 s; no event says
-        assert not unhealthy(), unhealthy()
+        wait_until(lambda: not unhealthy(), 60, interval=0.5,     # checks run every 2 s
+                   what=lambda: f"every container healthy; not: {unhealthy()}")
         with urllib.request.urlopen(outputs["audit_url"] + "/healthz", timeout=10) as r:
             assert r.read() == b"ok\n"
 
