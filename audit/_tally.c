@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FIXED_FIELDS 6
+#define FIXED_FIELDS 7   /* count, bytes, no_time, malformed, checksum, unique, unique_checksum */
 #define MAX_BOUNDS 64
 #define LOCAL_WINDOWS 8
 #define ENVELOPE 5
@@ -323,7 +323,7 @@ static int flush_table(Table *t, PyObject *acc) {
                 continue;
             PyObject *old = PyList_GET_ITEM(tally, j);
             unsigned long long sum;
-            if (j == 4) {       /* the checksum: modulo 2^64 */
+            if (j == 4 || j == 6) {       /* the checksums: modulo 2^64 */
                 unsigned long long o = PyLong_AsUnsignedLongLong(old);
                 if (o == (unsigned long long)-1 && PyErr_Occurred())
                     return -1;
@@ -408,7 +408,10 @@ static int fold_bytes(Table *t, PyObject *acc, PyObject *id_sets, const char *p,
             int added = idset_add((IdSetObject *)ids, h);
             if (added < 0)
                 return -1;
-            w->f[5] += (unsigned long long)added;
+            if (added) {
+                w->f[5] += 1;
+                w->f[6] += h;
+            }
             return 0;
         }
         PyObject *key = PyLong_FromUnsignedLongLong(h);
@@ -419,8 +422,10 @@ static int fold_bytes(Table *t, PyObject *acc, PyObject *id_sets, const char *p,
         Py_DECREF(key);
         if (r < 0)
             return -1;
-        if (PySet_GET_SIZE(ids) != before)
+        if (PySet_GET_SIZE(ids) != before) {
             w->f[5] += 1;
+            w->f[6] += h;
+        }
     }
     return 0;
 }

@@ -59,6 +59,8 @@ class Verdict:
     latency_p50_ms: int
     latency_p95_ms: int
     latency_p99_ms: int
+    checksum: int = 0             # this row's id checksum (0..2^64-1): for a producer row,
+    #                               the reference a loader checks what it wrote against
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -121,16 +123,7 @@ def _verdict(topic, begin, end, key, row, produced, expected_checksum, now_ms, g
     elif not has_reference:
         state, missing, dups, exact, seen = "no_reference", 0, 0, False, count
     elif unique is not None:
-        seen = unique
-        missing = max(0, produced - unique)
-        dups = count - unique
-        exact = True
-        if missing == 0 and dups == 0:
-            state = "complete" if sums_match else "lost_and_duplicated"
-        elif missing and dups:
-            state = "lost_and_duplicated"
-        else:
-            state = "lost" if missing else "duplicated"
+        state, seen, missing, dups, exact = _by_ids(produced, expected_checksum, count, row)
     else:
         exact = False
         missing, dups = max(0, produced - count), max(0, count - produced)
@@ -148,7 +141,58 @@ def _verdict(topic, begin, end, key, row, produced, expected_checksum, now_ms, g
     return Verdict(topic, begin, end, tier, dc, cluster, state, produced, count, unique,
                    missing, dups, exact, round(completeness, 4), sums_match,
                    row.no_time_count if row else 0, row.malformed_count if row else 0,
-                   row.byte_count if row else 0, p50, p95, p99)
+                   row.byte_count if row else 0, p50, p95, p99, checksum=checksum)
+
+
+def _by_ids(produced: int, produced_sum: int, count: int, row: TierTotals):
+    """(state, seen, missing, duplicated, exact) of a tier that kept ids.
+
+    ``unique`` ids were seen for the first time while the tier kept the
+    window's ids; ``late`` ones arrived after it had dropped them (a copy
+    re-sent hours later, a mirror catching up after an outage, a counter
+    started late): each is a copy or a first arrival, and only the sums
+    can tell. Exact answers:
+
+    1. the unique ids are the producers' (count and sum): nothing missing,
+       every other message is a copy, late ones included;
+    2. unique and late ids together are the producers': the late ones
+       filled the gaps; nothing missing;
+    3. no late ids and no more unique ids than produced: the missing are
+       the difference (the ids seen are taken to be the producers').
+
+    Otherwise the sums cannot place the late ids (some copies, some first
+    arrivals, or ids counted unique twice by a restarted counter): the
+    numbers are lower bounds (``exact`` false), and a window with no
+    message proven missing is ``duplicated``, never ``lost``.
+    """
+    unique = row.unique_count
+    late = row.late_unique_count or 0
+    unique_sum = row.unique_checksum
+    late_sum = row.late_unique_checksum or 0
+    if unique_sum is None:        # a counter older than the sums: counts and one checksum
+        if unique == produced and count == produced:
+            ok = row.checksum == produced_sum
+            return ("complete", produced, 0, 0, True) if ok else \
+                ("lost_and_duplicated", produced - 1, 1, 1, False)
+        missing, dups = max(0, produced - unique), max(0, count - unique)
+        state = "lost_and_duplicated" if missing and dups else "lost" if missing else \
+            "duplicated"
+        return state, min(unique, produced), missing, dups, unique <= produced
+    if (unique == produced and unique_sum == produced_sum) or \
+            (unique + late == produced and (unique_sum + late_sum) % _MOD == produced_sum):
+        dups = count - produced
+        return ("duplicated" if dups else "complete"), produced, 0, dups, True
+    if late == 0 and unique < produced:
+        missing, dups = produced - unique, count - unique
+        return ("lost_and_duplicated" if dups else "lost"), unique, missing, dups, True
+    # the sums disagree and cannot say where: bounds only
+    missing = max(0, produced - unique - late)
+    if missing == 0 and unique + late == produced:
+        missing = 1               # as many ids as produced, not the same ones
+    dups = max(0, count - produced + missing)
+    if missing == 0:
+        return "duplicated", produced, 0, dups, False
+    return ("lost_and_duplicated" if dups else "lost"), produced - missing, missing, dups, False
 
 
 def summary(verdicts: list[Verdict]) -> dict[str, int]:

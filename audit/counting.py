@@ -29,6 +29,7 @@ compared window.
 """
 from __future__ import annotations
 
+import array
 import itertools
 import logging
 import socket
@@ -53,6 +54,10 @@ DEFAULT_WINDOW_MS = 10 * 60 * 1000
 DEFAULT_LATENCY_BOUNDS_MS = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000,
                              300_000, 900_000, 3_600_000)
 TIERS = ("producer", "cluster", "mirror", "hadoop")     # hadoop: the warehouse loader
+#: how long a counter remembers which windows' id sets it dropped: a message
+#: of such a window is reported late (audit/compare.py tells a late copy from
+#: a late first arrival by the sums); past this, it counts as first seen again
+LATE_MEMORY_MS = 7 * 24 * 3600 * 1000
 _SIGNED = 1 << 63
 
 
@@ -68,7 +73,9 @@ class CounterConfig:
     window_ms: int = DEFAULT_WINDOW_MS
     latency_bounds_ms: tuple[int, ...] = DEFAULT_LATENCY_BOUNDS_MS
     dedup_ids: bool = False          # keep the ids of open windows: exact duplicates
-    dedup_windows: int = 3           # how many windows back the id sets are kept
+    dedup_windows: int = 3           # how many windows back the id sets are kept (and
+    #                                  any window counted since the last drain); a message
+    #                                  of a window whose ids were dropped counts as late
     host: str = field(default_factory=socket.gethostname)
     service: str = ""
 
@@ -105,6 +112,9 @@ class TierCounter:
         self._lock = threading.Lock()
         self._tallies: dict[str, dict[int, list[int]]] = {}
         self._ids: dict[str, dict[int, set]] = {}
+        # windows whose id sets were dropped (per topic): what is counted for
+        # them afterwards is late; remembered LATE_MEMORY_MS
+        self._dropped: dict[str, set[int]] = {}
         self.counted = 0
 
     def _now_ms(self) -> int:
@@ -150,8 +160,12 @@ class TierCounter:
                 self.counted += _kernel.tally_messages(acc, batch, cfg.window_ms, now,
                                                        cfg.latency_bounds_ms, ids)
 
-    def merge(self, topic: str, tallies: dict[int, list[int]]) -> None:
-        """Add tallies made elsewhere (a Spark task's kernel call) to this counter's."""
+    def merge(self, topic: str, tallies: dict[int, list[int]],
+              ids: dict[int, bytes] | None = None) -> None:
+        """Add tallies made elsewhere (a Spark task's kernel call) to this
+        counter's. ``ids``: the task's id hashes per window (``id_hashes``):
+        then first sightings are counted against this counter's id sets (a
+        copy another task saw first is a duplicate), not the task's own."""
         if topic == AUDIT_TOPIC:
             return
         R = _reference
@@ -160,12 +174,23 @@ class TierCounter:
             for begin, t in tallies.items():
                 mine = acc.get(begin)
                 if mine is None:
-                    acc[begin] = list(t)
-                    continue
-                if len(mine) != len(t):
-                    raise ValueError("tallies made with different latency bounds")
-                for i, v in enumerate(t):
-                    mine[i] = (mine[i] + v) % (1 << 64) if i == R.CHECKSUM else mine[i] + v
+                    mine = acc[begin] = list(t)
+                    if ids is not None:
+                        mine[R.UNIQUE] = mine[R.UNIQUE_CHECKSUM] = 0
+                else:
+                    if len(mine) != len(t):
+                        raise ValueError("tallies made with different latency bounds")
+                    for i, v in enumerate(t):
+                        if ids is not None and i in (R.UNIQUE, R.UNIQUE_CHECKSUM):
+                            continue
+                        mine[i] = (mine[i] + v) % (1 << 64) if i in R.CHECKSUMS else mine[i] + v
+                if ids is not None:
+                    seen = self._ids.setdefault(topic, {}).setdefault(begin, set())
+                    for h in array.array("Q", ids.get(begin, b"")):
+                        if h not in seen:
+                            seen.add(h)
+                            mine[R.UNIQUE] += 1
+                            mine[R.UNIQUE_CHECKSUM] = (mine[R.UNIQUE_CHECKSUM] + h) % (1 << 64)
             self.counted += sum(t[R.COUNT] for t in tallies.values())
 
     def pending(self) -> int:
@@ -181,23 +206,42 @@ class TierCounter:
         now = self._now_ms() if now_ms is None else now_ms
         with self._lock:
             tallies, self._tallies = self._tallies, {}
+            late = {topic: set(windows) for topic, windows in self._dropped.items()}
             if cfg.dedup_ids:
                 oldest = now - now % cfg.window_ms - cfg.dedup_windows * cfg.window_ms
-                for sets in self._ids.values():
-                    for begin in [b for b in sets if b < oldest]:
+                forget = now - LATE_MEMORY_MS
+                for topic, sets in self._ids.items():
+                    dropped = self._dropped.setdefault(topic, set())
+                    # a window still being counted keeps its ids (a counter
+                    # catching up on old data), whatever its age
+                    active = tallies.get(topic, {})
+                    for begin in [b for b in sets if b < oldest and b not in active]:
                         del sets[begin]
+                        dropped.add(begin)
+                    dropped.difference_update([b for b in dropped if b < forget])
         events = []
         for topic, acc in tallies.items():
+            gone = late.get(topic, ())
             for begin, t in sorted(acc.items()):
-                events.append(self.monitoring_event(topic, begin, t, now))
+                events.append(self.monitoring_event(topic, begin, t, now, late=begin in gone))
         return events
 
-    def monitoring_event(self, topic: str, begin: int, t: list[int], now_ms: int) -> dict:
+    def monitoring_event(self, topic: str, begin: int, t: list[int], now_ms: int,
+                         late: bool = False) -> dict:
+        """The event of one tally. ``late``: the window's id set had been
+        dropped before it was counted (a copy re-sent long after its window,
+        or a first arrival that late): its first-seen ids are reported as
+        late, and the audit places them by their sums (audit/compare.py)."""
         cfg = self.config
         R = _reference
         counts = t[R.FIXED_FIELDS:]
         bounds = cfg.latency_bounds_ms
         checksum = t[R.CHECKSUM]
+        unique = late_unique = unique_sum = late_sum = None
+        if cfg.dedup_ids:
+            first, first_sum = t[R.UNIQUE], _signed(t[R.UNIQUE_CHECKSUM])
+            unique, unique_sum = (0, 0) if late else (first, first_sum)
+            late_unique, late_sum = (first, first_sum) if late else (0, 0)
         return {
             "header": {"time_ms": now_ms, "host": cfg.host,
                        "service": cfg.service or f"samsa-audit-{cfg.tier}",
@@ -206,13 +250,26 @@ class TierCounter:
             "topic": topic, "window_begin_ms": begin, "window_end_ms": begin + cfg.window_ms,
             "message_count": t[R.COUNT], "byte_count": t[R.BYTES],
             "no_time_count": t[R.NO_TIME], "malformed_count": t[R.MALFORMED],
-            "id_checksum": checksum - (1 << 64) if checksum >= _SIGNED else checksum,
-            "unique_count": t[R.UNIQUE] if cfg.dedup_ids else None,
+            "id_checksum": _signed(checksum),
+            "unique_count": unique, "unique_checksum": unique_sum,
+            "late_unique_count": late_unique, "late_unique_checksum": late_sum,
             "latency_ms": {"bounds_ms": list(bounds), "counts": counts,
                            "p50_ms": percentile(bounds, counts, 0.50),
                            "p95_ms": percentile(bounds, counts, 0.95),
                            "p99_ms": percentile(bounds, counts, 0.99)},
         }
+
+
+def _signed(checksum: int) -> int:
+    """A checksum (0..2^64-1) as the Avro long that carries it."""
+    return checksum - (1 << 64) if checksum >= _SIGNED else checksum
+
+
+def id_hashes(id_set) -> bytes:
+    """A window's id set (the kernel's, C or Python) as packed 64-bit hashes,
+    for ``TierCounter.merge(ids=...)``."""
+    found = id_set.to_set() if hasattr(id_set, "to_set") else id_set
+    return array.array("Q", sorted(found)).tobytes()
 
 
 def unsigned_checksum(signed: int) -> int:
@@ -385,5 +442,5 @@ def monitoring_writer(registry_url: str):
 
 
 __all__ = ["TierCounter", "CounterConfig", "AuditedProducer", "MonitoringPublisher",
-           "producer_sender", "monitoring_writer", "percentile", "unsigned_checksum", "AUDIT_TOPIC",
-           "kernel_name"]
+           "producer_sender", "monitoring_writer", "percentile", "unsigned_checksum", "id_hashes",
+           "AUDIT_TOPIC", "kernel_name"]

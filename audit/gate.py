@@ -67,6 +67,8 @@ class HourCheck:
     cluster: str
     state: str
     topics: dict[str, TopicHour]
+    grace_ms: int = 0
+    """The audit's grace: a window is called lost only this long after it ended."""
 
     def lines(self) -> list[str]:
         from audit.web import iso
@@ -128,21 +130,68 @@ def check_hour(verdicts: list[dict], hour_ms: int, now_ms: int, grace_ms: int,
         state = WAITING
     else:
         state = READY
-    return HourCheck(hour_ms, tier, cluster, state, result)
+    return HourCheck(hour_ms, tier, cluster, state, result, grace_ms)
 
 
 @dataclass
 class Shortfall:
+    """A topic's hour in the warehouse with messages the producers delivered
+    and the rows do not hold (windows: the window starts where they miss)."""
     topic: str
     produced: int
     loaded: int
+    missing: int
+    duplicated: int
+    exact: bool
+    windows: list[int] = field(default_factory=list)
 
     def line(self) -> str:
-        return (f"{self.topic}: {self.loaded:,} rows loaded, {self.produced:,} produced "
-                f"({self.produced - self.loaded:,} short)")
+        from audit.web import iso
+        bound = "" if self.exact else "at least "
+        return (f"{self.topic}: {self.loaded:,} rows loaded, {self.produced:,} produced, "
+                f"{bound}{self.missing:,} missing and {self.duplicated:,} rows that are copies "
+                f"(in windows {', '.join(iso(w) for w in self.windows)})")
 
 
-def shortfalls(produced: dict[str, int], loaded: dict[str, int]) -> list[Shortfall]:
-    """Topics with fewer rows loaded than the producers delivered."""
-    return [Shortfall(t, n, loaded.get(t, 0)) for t, n in sorted(produced.items())
-            if loaded.get(t, 0) < n]
+def producer_references(verdicts: list[dict], hour_ms: int,
+                        topics=None) -> dict[str, dict[int, tuple[int, int]]]:
+    """What the producers delivered in the hour, per topic and window:
+    ``(messages, id checksum)``, summed over every producer (the verdicts
+    of ``/api/verdicts``)."""
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for v in verdicts:
+        if v["tier"] != "producer" or not hour_ms <= v["window_begin_ms"] < hour_ms + HOUR_MS \
+                or (topics is not None and not topics(v["topic"])) or v["produced"] <= 0:
+            continue
+        windows = out.setdefault(v["topic"], {})
+        n, total = windows.get(v["window_begin_ms"], (0, 0))
+        windows[v["window_begin_ms"]] = (n + v["produced"],
+                                         (total + v.get("checksum", 0)) % (1 << 64))
+    return out
+
+
+def shortfalls(reference: dict[str, dict[int, tuple[int, int]]],
+               loaded: dict[str, dict[int, tuple[int, int, int]]]) -> list[Shortfall]:
+    """Topics whose rows miss messages the producers delivered, window by
+    window: ``reference`` from ``producer_references``, ``loaded`` the rows
+    per topic and window as ``(rows, distinct ids, checksum of the distinct
+    ids)``. A loss hidden under copies (as many rows as produced, or more)
+    is a shortfall: the distinct ids are not the producers'."""
+    out = []
+    for topic, windows in sorted(reference.items()):
+        produced = rows = missing = copies = 0
+        exact, lost = True, []
+        for begin, (p, p_sum) in sorted(windows.items()):
+            n, distinct, distinct_sum = loaded.get(topic, {}).get(begin, (0, 0, 0))
+            produced, rows, copies = produced + p, rows + n, copies + n - distinct
+            if distinct == p and distinct_sum == p_sum:
+                continue
+            if distinct < p:
+                missing += p - distinct
+            else:            # as many ids as produced, or more, but not the same ones
+                missing += 1
+                exact = False
+            lost.append(begin)
+        if lost:
+            out.append(Shortfall(topic, produced, rows, missing, copies, exact, lost))
+    return out

@@ -62,6 +62,11 @@ events_table = Table(
     Column("checksum_hi", BigInteger, nullable=False),
     Column("checksum_lo", BigInteger, nullable=False),
     Column("unique_count", BigInteger, nullable=True),
+    Column("unique_checksum_hi", BigInteger, nullable=True),
+    Column("unique_checksum_lo", BigInteger, nullable=True),
+    Column("late_unique_count", BigInteger, nullable=True),
+    Column("late_checksum_hi", BigInteger, nullable=True),
+    Column("late_checksum_lo", BigInteger, nullable=True),
     Column("latency_json", Text, nullable=False),
     Column("host", String(255), nullable=False),
     Column("service", String(255), nullable=False),
@@ -91,6 +96,10 @@ class TierTotals:
     events: int
     latency_counts: list[int]
     latency_bounds_ms: list[int]
+    # the sums that place late copies (None unless every event carried them)
+    unique_checksum: int | None = None
+    late_unique_count: int | None = None
+    late_unique_checksum: int | None = None
 
 
 def default_url(directory: str = ".") -> str:
@@ -156,18 +165,24 @@ class Store:
             func.sum(t.c.byte_count), func.sum(t.c.no_time_count),
             func.sum(t.c.malformed_count), func.sum(t.c.checksum_hi),
             func.sum(t.c.checksum_lo), func.sum(t.c.unique_count), func.count(t.c.unique_count),
-            func.count()).group_by(t.c.topic, t.c.window_begin_ms, t.c.tier, t.c.datacenter,
-                                   t.c.cluster)
+            func.count(), func.sum(t.c.unique_checksum_hi), func.sum(t.c.unique_checksum_lo),
+            func.sum(t.c.late_unique_count), func.sum(t.c.late_checksum_hi),
+            func.sum(t.c.late_checksum_lo), func.count(t.c.late_unique_count)).group_by(
+                t.c.topic, t.c.window_begin_ms, t.c.tier, t.c.datacenter, t.c.cluster)
         query = _filtered(query, topic, begin_ms, end_ms, tier)
         out = []
         with self.engine.connect() as connection:
             for row in connection.execute(query):
                 (topic_, wb, we, tier_, dc, cluster, count, size, no_time, malformed, hi, lo,
-                 unique, with_unique, n) = row
-                checksum = ((int(hi) << 32) + int(lo)) % (1 << 64)
+                 unique, with_unique, n, u_hi, u_lo, late, late_hi, late_lo, with_late) = row
+                checksum = _joined(hi, lo)
+                sums = with_late == n           # every event of a counter that sends them
                 out.append(TierTotals(topic_, int(wb), int(we), tier_, dc, cluster, int(count),
                                       int(size), int(no_time), int(malformed), checksum,
-                                      int(unique) if with_unique == n else None, int(n), [], []))
+                                      int(unique) if with_unique == n else None, int(n), [], [],
+                                      _joined(u_hi, u_lo) if sums else None,
+                                      int(late) if sums else None,
+                                      _joined(late_hi, late_lo) if sums else None))
         self._add_latency(out, topic, begin_ms, end_ms, tier)
         return sorted(out, key=lambda r: (r.topic, r.window_begin_ms, r.tier, r.datacenter,
                                           r.cluster))
@@ -206,6 +221,18 @@ class Store:
         self.engine.dispose()
 
 
+def _joined(hi, lo) -> int:
+    """A checksum summed as two 32-bit halves, back to 0..2^64-1."""
+    return ((int(hi) << 32) + int(lo)) % (1 << 64)
+
+
+def _halves(signed: int | None) -> tuple[int | None, int | None]:
+    if signed is None:
+        return None, None
+    checksum = unsigned_checksum(signed)
+    return checksum >> 32, checksum & 0xFFFFFFFF
+
+
 def _filtered(query, topic: str | None, begin_ms: int | None, end_ms: int | None,
               tier: str | None):
     t = events_table
@@ -223,6 +250,8 @@ def _filtered(query, topic: str | None, begin_ms: int | None, end_ms: int | None
 def _row(event: dict, received_ms: int) -> dict:
     checksum = unsigned_checksum(event["id_checksum"])
     header = event["header"]
+    unique_hi, unique_lo = _halves(event.get("unique_checksum"))
+    late_hi, late_lo = _halves(event.get("late_unique_checksum"))
     return {
         "event_id": bytes(header["event_id"]), "tier": event["tier"],
         "datacenter": event["datacenter"], "cluster": event["cluster"], "topic": event["topic"],
@@ -231,6 +260,9 @@ def _row(event: dict, received_ms: int) -> dict:
         "no_time_count": event["no_time_count"], "malformed_count": event["malformed_count"],
         "checksum_hi": checksum >> 32, "checksum_lo": checksum & 0xFFFFFFFF,
         "unique_count": event.get("unique_count"),
+        "unique_checksum_hi": unique_hi, "unique_checksum_lo": unique_lo,
+        "late_unique_count": event.get("late_unique_count"),
+        "late_checksum_hi": late_hi, "late_checksum_lo": late_lo,
         "latency_json": json.dumps(event["latency_ms"], separators=(",", ":")),
         "host": header["host"], "service": header["service"],
         "event_time_ms": header["time_ms"], "received_ms": received_ms,

@@ -4,7 +4,8 @@ hold the two to the same results).
 
 A tally of one (topic, window) is a list of ints::
 
-    [count, bytes, no_time, malformed, checksum, unique, bucket_0, ..., bucket_n]
+    [count, bytes, no_time, malformed, checksum, unique, unique_checksum,
+     bucket_0, ..., bucket_n]
 
 * ``count``: messages; ``bytes``: bytes of their values;
 * ``no_time``: messages without a usable timestamp (<= 0, or more than
@@ -15,7 +16,9 @@ A tally of one (topic, window) is a list of ints::
 * ``checksum``: the sum modulo 2^64 of ``id_hash(event_id)`` over every
   message with an id, duplicates included: order-independent and additive;
 * ``unique``: ids seen for the first time by this tally's owner (when an id
-  set is kept for the window, else 0);
+  set is kept for the window, else 0); ``unique_checksum``: the sum modulo
+  2^64 of their hashes (with ``unique``, the audit tells "every id the
+  producers sent, some twice" from "some missing, others twice");
 * ``bucket_i``: messages whose latency ``now_ms - timestamp`` is at most
   ``bounds[i]`` (and above ``bounds[i-1]``); the last bucket is the rest.
 
@@ -37,8 +40,10 @@ _MASK = (1 << 64) - 1
 # timestamp, key length
 _MESSAGE_HEADER = struct.Struct(">iIbbqi")
 
-COUNT, BYTES, NO_TIME, MALFORMED, CHECKSUM, UNIQUE = range(6)
-FIXED_FIELDS = 6
+COUNT, BYTES, NO_TIME, MALFORMED, CHECKSUM, UNIQUE, UNIQUE_CHECKSUM = range(7)
+FIXED_FIELDS = 7
+#: the fields summed modulo 2^64
+CHECKSUMS = (CHECKSUM, UNIQUE_CHECKSUM)
 
 
 def id_hash(event_id: bytes) -> int:
@@ -144,3 +149,4 @@ def _fold(acc, value, ts, window_ms, now_ms, bounds, nb, id_sets) -> None:
         if h not in seen:
             seen.add(h)
             tally[UNIQUE] += 1
+            tally[UNIQUE_CHECKSUM] = (tally[UNIQUE_CHECKSUM] + h) & _MASK

@@ -252,7 +252,7 @@ def hourly_delay(pipeline: Pipeline, hours: int, per_dc: int, seed: int) -> list
         no_scheduled_runs()
         run_id = f"freshness-{dt.datetime.fromtimestamp(hour / 1000, dt.timezone.utc):%Y%m%dT%H}"
         _call(f"{url}/dagRuns", token, {
-            "logical_date": dt.datetime.fromtimestamp(end / 1000, dt.timezone.utc).isoformat(),
+            "logical_date": dt.datetime.fromtimestamp(hour / 1000, dt.timezone.utc).isoformat(),
             "dag_run_id": f"{run_id}-{int(time.time())}"})
         marker = hour_partition("page_views", hour)
         while not out.exists(marker, "_SUCCESS"):

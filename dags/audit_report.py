@@ -8,18 +8,18 @@ SAMSA_WAREHOUSE_CONFIG names (config/loader.toml).
 """
 from __future__ import annotations
 
-
 from airflow.sdk import DAG, task
-from airflow.timetables.interval import CronDataIntervalTimetable
 
 from hadoop_loader import dag_steps
+from hadoop_loader.timetable import PeriodStartTimetable
 
 settings = dag_steps.dag_settings()
 
 with DAG(
     dag_id="audit_report",
     description="The day's audit report beside the data; fails on a loss",
-    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+    # a run's logical date is the start of its day, scheduled or by hand
+    schedule=PeriodStartTimetable("0 0 * * *", timezone="UTC"),
     start_date=dag_steps.start_date(settings),
     catchup=settings.catchup,
     max_active_runs=1,

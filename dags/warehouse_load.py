@@ -1,13 +1,20 @@
 """warehouse_load: every hour, load the analysis cluster's topics into the
 Parquet warehouse once the audit says the hour is complete.
 
-    audit_complete  (sensor, reschedule mode) the audit shows every message the
-                    producers delivered in the hour at the analysis tier
+    audit_complete  (sensor, deferrable: hadoop_loader/audit_wait.py) the audit
+                    shows every message the producers delivered in the hour
+                    at the analysis tier
     load            spark-submit of the loader (everything new: offsets are
                     kept with the output, so a re-run adds nothing)
     validate        rows per topic in the hour's partitions >= the producers'
                     counts in the audit (fails loudly on a shortfall)
     mark_success    _SUCCESS in each topic's date=/hour= partition
+
+One run per hour, whoever made it: a run's logical date is the start of
+the hour it loads, scheduled or triggered by hand (hadoop_loader/
+timetable.py), so a run by hand for hour H is hour H's run and the
+scheduler goes on to H+1; reload an hour that has run by clearing it.
+docs/loader.md, "Loading an hour by hand".
 
 Wiring only: the steps are hadoop_loader/dag_steps.py; the settings are the
 [loader] and [warehouse] tables of the file SAMSA_WAREHOUSE_CONFIG names
@@ -18,16 +25,17 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import DAG, task
-from airflow.timetables.interval import CronDataIntervalTimetable
 
 from hadoop_loader import dag_steps
+from hadoop_loader.audit_wait import AuditCompleteSensor
+from hadoop_loader.timetable import PeriodStartTimetable
 
 settings = dag_steps.dag_settings()
 
 with DAG(
     dag_id="warehouse_load",
     description="Load each hour into Parquet once the audit says it is complete",
-    schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
+    schedule=PeriodStartTimetable("0 * * * *", timezone="UTC"),
     start_date=dag_steps.start_date(settings),
     catchup=settings.catchup,
     max_active_runs=1,                   # one load of the output at a time, hours in order
@@ -36,10 +44,9 @@ with DAG(
     doc_md=__doc__,
 ) as dag:
 
-    @task.sensor(mode="reschedule", poke_interval=settings.sensor_poke_s,
-                 timeout=settings.sensor_timeout_s, retries=0)
-    def audit_complete(data_interval_start=None, data_interval_end=None) -> bool:
-        return dag_steps.audit_gate(data_interval_start, data_interval_end)
+    audit_complete = AuditCompleteSensor(task_id="audit_complete",
+                                         poke_interval=settings.sensor_poke_s,
+                                         timeout=settings.sensor_timeout_s)
 
     @task(execution_timeout=dt.timedelta(seconds=settings.load_timeout_s))
     def load() -> int:
@@ -54,5 +61,5 @@ with DAG(
         return dag_steps.mark_success(data_interval_start, data_interval_end, validated)
 
     checked = validate()
-    audit_complete() >> load() >> checked
+    audit_complete >> load() >> checked
     mark_success(checked)

@@ -88,10 +88,12 @@ class WarehouseConfig:
     catchup: bool = False
     """Run every hour since start_date (or use airflow backfill create)."""
     sensor_poke_s: float = 300.0
-    """How often the sensor asks the audit (reschedule mode: no worker slot
-    is held between pokes)."""
+    """How often the sensor asks the audit (deferred to the triggerer: no
+    worker slot is held between asks)."""
     sensor_timeout_s: float = 6 * 3600.0
-    """The hour's DAG run fails when the audit has not said complete by then."""
+    """The hour's DAG run fails when the audit has not said complete this
+    long after the first ask; never before the audit's grace for the hour
+    has passed (hadoop_loader/audit_wait.py)."""
     retries: int = 3
     retry_delay_s: float = 300.0
     """First retry delay of the load; doubles each retry, up to max_retry_delay_s."""

@@ -119,19 +119,39 @@ def _hour_check(loader: LoaderConfig, warehouse: WarehouseConfig, hour_ms: int):
                       topics=topic_filter(loader.whitelist, loader.blacklist))
 
 
-def audit_gate(interval_start, interval_end, path: str | None = None) -> bool:
-    """One poke of the sensor: True once the audit says the hour is complete
-    at the configured tier. Every poke logs the audit's numbers per topic; a
-    loss is logged as an error and the sensor goes on waiting (a lagging
-    tier may still catch up) until its timeout fails the run."""
-    from audit.gate import LOST, READY
+def poke_audit(interval_start, interval_end, path: str | None = None):
+    """Ask the audit once about the run's hour: ``(check, settings)``, the
+    gate's HourCheck (None when the audit service could not be asked) and
+    the ``[warehouse]`` settings. No logging: the sensor and its trigger
+    log the answer where Airflow shows it (the task's log)."""
     from audit.remote import AuditUnavailable
     loader, warehouse = read_settings(path)
     hour = interval_hour(interval_start, interval_end)
     try:
-        check = _hour_check(loader, warehouse, hour)
+        return _hour_check(loader, warehouse, hour), warehouse
     except AuditUnavailable as exc:
         log.warning("%s; asking again at the next poke", exc)
+        return None, warehouse
+
+
+def sensor_deadline_ms(first_ask_ms: int, timeout_s: float, hour_end_ms: int, grace_ms: int,
+                       poke_s: float) -> int:
+    """When warehouse_load's wait for the audit gives up: ``timeout_s`` after
+    its first ask, but never before the audit can have called every window
+    of the hour lost (its end + the audit's grace + two asks): failing
+    earlier would refuse an hour whose data may still be on its way."""
+    return max(first_ask_ms + int(timeout_s * 1000),
+               hour_end_ms + grace_ms + int(2 * poke_s * 1000))
+
+
+def audit_gate(interval_start, interval_end, path: str | None = None) -> bool:
+    """One poke: True once the audit says the hour is complete at the
+    configured tier, with the audit's numbers per topic in the log (a loss
+    as an error). The DAG waits with hadoop_loader/audit_wait.py, which
+    pokes the same way; this is the step for a caller outside Airflow."""
+    from audit.gate import LOST, READY
+    check, warehouse = poke_audit(interval_start, interval_end, path)
+    if check is None:
         return False
     report = log.error if check.state == LOST else log.info
     for line in check.lines():
@@ -166,25 +186,54 @@ def rows_in_hour(out, topic: str, hour_ms: int) -> int:
                if path.endswith(".parquet"))
 
 
+def ids_in_hour(out, topic: str, hour_ms: int,
+                window_ms: int) -> dict[int, tuple[int, int, int]]:
+    """The rows of a topic's hour partition per audit window (by their event
+    time): ``{window: (rows, distinct event ids, checksum of the distinct
+    ids)}``, the checksum as the audit makes it (audit/tally.py's id_hash)."""
+    from audit.tally import id_hash
+    seen: dict[int, set[bytes]] = {}
+    rows: dict[int, int] = {}
+    for path, _size in out.files(hour_partition(topic, hour_ms)):
+        if not path.endswith(".parquet"):
+            continue
+        for header in out.parquet_column("header", path).to_pylist():
+            begin = header["time_ms"] - header["time_ms"] % window_ms
+            rows[begin] = rows.get(begin, 0) + 1
+            seen.setdefault(begin, set()).add(header["event_id"])
+    return {begin: (rows[begin], len(ids), sum(map(id_hash, ids)) % (1 << 64))
+            for begin, ids in seen.items()}
+
+
 def validate(interval_start, interval_end, path: str | None = None) -> dict[str, dict]:
-    """The hour's rows per topic against the producers' counts in the audit:
-    ``{topic: {"produced": n, "loaded": m}}``; fails (no retry) on a
-    shortfall. More rows than produced are at-least-once copies: logged."""
-    from audit.gate import shortfalls
+    """The hour's rows against what the producers delivered, window by
+    window and id by id (the audit's counts and id checksums): ``{topic:
+    {"produced": n, "loaded": m, "duplicated": d}}``. Fails (no retry) when
+    a message the producers delivered is not among the rows, also when
+    copies make up the numbers (a loss hidden under duplicates); copies
+    alone are at-least-once delivery: logged."""
+    from audit.gate import producer_references, shortfalls
+    from audit.remote import fetch_verdicts
+    from hadoop_loader.plan import topic_filter
     loader, warehouse = read_settings(path)
     hour = interval_hour(interval_start, interval_end)
-    produced = _hour_check(loader, warehouse, hour).produced()
+    answer = fetch_verdicts(warehouse.audit_url, hour, hour + HOUR_MS)
+    reference = producer_references(answer["verdicts"], hour,
+                                    topic_filter(loader.whitelist, loader.blacklist))
     out = OutputFS(loader.output)
-    loaded = {topic: rows_in_hour(out, topic, hour) for topic in produced}
-    result = {t: {"produced": n, "loaded": loaded[t]} for t, n in sorted(produced.items())}
-    for topic, counts in result.items():
-        extra = counts["loaded"] - counts["produced"]
-        log.info("%s: %d rows loaded, %d produced%s", topic, counts["loaded"],
-                 counts["produced"], f" ({extra} copies: at-least-once delivery)"
-                 if extra > 0 else "")
-    short = shortfalls(produced, loaded)
+    loaded = {topic: ids_in_hour(out, topic, hour, loader.audit_window_ms)
+              for topic in reference}
+    result = {}
+    for topic, windows in sorted(reference.items()):
+        rows = sum(n for n, _, _ in loaded[topic].values())
+        copies = sum(n - distinct for n, distinct, _ in loaded[topic].values())
+        produced = sum(n for n, _ in windows.values())
+        result[topic] = {"produced": produced, "loaded": rows, "duplicated": copies}
+        log.info("%s: %d rows loaded, %d produced%s", topic, rows, produced,
+                 f" ({copies} copies: at-least-once delivery)" if copies else "")
+    short = shortfalls(reference, loaded)
     if short:
-        raise _fail("rows missing in the warehouse for this hour: "
+        raise _fail("messages missing in the warehouse for this hour: "
                     + "; ".join(s.line() for s in short))
     return result
 

@@ -262,9 +262,9 @@ def publish_counts(config: LoaderConfig, stats: list[dict]) -> int:
     counter = TierCounter(CounterConfig(tier="hadoop", cluster=config.cluster_name,
                                         datacenter=config.datacenter or config.cluster_name,
                                         window_ms=config.audit_window_ms,
-                                        service=config.app_name))
-    for row in stats:
-        counter.merge(row["topic"], row["tallies"])
+                                        service=config.app_name, dedup_ids=True))
+    for row in stats:      # first sightings over every task of the run: exact duplicates
+        counter.merge(row["topic"], row["tallies"], ids=row.get("ids"))
     try:
         registry, writer = monitoring_writer(config.effective_registry)
         producer = ClusterProducer(config.zookeeper, acks="flushed")

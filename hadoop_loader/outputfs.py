@@ -117,6 +117,12 @@ class OutputFS:
         with self.fs.open_input_file(self.path(*parts)) as f:
             return pq.ParquetFile(f).metadata.num_rows
 
+    def parquet_column(self, column: str, *parts: str):
+        """One (top-level) column of a Parquet file, as a pyarrow array."""
+        import pyarrow.parquet as pq
+        with self.fs.open_input_file(self.path(*parts)) as f:
+            return pq.ParquetFile(f).read(columns=[column]).column(column)
+
     # ------------------------------------------------------------ changes
 
     def makedirs(self, *parts: str) -> None:

@@ -88,16 +88,21 @@ def stage_units(units, output: str, staging: str, registry_url: str, fetch_bytes
                          f"{unit.partition}", "offset": offsets[i], "error": why,
                          "value": values[i]} for i, why in sorted(bad)], codec="deflate")
             tallies: dict = {}
+            ids: dict = {}
             if window_ms:
-                from audit.counting import DEFAULT_LATENCY_BOUNDS_MS, _kernel
+                from audit.counting import DEFAULT_LATENCY_BOUNDS_MS, _kernel, id_hashes
                 import time
                 rejected = {i for i, _ in bad}
                 good = [i for i in range(len(values)) if i not in rejected]
+                id_sets: dict = {}
                 _kernel.tally_values(tallies, [values[i] for i in good],
                                      [stamps[i] for i in good], window_ms,
-                                     int(time.time() * 1000), DEFAULT_LATENCY_BOUNDS_MS)
+                                     int(time.time() * 1000), DEFAULT_LATENCY_BOUNDS_MS, id_sets)
+                # the id hashes per window, for the driver to tell copies from
+                # first sightings across every task of the run (8 bytes a row)
+                ids = {begin: id_hashes(found) for begin, found in id_sets.items()}
             yield {"key": unit.key, "topic": unit.topic, "messages": len(values),
                    "bytes": sum(map(len, values)), "errors": len(bad), "staged": staged,
-                   "tallies": tallies}
+                   "tallies": tallies, "ids": ids}
     finally:
         registry.close()

@@ -76,6 +76,7 @@ class Mirror:
             counter = TierCounter(CounterConfig(
                 tier="mirror", datacenter=config.audit_datacenter or config.target.name,
                 cluster=source.name, window_ms=config.audit_window_ms,
+                dedup_ids=config.audit_dedup_ids, dedup_windows=config.audit_dedup_windows,
                 service=f"samsa-mirror-{config.group}"))
 
             def send(values, stamps, source=source.name):

@@ -12,8 +12,7 @@ password Airflow generated, printed by ``up`` and ``status``
 (``home/simple_auth_manager_passwords.json.generated``).
 
 The DAGs read their settings from the file SAMSA_WAREHOUSE_CONFIG names
-(``--warehouse-config``; default config/loader.toml). A triggerer is not
-started: no DAG of the project defers (the sensor reschedules instead).
+(``--warehouse-config``; default config/loader.toml).
 
 With ``--runtime containers`` the same Airflow runs from the samsa/analysis
 image (Airflow, the loader and the DAGs built in: ``make images``): ``db
@@ -43,7 +42,7 @@ from infra.local.container_runtime import (IMAGES, RUNTIMES, ContainerError, Doc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STATE_FILE = "airflow-state.json"
-SERVICES = ("api-server", "scheduler", "dag-processor")
+SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 PROJECT_DAGS = ("warehouse_load", "audit_report")
 #: Where the DAGs and the entrypoint are in the analysis image (infra/docker/analysis).
 IMAGE_DAGS = "/opt/samsa-app/dags"

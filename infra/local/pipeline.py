@@ -2,6 +2,7 @@
 audit, Airflow's warehouse load, and a summary of what reached each tier.
 
     python -m infra.local.pipeline up [--dir .demo] [--base-port N] [--messages N] [--keep-up]
+        [--sensor-timeout S] [--sensor-poke S] [--audit-grace S]
     python -m infra.local.pipeline down [--dir .demo]
 
 ``up``: the lab (ZooKeeper; dc-a and dc-b, two brokers each behind HAProxy;
@@ -46,9 +47,16 @@ def _iso(ms: int) -> str:
 
 class Pipeline:
     def __init__(self, state_dir: str, base_port: int | None = None,
-                 overrides: dict | None = None, sensor_timeout_s: float = 900.0) -> None:
+                 overrides: dict | None = None, sensor_timeout_s: float = 900.0,
+                 sensor_poke_s: float = 5.0, audit_grace_s: float | None = None) -> None:
+        """``sensor_timeout_s``, ``sensor_poke_s``: warehouse_load's wait for
+        the audit (the sensor never gives up before the audit's grace for
+        the hour has passed: hadoop_loader/audit_wait.py); ``audit_grace_s``:
+        the audit service's grace (None: its default, 30 minutes)."""
         self.state_dir = os.path.abspath(state_dir)
         self.sensor_timeout_s = sensor_timeout_s
+        self.sensor_poke_s = sensor_poke_s
+        self.audit_grace_s = audit_grace_s
         # the mirror publishes its tier's counts every 2 s (1 s by default)
         overrides = {"mirrors.to-analysis.settings": "audit_publish_interval_ms=2000",
                      **(overrides or {})}
@@ -94,7 +102,9 @@ class Pipeline:
         daemon.up(self.path("audit"), "audit-service",
                   [python, "-m", "audit", "serve", "--zookeeper",
                    self.lab.zookeeper_connect("analysis"), "--http-port", str(self.audit_port),
-                   "--set", f"data_dir={self.path('audit')}"],
+                   "--set", f"data_dir={self.path('audit')}"]
+                  + ([] if self.audit_grace_s is None
+                     else ["--set", f"grace_ms={int(self.audit_grace_s * 1000)}"]),
                   ready_url=f"{self.audit_url}/healthz")
         say(f"audit counters in every cluster; the audit service at {self.audit_url}")
         config = self.path("warehouse.toml")
@@ -108,7 +118,7 @@ progress_interval_s = 5.0
 
 [warehouse]
 audit_url = "{self.audit_url}"
-sensor_poke_s = 5.0
+sensor_poke_s = {self.sensor_poke_s}
 sensor_timeout_s = {self.sensor_timeout_s}
 retries = 2
 retry_delay_s = 5.0
@@ -158,10 +168,10 @@ max_retry_delay_s = 30.0
         token = self.airflow_token()
         runs = []
         for k in range(hours):
-            end = first_hour_ms + (k + 1) * HOUR_MS         # a manual run's interval ends here
-            run_id = f"demo-{_iso(end - HOUR_MS).replace(' ', 'T').replace(':', '')}"
+            start = first_hour_ms + k * HOUR_MS     # a run by hand loads the hour starting here
+            run_id = f"demo-{_iso(start).replace(' ', 'T').replace(':', '')}"
             _call(f"{url}/api/v2/dags/warehouse_load/dagRuns", token,
-                  {"logical_date": dt.datetime.fromtimestamp(end / 1000, dt.timezone.utc)
+                  {"logical_date": dt.datetime.fromtimestamp(start / 1000, dt.timezone.utc)
                    .isoformat(), "dag_run_id": run_id})
             runs.append(run_id)
         _call(f"{url}/api/v2/dags/warehouse_load", token, {"is_paused": False}, method="PATCH")
@@ -283,6 +293,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="first port of the layout (default: a free one)")
     p.add_argument("--messages", type=int, default=20_000,
                    help="events produced into each datacenter (default 20000)")
+    p.add_argument("--sensor-timeout", type=float, default=900.0, metavar="S",
+                   help="how long warehouse_load waits for the audit to call an hour complete "
+                        "(default 900; never less than until the audit's grace for the hour "
+                        "has passed)")
+    p.add_argument("--sensor-poke", type=float, default=5.0, metavar="S",
+                   help="how often the wait asks the audit (default 5)")
+    p.add_argument("--audit-grace", type=float, default=None, metavar="S",
+                   help="the audit service's grace: a window is pending, not lost, this long "
+                        "after it ended (default: the service's, 1800)")
     p.add_argument("--keep-up", action="store_true", help="leave everything running")
     args = p.parse_args(argv)
     if args.command == "down":
@@ -292,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.exists(os.path.join(args.dir, "demo.json")):
         stop(args.dir)                       # a demo left up earlier: start afresh
         shutil.rmtree(args.dir, ignore_errors=True)
-    pipeline = Pipeline(args.dir, args.base_port or None)
+    pipeline = Pipeline(args.dir, args.base_port or None, sensor_timeout_s=args.sensor_timeout,
+                        sensor_poke_s=args.sensor_poke, audit_grace_s=args.audit_grace)
     ok = False
     try:
         pipeline.start()

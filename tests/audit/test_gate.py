@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from audit.gate import LOST, READY, WAITING, check_hour, shortfalls
+from audit.gate import LOST, READY, WAITING, check_hour, producer_references, shortfalls
 
 HOUR = 1_795_000_000_000 - 1_795_000_000_000 % 3_600_000
 W = 600_000
@@ -77,8 +77,38 @@ def test_an_empty_hour_is_ready_only_after_the_grace():
         check_hour([], HOUR + 1, LATE, GRACE)
 
 
-def test_shortfalls_name_the_topics_with_fewer_rows():
-    found = shortfalls({"pv": 100, "search": 10, "login": 5}, {"pv": 103, "search": 9})
-    assert [(s.topic, s.produced, s.loaded) for s in found] == [("login", 5, 0),
-                                                                ("search", 10, 9)]
-    assert found[0].line() == "login: 0 rows loaded, 5 produced (5 short)"
+W0, W1 = HOUR, HOUR + 600_000
+
+
+@pytest.mark.parametrize("loaded, found", [
+    # (rows, distinct ids, their checksum) per window; the producers: 100 ids
+    # summing to 7000 in W0, 10 summing to 70 in W1
+    ({W0: (100, 100, 7000), W1: (10, 10, 70)}, None),                 # every id once
+    ({W0: (103, 100, 7000), W1: (12, 10, 70)}, None),                 # copies only
+    ({W0: (97, 97, 6000), W1: (10, 10, 70)}, ("pv", 3, 0, True, [W0])),    # 3 lost
+    ({W0: (100, 97, 6000), W1: (10, 10, 70)}, ("pv", 3, 3, True, [W0])),   # 3 lost, 3 copies
+    # a loss hidden under copies: as many distinct ids as produced, not the same
+    ({W0: (104, 100, 6999), W1: (10, 10, 70)}, ("pv", 1, 4, False, [W0])),
+    ({W0: (100, 100, 7000)}, ("pv", 10, 0, True, [W1])),              # a window not loaded
+])
+def test_shortfalls_count_missing_ids_window_by_window(loaded, found):
+    reference = {"pv": {W0: (100, 7000), W1: (10, 70)}}
+    short = shortfalls(reference, {"pv": loaded})
+    if found is None:
+        assert short == []
+        return
+    [s] = short
+    assert (s.topic, s.missing, s.duplicated, s.exact, s.windows) == found
+    assert "missing" in s.line() and ("at least" in s.line()) == (not s.exact)
+
+
+def test_producer_references_sum_every_producer_of_a_window():
+    verdicts = [
+        {"tier": "producer", "topic": "pv", "window_begin_ms": W0, "produced": 5,
+         "checksum": (1 << 64) - 1},
+        {"tier": "producer", "topic": "pv", "window_begin_ms": W0, "produced": 3, "checksum": 4},
+        {"tier": "cluster", "topic": "pv", "window_begin_ms": W0, "produced": 8, "checksum": 9},
+        {"tier": "producer", "topic": "pv", "window_begin_ms": HOUR + 3_600_000,
+         "produced": 1, "checksum": 1},                                  # the next hour
+    ]
+    assert producer_references(verdicts, HOUR) == {"pv": {W0: (8, 3)}}

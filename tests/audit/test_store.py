@@ -22,7 +22,7 @@ def events(tier="producer", cluster="dc-a", n=3, ids=None, window=NOW - WINDOW):
 
 
 def test_migrations_create_the_schema(store):
-    assert store.revision() == "0001"
+    assert store.revision() == "0002"
     store.upgrade()                 # again: nothing to do
     assert store.event_count() == 0
 

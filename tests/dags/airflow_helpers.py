@@ -3,10 +3,12 @@ configures logging and its database for the whole process it runs in):
 ``airflow db migrate`` in a fresh AIRFLOW_HOME, then ``airflow dags test``."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DAGS = os.path.join(ROOT, "dags")
@@ -49,3 +51,15 @@ def run_state(output: str) -> str:
     found = re.findall(r"DagRun Finished: dag_id=\S+ .*?state=(\w+)", output)
     return found[-1] if found else "unknown"
 
+
+
+def call(url: str, token: str | None = None, body: dict | None = None,
+         method: str | None = None) -> dict:
+    """A call of Airflow's REST API (JSON in and out; POST when a body is given)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method or ("POST" if data else "GET"),
+                                     headers={"Content-Type": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)

@@ -27,7 +27,8 @@ for dag_id in bag.dag_ids:
             "upstream": sorted(t.upstream_task_ids), "retries": t.retries,
             "backoff": t.retry_exponential_backoff,
             "retry_delay_s": t.retry_delay.total_seconds(),
-            "mode": getattr(t, "mode", None), "poke_interval": getattr(t, "poke_interval", None),
+            "operator": type(t).__name__, "mode": getattr(t, "mode", None),
+            "poke_interval": getattr(t, "poke_interval", None),
             "timeout": getattr(t, "timeout", None),
             "execution_timeout_s": t.execution_timeout.total_seconds()
                                    if t.execution_timeout else None}
@@ -73,7 +74,8 @@ load_timeout_s = 5400.0
     assert heavy == [], heavy
 
     load = found["dags"]["warehouse_load"]
-    assert load["timetable"] == "CronDataIntervalTimetable" and load["summary"] == "0 * * * *"
+    # a run by hand for an hour is that hour's run (hadoop_loader/timetable.py)
+    assert load["timetable"] == "PeriodStartTimetable" and load["summary"] == "0 * * * *"
     assert load["catchup"] is True and load["max_active_runs"] == 1
     assert load["start_date"].startswith("2026-06-01T00:00:00")
     tasks = load["tasks"]
@@ -81,14 +83,15 @@ load_timeout_s = 5400.0
         "audit_complete": [], "load": ["audit_complete"], "validate": ["load"],
         "mark_success": ["validate"]}
     sensor = tasks["audit_complete"]
-    assert (sensor["mode"], sensor["poke_interval"], sensor["timeout"], sensor["retries"]) == \
-        ("reschedule", 120.0, 7200.0, 0)
+    # deferrable (no reschedule mode: hadoop_loader/audit_wait.py says why)
+    assert (sensor["operator"], sensor["poke_interval"], sensor["timeout"], sensor["retries"]) == \
+        ("AuditCompleteSensor", 120.0, 7200.0, 0)
     assert tasks["load"]["retries"] == 4 and tasks["load"]["backoff"] is True
     assert tasks["load"]["retry_delay_s"] == 60.0
     assert tasks["load"]["execution_timeout_s"] == 5400.0
 
     report = found["dags"]["audit_report"]
-    assert report["timetable"] == "CronDataIntervalTimetable" and report["summary"] == "0 0 * * *"
+    assert report["timetable"] == "PeriodStartTimetable" and report["summary"] == "0 0 * * *"
     assert list(report["tasks"]) == ["report"]
 
 

@@ -54,14 +54,17 @@ def at(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
 
 
-def write_rows(output, topic: str, hour_ms: int, n: int) -> None:
+def write_rows(output, topic: str, hour_ms: int, ids: list[bytes], at_ms: int) -> None:
+    """Rows of the loader's shape (an event header with its id) in a file of
+    the topic's hour partition."""
     directory = os.path.join(str(output), dag_steps.hour_partition(topic, hour_ms))
     os.makedirs(directory, exist_ok=True)
-    pq.write_table(pa.table({"member_id": list(range(n))}),
+    headers = [{"time_ms": at_ms, "host": "h", "service": "s", "event_id": i} for i in ids]
+    pq.write_table(pa.table({"header": headers, "member_id": list(range(len(ids)))}),
                    os.path.join(directory, f"part-{uuid.uuid4().hex}.parquet"))
 
 
-def test_validate_fails_on_a_shortfall_and_marks_nothing(audit, tmp_path):
+def test_validate_fails_on_a_shortfall_even_under_copies_and_marks_nothing(audit, tmp_path):
     service, url = audit
     now = dag_steps._ms(dt.datetime.now(dt.timezone.utc))
     hour = now - now % HOUR - 3 * HOUR
@@ -74,26 +77,32 @@ def test_validate_fails_on_a_shortfall_and_marks_nothing(audit, tmp_path):
     service.store.add_events(events, now)
     output = tmp_path / "wh"
     config = settings_file(tmp_path, url, output)
-    write_rows(output, "page_views", hour, 15)
-    write_rows(output, "page_views", hour, 3)          # two files of the hour: 18 rows
-    write_rows(output, "searches", hour, 4)
-    write_rows(output, "page_views", hour + HOUR, 50)   # the next hour does not count
+    write_rows(output, "page_views", hour, ids[:15], hour + 1)
+    write_rows(output, "page_views", hour, ids[15:18], hour + 1)   # two files: 18 of 20 ids
+    write_rows(output, "searches", hour, search_ids, hour + WINDOW)
+    write_rows(output, "page_views", hour + HOUR, [uuid.uuid4().bytes] * 50,
+               hour + HOUR + 1)                                       # the next hour: not counted
 
     assert dag_steps.audit_gate(at(hour), at(hour + HOUR), config) is True
-    with pytest.raises(StepFailed, match=r"page_views: 18 rows loaded, 20 produced \(2 short\)"):
+    with pytest.raises(StepFailed, match=r"page_views: 18 rows loaded, 20 produced, 2 missing"):
+        dag_steps.validate(at(hour), at(hour + HOUR), config)
+    # three copies make 21 rows for 20 produced: still 2 missing (issue 25: the
+    # count alone passed a loss hidden under duplicates)
+    write_rows(output, "page_views", hour, ids[:3], hour + 1)
+    with pytest.raises(StepFailed, match=r"21 rows loaded, 20 produced, 2 missing and 3 "):
         dag_steps.validate(at(hour), at(hour + HOUR), config)
     assert not os.path.exists(os.path.join(str(output), dag_steps.hour_partition("page_views",
                                                                                  hour),
                                            "_SUCCESS"))
 
-    write_rows(output, "page_views", hour, 3)          # duplicates are fine: 21 >= 20
+    write_rows(output, "page_views", hour, ids[18:], hour + 1)       # the missing two arrive
     counts = dag_steps.validate(at(hour), at(hour + HOUR), config)
-    assert counts == {"page_views": {"produced": 20, "loaded": 21},
-                      "searches": {"produced": 4, "loaded": 4}}
+    assert counts == {"page_views": {"produced": 20, "loaded": 23, "duplicated": 3},
+                      "searches": {"produced": 4, "loaded": 4, "duplicated": 0}}
     markers = dag_steps.mark_success(at(hour), at(hour + HOUR), counts, config)
     assert len(markers) == 2
     assert json.load(open(markers[0])) == {"topic": "page_views", "hour_ms": hour,
-                                           "produced": 20, "loaded": 21}
+                                           "produced": 20, "loaded": 23, "duplicated": 3}
 
 
 def test_the_gate_waits_while_the_audit_cannot_be_asked(tmp_path, caplog):
@@ -130,3 +139,21 @@ def test_the_day_report_is_kept_beside_the_data_and_a_loss_fails_it(audit, tmp_p
     assert report["summary"]["lost"] == 1
     with pytest.raises(StepFailed, match="not one whole day"):
         dag_steps.audit_report(at(day), at(day + HOUR), config)
+
+
+@pytest.mark.parametrize("first_ask_h, timeout_h, grace_h, gives_up_h", [
+    # hours after the end of the hour loaded
+    (2.0, 6.0, 0.5, 8.0),           # an old hour: the timeout after the first ask
+    (0.05, 0.25, 0.5, 0.5 + 10 / 3600),     # just ended, a timeout shorter than the grace:
+                                    # not before the grace has passed (+ two asks of 5 s)
+    (0.1, 0.5, 0.5, 0.6),           # the timeout ends after the grace: the timeout
+])
+def test_the_sensor_never_gives_up_before_the_audit_can_call_the_hour_lost(
+        first_ask_h, timeout_h, grace_h, gives_up_h):
+    """The demo's 900 s timeout against the audit's 30-minute grace (issue 25):
+    a run of an hour that just ended gave up while the audit still called
+    its windows pending."""
+    hour_end = 1_800_000_000_000 - 1_800_000_000_000 % HOUR
+    ms = lambda h: int(round(h * HOUR))  # noqa: E731
+    assert dag_steps.sensor_deadline_ms(hour_end + ms(first_ask_h), timeout_h * 3600,
+                                        hour_end, ms(grace_h), 5.0) == hour_end + ms(gives_up_h)

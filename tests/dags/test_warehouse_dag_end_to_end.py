@@ -192,7 +192,7 @@ def test_warehouse_load_and_audit_report_dags(clusters, tmp_path):
 
         # -- hour 0: its load is killed mid-run (kill -9 of spark-submit); the retry
         #    of the same run finishes the job
-        run = dags_test(env, "warehouse_load", iso(hours[1]), popen=True)
+        run = dags_test(env, "warehouse_load", iso(hours[0]), popen=True)
         output_lines: list[str] = []
         drain = threading.Thread(target=lambda: output_lines.extend(run.stdout))
         drain.start()
@@ -211,7 +211,7 @@ def test_warehouse_load_and_audit_report_dags(clusters, tmp_path):
 
         # -- hours 1 and 2: gate, (nothing new to) load, validate, mark
         for hour in hours[1:3]:
-            state, text = dags_test(env, "warehouse_load", iso(hour + HOUR))
+            state, text = dags_test(env, "warehouse_load", iso(hour))
             assert state == "success", text[-6000:]
 
         # exactly once: every message produced is a row, once (the kill included)
@@ -237,13 +237,13 @@ def test_warehouse_load_and_audit_report_dags(clusters, tmp_path):
 
         # -- a re-run of an hour adds nothing
         files = sorted(glob.glob(str(output / "*" / "date=*" / "hour=*" / "*.parquet")))
-        state, text = dags_test(env, "warehouse_load", iso(hours[1] + HOUR))
+        state, text = dags_test(env, "warehouse_load", iso(hours[1]))
         assert state == "success", text[-6000:]
         assert "nothing new to load" in text
         assert sorted(glob.glob(str(output / "*" / "date=*" / "hour=*" / "*.parquet"))) == files
 
         # -- hour 3 lost 5 page views: the gate never passes; the run fails with numbers
-        state, text = dags_test(env, "warehouse_load", iso(hours[3] + HOUR))
+        state, text = dags_test(env, "warehouse_load", iso(hours[3]))
         assert state == "failed"
         # (the tier may count some messages twice: at-least-once counting)
         assert re.search(rf"page_views: lost; produced 40, counted \d+ at the tier, missing "
@@ -254,7 +254,7 @@ def test_warehouse_load_and_audit_report_dags(clusters, tmp_path):
 
         # -- the day's audit report: kept beside the data, and the run fails on the loss
         day = hours[3] - hours[3] % (24 * HOUR)
-        state, text = dags_test(env, "audit_report", iso(day + 24 * HOUR))
+        state, text = dags_test(env, "audit_report", iso(day))
         assert state == "failed"
         assert "LOSS page_views window" in text and f"missing {LOST}" in text
         t = dt.datetime.fromtimestamp(day / 1000, dt.timezone.utc)
