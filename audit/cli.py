@@ -205,9 +205,15 @@ def run_report(args) -> int:
         return 2
     store = _store(args)
     try:
-        if store.revision() is None:
+        revision = store.revision()
+        if revision is None:
             print(f"error: no audit database at {_safe_url(store.url)} (python -m audit db "
                   f"upgrade creates one; the service does at start)", file=sys.stderr)
+            return 2
+        if revision != store.head_revision():
+            print(f"error: the audit database at {_safe_url(store.url)} is at schema "
+                  f"revision {revision}, this audit reads {store.head_revision()}: python -m "
+                  f"audit db upgrade (the service does it at start)", file=sys.stderr)
             return 2
         chosen = report.verdicts(store, args.topic, begin, end, now, args.grace_ms, args.tier)
     finally:

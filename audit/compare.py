@@ -177,7 +177,9 @@ def _by_ids(produced: int, produced_sum: int, count: int, row: TierTotals):
         missing, dups = max(0, produced - unique), max(0, count - unique)
         state = "lost_and_duplicated" if missing and dups else "lost" if missing else \
             "duplicated"
-        return state, min(unique, produced), missing, dups, unique <= produced
+        # exact only where every event was an older counter's (no late ids then)
+        return state, min(unique, produced), missing, dups, \
+            unique <= produced and not row.late_unique_count
     if (unique == produced and unique_sum == produced_sum) or \
             (unique + late == produced and (unique_sum + late_sum) % _MOD == produced_sum):
         dups = count - produced

@@ -168,6 +168,8 @@ class TierCounter:
         copy another task saw first is a duplicate), not the task's own."""
         if topic == AUDIT_TOPIC:
             return
+        if ids is not None and not self.config.dedup_ids:
+            raise ValueError("merge(ids=...) needs a counter that keeps ids (dedup_ids)")
         R = _reference
         with self._lock:
             acc = self._tallies.setdefault(topic, {})
@@ -206,7 +208,8 @@ class TierCounter:
         now = self._now_ms() if now_ms is None else now_ms
         with self._lock:
             tallies, self._tallies = self._tallies, {}
-            late = {topic: set(windows) for topic, windows in self._dropped.items()}
+            late = {topic: {b for b in acc if b in self._dropped.get(topic, ())}
+                    for topic, acc in tallies.items()}
             if cfg.dedup_ids:
                 oldest = now - now % cfg.window_ms - cfg.dedup_windows * cfg.window_ms
                 forget = now - LATE_MEMORY_MS

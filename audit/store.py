@@ -96,7 +96,8 @@ class TierTotals:
     events: int
     latency_counts: list[int]
     latency_bounds_ms: list[int]
-    # the sums that place late copies (None unless every event carried them)
+    # the sums that place late copies (the checksums: None unless every event
+    # carried them; late_unique_count: of the events that did)
     unique_checksum: int | None = None
     late_unique_count: int | None = None
     late_unique_checksum: int | None = None
@@ -124,6 +125,15 @@ class Store:
         with self.engine.begin() as connection:
             cfg.attributes["connection"] = connection
             command.upgrade(cfg, revision)
+
+    @staticmethod
+    def head_revision() -> str:
+        """The newest schema revision of the migrations shipped."""
+        from alembic.config import Config
+        from alembic.script import ScriptDirectory
+        cfg = Config()
+        cfg.set_main_option("script_location", MIGRATIONS)
+        return ScriptDirectory.from_config(cfg).get_current_head()
 
     def revision(self) -> str | None:
         from alembic.runtime.migration import MigrationContext
@@ -177,11 +187,16 @@ class Store:
                  unique, with_unique, n, u_hi, u_lo, late, late_hi, late_lo, with_late) = row
                 checksum = _joined(hi, lo)
                 sums = with_late == n           # every event of a counter that sends them
+                if with_unique == n and not sums and late is not None:
+                    # older counters' events beside newer ones: the newer ones keep
+                    # late first sightings out of unique_count; count them in
+                    # (compare.py then claims no exactness: no sums)
+                    unique = int(unique) + int(late)
                 out.append(TierTotals(topic_, int(wb), int(we), tier_, dc, cluster, int(count),
                                       int(size), int(no_time), int(malformed), checksum,
                                       int(unique) if with_unique == n else None, int(n), [], [],
                                       _joined(u_hi, u_lo) if sums else None,
-                                      int(late) if sums else None,
+                                      int(late) if late is not None else None,
                                       _joined(late_hi, late_lo) if sums else None))
         self._add_latency(out, topic, begin_ms, end_ms, tier)
         return sorted(out, key=lambda r: (r.topic, r.window_begin_ms, r.tier, r.datacenter,

@@ -6,8 +6,10 @@ Parquet warehouse once the audit says the hour is complete.
                     at the analysis tier
     load            spark-submit of the loader (everything new: offsets are
                     kept with the output, so a re-run adds nothing)
-    validate        rows per topic in the hour's partitions >= the producers'
-                    counts in the audit (fails loudly on a shortfall)
+    validate        the event ids of the hour's rows, window by window, against
+                    what the producers delivered (counts and id checksums in
+                    the audit): fails on a missing message, also one hidden
+                    under copies
     mark_success    _SUCCESS in each topic's date=/hour= partition
 
 One run per hour, whoever made it: a run's logical date is the start of

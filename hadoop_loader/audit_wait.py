@@ -78,6 +78,9 @@ class AuditHourTrigger(BaseTrigger):
 
     def __init__(self, interval_start: str, interval_end: str, deadline_ms: int,
                  poke_s: float, config_path: str | None = None) -> None:
+        """``deadline_ms`` is moved later when an ask shows that the audit's
+        grace for the hour ends after it (the first ask could not tell: the
+        audit service was not answering)."""
         super().__init__()
         self.interval_start, self.interval_end = interval_start, interval_end
         self.deadline_ms, self.poke_s, self.config_path = deadline_ms, poke_s, config_path
@@ -94,9 +97,13 @@ class AuditHourTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         lines: list[str] = []
         while True:
-            state, _grace, asked = await asyncio.to_thread(
+            state, grace_ms, asked = await asyncio.to_thread(
                 ask, self.interval_start, self.interval_end, self.config_path, self._say)
             lines = asked or lines
+            if state is not None:
+                hour_end_ms = int(_moment(self.interval_end).timestamp() * 1000)
+                self.deadline_ms = max(self.deadline_ms, dag_steps.sensor_deadline_ms(
+                    0, 0, hour_end_ms, grace_ms, self.poke_s))
             if state == "ready":
                 yield TriggerEvent({"state": READY, "lines": lines})
                 return
@@ -128,7 +135,17 @@ class AuditCompleteSensor(BaseSensorOperator):
         if start is None or end is None:
             from airflow.sdk.exceptions import AirflowFailException
             raise AirflowFailException("this run has no data interval: trigger warehouse_load "
-                                       "with a logical date (the end of the hour to load)")
+                                       "with a logical date (the start of the hour to load)")
+        logical = context.get("logical_date")
+        if logical is not None and not start <= logical < end:
+            from airflow.sdk.exceptions import AirflowFailException
+            raise AirflowFailException(
+                f"this run's logical date {logical.isoformat()} is outside the hour it would "
+                f"load ({start.isoformat()} to {end.isoformat()}): `airflow dags trigger` infers "
+                f"the hour from the time of the call, not from --logical-date. Load an hour by "
+                f"hand through the REST API or the UI (logical date: the start of the hour), "
+                f"or with `airflow backfill create --from-date H --to-date H`; then delete "
+                f"this run: it holds that logical date (docs/loader.md)")
         state, grace_ms, _ = ask(start, end, self.config_path, self._say)
         if state == "ready":
             self.log.info("the audit calls the hour complete: loading it")

@@ -191,17 +191,20 @@ def ids_in_hour(out, topic: str, hour_ms: int,
     """The rows of a topic's hour partition per audit window (by their event
     time): ``{window: (rows, distinct event ids, checksum of the distinct
     ids)}``, the checksum as the audit makes it (audit/tally.py's id_hash)."""
-    from audit.tally import id_hash
+    from audit.counting import _kernel       # id_hash in C where built
     seen: dict[int, set[bytes]] = {}
     rows: dict[int, int] = {}
     for path, _size in out.files(hour_partition(topic, hour_ms)):
         if not path.endswith(".parquet"):
             continue
-        for header in out.parquet_column("header", path).to_pylist():
-            begin = header["time_ms"] - header["time_ms"] % window_ms
+        header = out.parquet_column(["header.time_ms", "header.event_id"], path).column(
+            "header").combine_chunks()
+        times = header.field("time_ms").to_pylist()
+        for t, event_id in zip(times, header.field("event_id").to_pylist()):
+            begin = t - t % window_ms
             rows[begin] = rows.get(begin, 0) + 1
-            seen.setdefault(begin, set()).add(header["event_id"])
-    return {begin: (rows[begin], len(ids), sum(map(id_hash, ids)) % (1 << 64))
+            seen.setdefault(begin, set()).add(event_id)
+    return {begin: (rows[begin], len(ids), sum(map(_kernel.id_hash, ids)) % (1 << 64))
             for begin, ids in seen.items()}
 
 

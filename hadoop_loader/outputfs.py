@@ -117,11 +117,12 @@ class OutputFS:
         with self.fs.open_input_file(self.path(*parts)) as f:
             return pq.ParquetFile(f).metadata.num_rows
 
-    def parquet_column(self, column: str, *parts: str):
-        """One (top-level) column of a Parquet file, as a pyarrow array."""
+    def parquet_column(self, columns: list[str], *parts: str):
+        """Columns of a Parquet file (nested fields by dotted path:
+        ``header.time_ms``), as a pyarrow table: only they are read."""
         import pyarrow.parquet as pq
         with self.fs.open_input_file(self.path(*parts)) as f:
-            return pq.ParquetFile(f).read(columns=[column]).column(column)
+            return pq.ParquetFile(f).read(columns=columns)
 
     # ------------------------------------------------------------ changes
 

@@ -162,8 +162,13 @@ max_retry_delay_s = 30.0
         say(f"{result.total():,} events acknowledged in {result.seconds:.1f} s")
         return result
 
-    def load_hours(self, first_hour_ms: int, hours: int, timeout: float = 900.0) -> dict:
-        """warehouse_load for each hour, run by Airflow's scheduler; run id -> state."""
+    def load_hours(self, first_hour_ms: int, hours: int, timeout: float | None = None) -> dict:
+        """warehouse_load for each hour, run by Airflow's scheduler; run id ->
+        state. ``timeout``: how long to follow the runs (default: as long as
+        a sensor may wait, its timeout or the audit's grace, and a load)."""
+        if timeout is None:
+            grace = 1800.0 if self.audit_grace_s is None else self.audit_grace_s
+            timeout = max(self.sensor_timeout_s, grace) + 600.0
         url = f"http://127.0.0.1:{self.airflow_port}"
         token = self.airflow_token()
         runs = []

@@ -139,3 +139,26 @@ def test_a_copy_while_the_ids_are_kept_is_an_exact_duplicate(tmp_path, resend_af
     v = tiers.verdict(later + HOUR)
     assert (v["state"], v["missing"], v["duplicated"], v["exact"]) == \
         ("duplicated", 0, 2, True), v
+
+
+def test_an_older_counters_events_beside_newer_ones_claim_no_exactness(tmp_path):
+    """Events without the sums (a counter from before them) in the same
+    window as a newer counter's late ids: the late first sightings count
+    among the ids seen."""
+    tiers = Tiers(tmp_path)
+    tiers.cluster = TierCounter(CounterConfig(tier="cluster", datacenter="dc-a",
+                                              cluster="dc-a", window_ms=WINDOW, dedup_ids=True))
+    now = tiers.begin + MINUTE
+    tiers.cluster.add_values("page_views", [value(i) for i in tiers.ids[:15]], tiers.begin + 1,
+                             now_ms=now)
+    old = tiers.cluster.drain(now_ms=now)
+    for event in old:                       # as an older counter published them
+        for field in ("unique_checksum", "late_unique_count", "late_unique_checksum"):
+            del event[field]
+    tiers.store.add_events(old, now)
+    later = tiers.begin + 3 * HOUR
+    tiers.idle_until(later)
+    tiers.count(tiers.ids[15:], later)      # the rest, late, from the newer counter
+    v = tiers.verdict(later)
+    # every id arrived once: complete (before, the late five were left out: "lost 5, exact")
+    assert (v["state"], v["missing"], v["duplicated"]) == ("complete", 0, 0), v

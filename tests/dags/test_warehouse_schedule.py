@@ -18,7 +18,8 @@ Three past hours, catchup on, and one of them triggered by hand first:
   hour's scheduled run, which was never made).
 
 Every hour has exactly one run, and the schedule's next run is the hour
-after them.
+after them. Then hour A is reloaded the documented way, by clearing its
+run: it runs again, and no run is added.
 """
 from __future__ import annotations
 
@@ -245,6 +246,23 @@ retry_delay_s = 2.0
         ended = dt.datetime.fromisoformat(sensor_b["end_date"].replace("Z", "+00:00"))
         assert (ended - began).total_seconds() >= SENSOR_TIMEOUT_S, sensor_b
         assert not marker_of(output, hour_b)
+
+        # reload hour A, the documented way: clear its run. It runs again from
+        # the sensor (the load finds nothing new), and the schedule is untouched
+        run_url = f"{runs_url}/{run_a['dag_run_id']}"
+        call(f"{url}/api/v2/dags/warehouse_load/clearTaskInstances", token,
+             {"dry_run": False, "dag_run_id": run_a["dag_run_id"], "only_failed": False})
+
+        def reloaded() -> bool:
+            sensor = call(f"{run_url}/taskInstances/audit_complete", token)
+            return sensor["try_number"] >= 2 and call(run_url, token)["state"] in (
+                "success", "failed")
+        wait_until(reloaded, 300, interval=2.0, what=lambda: call(run_url, token))
+        assert call(run_url, token)["state"] == "success"
+        assert "nothing new to load" in task_log(state_dir, run_a["dag_run_id"], "load")
+        assert {h: [r["dag_run_id"] for r in rs] for h, rs in runs().items()} == \
+            {h: [r["dag_run_id"] for r in rs] for h, rs in found.items()}
+        assert marker_of(output, hour_a)
     finally:
         airflow_stack.down(state_dir, say=lambda *_: None)
         stop.set()
