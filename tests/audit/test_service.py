@@ -170,3 +170,22 @@ def test_serve_help_and_report_without_a_database(tmp_path):
     out = subprocess.run([sys.executable, "-m", "audit", "report", "--data-dir", str(tmp_path),
                           "--from", "yesterday"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "bad time 'yesterday'" in out.stderr
+
+
+def test_report_on_a_database_behind_the_schema_says_how_to_upgrade(tmp_path):
+    """A database a service of an older release made (schema 0001, before the
+    late-copy sums): the report says to upgrade instead of failing on the
+    missing columns; after the upgrade it reads it."""
+    from audit.store import Store, default_url
+    store = Store(default_url(str(tmp_path)))
+    store.upgrade("0001")
+    store.close()
+    report = [sys.executable, "-m", "audit", "report", "--data-dir", str(tmp_path)]
+    out = subprocess.run(report, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "schema revision 0001" in out.stderr and "python -m audit db upgrade" in out.stderr
+    upgrade = subprocess.run([sys.executable, "-m", "audit", "db", "upgrade", "--data-dir",
+                              str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert upgrade.returncode == 0, upgrade.stderr
+    out = subprocess.run(report, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
