@@ -7,8 +7,10 @@
 
 Settings come from defaults, then --config FILE (TOML: config/audit.toml lists
 every setting, in a [count] and a [serve] table), then the options, then --set.
-``report`` exits 1 when a window of the period is lost or duplicated (past
-its grace period), so a cron job or a DAG can act on it; 0 otherwise.
+``report`` exits 1 when a window of the period lost messages (``lost`` or
+``lost_and_duplicated``, past its grace period), so a cron job or a DAG can
+act on it; 0 otherwise: copies are reported, never a failure (the one rule,
+audit/compare.py).
 """
 from __future__ import annotations
 
@@ -57,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read the monitoring events of every tier from the analysis cluster's "
                     "audit topic (each once, by its id) into the database (SQLite by "
                     "default, PostgreSQL by URL), and serve the completeness heatmap, the "
-                    "per-window drill-down, /api/completeness (what the warehouse loader "
-                    "waits on) and /metrics over HTTP. Stops on SIGTERM/SIGINT.",
+                    "per-window drill-down, /api/verdicts (what the warehouse loader waits "
+                    "on), /api/completeness and /metrics over HTTP. Stops on SIGTERM/SIGINT.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Example:\n  python -m audit serve --zookeeper 127.0.0.1:2181/analysis "
                "--http-port 8090\n  python -m audit serve --zookeeper ... "

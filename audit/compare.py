@@ -27,12 +27,20 @@ producers did is compared as a count of 0 (lost once the grace has passed).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Iterable
 
 from audit.counting import percentile
 from audit.store import TierTotals
 
 STATES = ("complete", "pending", "lost", "duplicated", "lost_and_duplicated", "no_reference")
-BAD_STATES = ("lost", "duplicated", "lost_and_duplicated")
+#: The one rule for "is this complete?" (the warehouse gate, /api/completeness,
+#: python -m audit report, the DAG steps): a window that lost messages fails;
+#: copies are reported but never block (at-least-once delivery: the warehouse
+#: loads them, its validate step checks every id); anything not decided yet
+#: (pending, or no producer counts to compare with) waits.
+PASSING = ("complete", "duplicated")
+LOSING = ("lost", "lost_and_duplicated")
+READY, WAITING, LOST = "ready", "waiting", "lost"
 _MOD = 1 << 64
 
 
@@ -205,7 +213,20 @@ def summary(verdicts: list[Verdict]) -> dict[str, int]:
     return out
 
 
+def outcome(states: Iterable[str]) -> str:
+    """The one rule (``PASSING``, ``LOSING``) over the states of some windows:
+    ``lost`` if any lost messages, else ``waiting`` if any is not decided
+    yet (or there is none), else ``ready``."""
+    chosen = list(states)
+    if any(s in LOSING for s in chosen):
+        return LOST
+    if not chosen or any(s not in PASSING for s in chosen):
+        return WAITING
+    return READY
+
+
 def is_complete(verdicts: list[Verdict], tier: str | None = None) -> bool:
-    """Every verdict (of ``tier``) complete — and there is at least one."""
-    chosen = [v for v in verdicts if tier is None or v.tier == tier]
-    return bool(chosen) and all(v.state == "complete" for v in chosen)
+    """Nothing lost and nothing pending in the verdicts (of ``tier``), of
+    which there is at least one: ``outcome`` is ready. Copies do not count
+    against it."""
+    return outcome(v.state for v in verdicts if tier is None or v.tier == tier) == READY

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from audit.compare import LOSING, LOST, PASSING, READY, WAITING, outcome
+
 HOUR_MS = 3_600_000
-READY, WAITING, LOST = "ready", "waiting", "lost"
-_PASSING = ("complete", "duplicated")
-_LOSING = ("lost", "lost_and_duplicated")
 
 
 @dataclass
@@ -113,23 +112,19 @@ def check_hour(verdicts: list[dict], hour_ms: int, now_ms: int, grace_ms: int,
             hour.duplicated += v["duplicated"]
             if v["state"] == "pending":
                 hour.pending_windows += 1
-            elif v["state"] in _LOSING:
+            elif v["state"] in LOSING:
                 hour.lost_windows.append(begin)
-            elif v["state"] not in _PASSING:
+            elif v["state"] not in PASSING:
                 hour.unreported_windows += 1
-        if hour.lost_windows:
-            hour.state = LOST
-        elif hour.pending_windows or hour.unreported_windows:
-            hour.state = WAITING
+        # the one rule (audit/compare.py), over the windows the producers reported
+        hour.state = outcome([at_tier[b]["state"] if b in at_tier else "pending"
+                              for b in sorted(windows)])
         result[topic] = hour
     if not result:
         state = READY if now_ms >= hour_ms + HOUR_MS + grace_ms else WAITING
-    elif any(t.state == LOST for t in result.values()):
-        state = LOST
-    elif any(t.state == WAITING for t in result.values()):
-        state = WAITING
     else:
-        state = READY
+        state = outcome({LOST: "lost", WAITING: "pending", READY: "complete"}[t.state]
+                        for t in result.values())
     return HourCheck(hour_ms, tier, cluster, state, result, grace_ms)
 
 

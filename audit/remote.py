@@ -8,7 +8,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-LOSS_STATES = ("lost", "lost_and_duplicated")
+from audit.compare import LOSING
 
 
 class AuditUnavailable(RuntimeError):
@@ -53,8 +53,8 @@ class Report:
 
     @property
     def losses(self) -> list[dict]:
-        """The verdicts in a loss state."""
-        return [v for v in self.answer["verdicts"] if v["state"] in LOSS_STATES]
+        """The verdicts in a loss state (the one rule, audit/compare.py)."""
+        return [v for v in self.answer["verdicts"] if v["state"] in LOSING]
 
     def json_bytes(self) -> bytes:
         return json.dumps(self.answer, indent=1).encode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from audit.compare import BAD_STATES, Verdict, compare, summary
+from audit.compare import LOSING, Verdict, compare, summary
 from audit.store import Store
 
 #: how far back to look for the tiers that report a topic, so that a tier
@@ -21,7 +21,8 @@ def verdicts(store: Store, topic: str | None, begin_ms: int, end_ms: int, now_ms
 
 
 def has_losses(chosen: list[Verdict]) -> bool:
-    return any(v.state in BAD_STATES for v in chosen)
+    """Whether a window lost messages (the one rule: copies do not count)."""
+    return any(v.state in LOSING for v in chosen)
 
 
 def as_json(chosen: list[Verdict], begin_ms: int, end_ms: int) -> str:

@@ -29,7 +29,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, urlsplit
 
-from audit.compare import BAD_STATES, STATES, Verdict, is_complete, summary
+from audit.compare import LOST, READY, STATES, Verdict, outcome, summary
 from audit.counting import TIERS
 
 COLOURS = {"complete": "#2e9e5b", "pending": "#c9a227", "lost": "#c8323c",
@@ -261,11 +261,11 @@ def completeness(service, query: dict) -> dict:
     else:
         raise BadRequest("give window=<window start> or hour=<hour start>")
     verdicts = service.verdicts(topic, begin, end, tier)
-    bad = [v for v in verdicts if v.state in BAD_STATES]
+    result = outcome(v.state for v in verdicts)         # the one rule (audit/compare.py)
     return {"topic": topic, "tier": tier, "from_ms": begin, "to_ms": end,
-            "complete": is_complete(verdicts), "windows": len({v.window_begin_ms
-                                                               for v in verdicts}),
-            "summary": summary(verdicts), "lost": bool(bad),
+            "complete": result == READY, "outcome": result,
+            "windows": len({v.window_begin_ms for v in verdicts}),
+            "summary": summary(verdicts), "lost": result == LOST,
             "verdicts": [v.to_json() for v in verdicts]}
 
 
