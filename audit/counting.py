@@ -61,6 +61,12 @@ LATE_MEMORY_MS = 7 * 24 * 3600 * 1000
 _SIGNED = 1 << 63
 
 
+def id_hash(event_id: bytes) -> int:
+    """The 64-bit hash of an event id that the checksums add up (audit/tally.py;
+    the C kernel's where built)."""
+    return _kernel.id_hash(event_id)
+
+
 def kernel_name() -> str:
     return "C" if _kernel is not _reference else "pure Python"
 
@@ -445,5 +451,6 @@ def monitoring_writer(registry_url: str):
 
 
 __all__ = ["TierCounter", "CounterConfig", "AuditedProducer", "MonitoringPublisher",
-           "producer_sender", "monitoring_writer", "percentile", "unsigned_checksum", "id_hashes",
+           "producer_sender", "monitoring_writer", "percentile", "unsigned_checksum", "id_hash",
+           "id_hashes",
            "AUDIT_TOPIC", "kernel_name"]

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from audit.compare import LOSING, LOST, PASSING, READY, WAITING, outcome
+from audit.compare import LOSING, LOST, PASSING, READY, WAITING, outcome  # noqa: F401 - LOST:
+#   the gate's answers are the rule's (READY, WAITING, LOST), imported from here
 
 HOUR_MS = 3_600_000
 
@@ -98,6 +99,7 @@ def check_hour(verdicts: list[dict], hour_ms: int, now_ms: int, grace_ms: int,
             windows = producers.setdefault(v["topic"], {})
             windows[v["window_begin_ms"]] = windows.get(v["window_begin_ms"], 0) + v["produced"]
     result: dict[str, TopicHour] = {}
+    every_window: list[str] = []
     for topic, windows in producers.items():
         hour = TopicHour(topic, READY, produced=sum(windows.values()), windows=len(windows))
         at_tier = {v["window_begin_ms"]: v for v in in_hour
@@ -116,15 +118,16 @@ def check_hour(verdicts: list[dict], hour_ms: int, now_ms: int, grace_ms: int,
                 hour.lost_windows.append(begin)
             elif v["state"] not in PASSING:
                 hour.unreported_windows += 1
-        # the one rule (audit/compare.py), over the windows the producers reported
-        hour.state = outcome([at_tier[b]["state"] if b in at_tier else "pending"
-                              for b in sorted(windows)])
+        # the one rule (audit/compare.py), over the windows the producers
+        # reported (one the tier has not reported yet is pending)
+        states = [at_tier[b]["state"] if b in at_tier else "pending" for b in windows]
+        hour.state = outcome(states)
+        every_window += states
         result[topic] = hour
     if not result:
         state = READY if now_ms >= hour_ms + HOUR_MS + grace_ms else WAITING
     else:
-        state = outcome({LOST: "lost", WAITING: "pending", READY: "complete"}[t.state]
-                        for t in result.values())
+        state = outcome(every_window)
     return HourCheck(hour_ms, tier, cluster, state, result, grace_ms)
 
 

@@ -36,7 +36,7 @@ import time
 from typing import Any, AsyncIterator
 
 from airflow.sdk import BaseSensorOperator
-from airflow.sdk.exceptions import AirflowSensorTimeout
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from hadoop_loader import dag_steps
@@ -45,27 +45,6 @@ READY, TIMED_OUT = "ready", "timed_out"
 #: how long past the deadline Airflow itself fails a deferral whose
 #: trigger never answered (a triggerer that is down)
 DEFERRAL_MARGIN_S = 300.0
-
-
-def ask(interval_start: str | dt.datetime, interval_end: str | dt.datetime,
-        config_path: str | None, say) -> tuple[str | None, int, list[str]]:
-    """One ask: (the gate's state or None when the audit could not be asked,
-    its grace in ms, the lines it logged through ``say(level, text)``)."""
-    from audit.gate import LOST
-    start, end = _moment(interval_start), _moment(interval_end)
-    check, warehouse = dag_steps.poke_audit(start, end, config_path)
-    if check is None:
-        say("warning", "the audit service could not be asked; asking again at the next poke")
-        return None, 0, []
-    lines = check.lines()
-    level = "error" if check.state == LOST else "info"
-    for line in lines:
-        say(level, line)
-    if check.state == LOST:
-        say("error", f"the audit shows messages LOST before the {warehouse.audit_tier} tier "
-                     f"in this hour: it is not loaded unless they arrive before the sensor "
-                     f"times out")
-    return check.state, check.grace_ms, lines
 
 
 def _moment(value) -> dt.datetime:
@@ -98,7 +77,8 @@ class AuditHourTrigger(BaseTrigger):
         lines: list[str] = []
         while True:
             state, grace_ms, asked = await asyncio.to_thread(
-                ask, self.interval_start, self.interval_end, self.config_path, self._say)
+                dag_steps.ask_audit, _moment(self.interval_start), _moment(self.interval_end),
+                self.config_path, self._say)
             lines = asked or lines
             if state is not None:
                 hour_end_ms = int(_moment(self.interval_end).timestamp() * 1000)
@@ -133,21 +113,13 @@ class AuditCompleteSensor(BaseSensorOperator):
     def execute(self, context) -> None:
         start, end = context["data_interval_start"], context["data_interval_end"]
         if start is None or end is None:
-            from airflow.sdk.exceptions import AirflowFailException
             raise AirflowFailException("this run has no data interval: trigger warehouse_load "
                                        "with a logical date (the start of the hour to load)")
-        logical = context.get("logical_date")
-        if logical is not None and not start <= logical < end:
-            from airflow.sdk.exceptions import AirflowFailException
-            raise AirflowFailException(
-                f"this run's logical date {logical.isoformat()} is outside the hour it would "
-                f"load ({start.isoformat()} to {end.isoformat()}): `airflow dags trigger` infers "
-                f"the hour from the time of the call, not from --logical-date. Load an hour by "
-                f"hand through the REST API or the UI (logical date: the start of the hour), "
-                f"or with `airflow backfill create --from-date H --to-date H`; then delete "
-                f"this run: it holds that logical date (docs/loader.md)")
-        state, grace_ms, _ = ask(start, end, self.config_path, self._say)
-        if state == "ready":
+        refused = dag_steps.run_outside_its_hour(context.get("logical_date"), start, end)
+        if refused:
+            raise AirflowFailException(refused)
+        state, grace_ms, _ = dag_steps.ask_audit(start, end, self.config_path, self._say)
+        if state == READY:
             self.log.info("the audit calls the hour complete: loading it")
             return
         hour_end_ms = int(end.timestamp() * 1000)

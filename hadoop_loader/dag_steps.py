@@ -119,19 +119,31 @@ def _hour_check(loader: LoaderConfig, warehouse: WarehouseConfig, hour_ms: int):
                       topics=topic_filter(loader.whitelist, loader.blacklist))
 
 
-def poke_audit(interval_start, interval_end, path: str | None = None):
-    """Ask the audit once about the run's hour: ``(check, settings)``, the
-    gate's HourCheck (None when the audit service could not be asked) and
-    the ``[warehouse]`` settings. No logging: the sensor and its trigger
-    log the answer where Airflow shows it (the task's log)."""
+def ask_audit(interval_start, interval_end, path: str | None = None,
+              say=None) -> tuple[str | None, int, list[str]]:
+    """Ask the audit once about the run's hour: (the gate's state, or None
+    when the audit service could not be asked; the audit's grace in ms; the
+    answer's lines). Each line goes to ``say(level, text)`` (default: this
+    module's log; the sensor's trigger passes its own, whose lines are the
+    task's log), a loss as an error."""
+    from audit.gate import LOST
     from audit.remote import AuditUnavailable
+    say = say or (lambda level, text: getattr(log, level)("%s", text))
     loader, warehouse = read_settings(path)
     hour = interval_hour(interval_start, interval_end)
     try:
-        return _hour_check(loader, warehouse, hour), warehouse
+        check = _hour_check(loader, warehouse, hour)
     except AuditUnavailable as exc:
-        log.warning("%s; asking again at the next poke", exc)
-        return None, warehouse
+        say("warning", f"{exc}; asking again at the next poke")
+        return None, 0, []
+    lines = check.lines()
+    for line in lines:
+        say("error" if check.state == LOST else "info", line)
+    if check.state == LOST:
+        say("error", f"the audit shows messages LOST before the {warehouse.audit_tier} tier in "
+                     f"this hour: it is not loaded unless they arrive before the sensor times "
+                     f"out")
+    return check.state, check.grace_ms, lines
 
 
 def sensor_deadline_ms(first_ask_ms: int, timeout_s: float, hour_end_ms: int, grace_ms: int,
@@ -144,23 +156,25 @@ def sensor_deadline_ms(first_ask_ms: int, timeout_s: float, hour_end_ms: int, gr
                hour_end_ms + grace_ms + int(2 * poke_s * 1000))
 
 
+def run_outside_its_hour(logical_date, interval_start, interval_end) -> str | None:
+    """Why a run must not load (its logical date lies outside the hour it
+    would load: ``airflow dags trigger --logical-date`` infers the hour from
+    the time of the call), or None."""
+    if logical_date is None or interval_start <= logical_date < interval_end:
+        return None
+    return (f"this run's logical date {logical_date.isoformat()} is outside the hour it would "
+            f"load ({interval_start.isoformat()} to {interval_end.isoformat()}): `airflow dags "
+            f"trigger` infers the hour from the time of the call, not from --logical-date. "
+            f"Load an hour by hand through the REST API or the UI (logical date: the start of "
+            f"the hour), or with `airflow backfill create --from-date H --to-date H`; then "
+            f"delete this run: it holds that logical date (docs/loader.md)")
+
+
 def audit_gate(interval_start, interval_end, path: str | None = None) -> bool:
-    """One poke: True once the audit says the hour is complete at the
-    configured tier, with the audit's numbers per topic in the log (a loss
-    as an error). The DAG waits with hadoop_loader/audit_wait.py, which
-    pokes the same way; this is the step for a caller outside Airflow."""
-    from audit.gate import LOST, READY
-    check, warehouse = poke_audit(interval_start, interval_end, path)
-    if check is None:
-        return False
-    report = log.error if check.state == LOST else log.info
-    for line in check.lines():
-        report("%s", line)
-    if check.state == LOST:
-        log.error("the audit shows messages LOST before the %s tier in this hour: it is not "
-                  "loaded until they arrive (the sensor times out after %g s)",
-                  warehouse.audit_tier, warehouse.sensor_timeout_s)
-    return check.state == READY
+    """One ask (``ask_audit``, into the log): True once the audit says the
+    hour is complete at the configured tier."""
+    from audit.gate import READY
+    return ask_audit(interval_start, interval_end, path)[0] == READY
 
 
 def load(path: str | None = None) -> int:
@@ -191,7 +205,7 @@ def ids_in_hour(out, topic: str, hour_ms: int,
     """The rows of a topic's hour partition per audit window (by their event
     time): ``{window: (rows, distinct event ids, checksum of the distinct
     ids)}``, the checksum as the audit makes it (audit/tally.py's id_hash)."""
-    from audit.counting import _kernel       # id_hash in C where built
+    from audit.counting import id_hash
     seen: dict[int, set[bytes]] = {}
     rows: dict[int, int] = {}
     for path, _size in out.files(hour_partition(topic, hour_ms)):
@@ -204,7 +218,7 @@ def ids_in_hour(out, topic: str, hour_ms: int,
             begin = t - t % window_ms
             rows[begin] = rows.get(begin, 0) + 1
             seen.setdefault(begin, set()).add(event_id)
-    return {begin: (rows[begin], len(ids), sum(map(_kernel.id_hash, ids)) % (1 << 64))
+    return {begin: (rows[begin], len(ids), sum(map(id_hash, ids)) % (1 << 64))
             for begin, ids in seen.items()}
 
 

@@ -157,3 +157,17 @@ def test_the_sensor_never_gives_up_before_the_audit_can_call_the_hour_lost(
     ms = lambda h: int(round(h * HOUR))  # noqa: E731
     assert dag_steps.sensor_deadline_ms(hour_end + ms(first_ask_h), timeout_h * 3600,
                                         hour_end, ms(grace_h), 5.0) == hour_end + ms(gives_up_h)
+
+
+def test_a_run_whose_logical_date_is_outside_its_hour_is_refused_with_what_to_do():
+    """`airflow dags trigger --logical-date H` gives the run the hour of the
+    call, not H: the sensor refuses it (issue 25's review)."""
+    hour = at(1_800_000_000_000 - 1_800_000_000_000 % HOUR)
+    later = hour + dt.timedelta(hours=4)
+    assert dag_steps.run_outside_its_hour(hour, hour, hour + dt.timedelta(hours=1)) is None
+    assert dag_steps.run_outside_its_hour(hour + dt.timedelta(minutes=25), hour,
+                                          hour + dt.timedelta(hours=1)) is None   # the UI's "now"
+    assert dag_steps.run_outside_its_hour(None, hour, hour + dt.timedelta(hours=1)) is None
+    refused = dag_steps.run_outside_its_hour(hour, later, later + dt.timedelta(hours=1))
+    assert "is outside the hour it would load" in refused
+    assert "airflow backfill create" in refused and "REST API" in refused
