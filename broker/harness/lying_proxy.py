@@ -4,7 +4,7 @@ silently drops some messages and sends others twice, while the producers
 see success. What the audit must catch, made on purpose.
 
     proxy = LyingProxy(("127.0.0.1", broker_port), decide).start()
-    producer = Producer("127.0.0.1", proxy.port, ...)
+    producer = Producer(bootstrap=f"127.0.0.1:{proxy.port}", acks="flushed")
     ...
     proxy.dropped, proxy.doubled        # what it did: (topic, timestamp, value)
     proxy.close()
@@ -49,7 +49,6 @@ class LyingProxy:
         self._sockets: list[socket.socket] = []
         self.dropped: list[tuple[str, int, bytes]] = []
         self.doubled: list[tuple[str, int, bytes]] = []
-        self.forwarded = 0
 
     def start(self) -> "LyingProxy":
         threading.Thread(target=self._accept, name="lying-proxy", daemon=True).start()
@@ -104,7 +103,6 @@ class LyingProxy:
                         self.dropped.append((entry.topic, m.timestamp, m.value))
                     elif copies == 2:
                         self.doubled.append((entry.topic, m.timestamp, m.value))
-                    self.forwarded += copies
                 kept += [(m.key, m.value, m.timestamp)] * copies
             entries.append(ProduceEntry(entry.topic, entry.partition,
                                         encode_message_set(kept)))

@@ -5,7 +5,8 @@ machine with the project's DAGs (``make airflow-up`` / ``make airflow-down``).
 runs ``airflow db migrate`` (SQLite in AIRFLOW_HOME by default; any database
 by ``--db URL``, e.g. the PostgreSQL of the audit), then starts the API
 server (the UI, on 127.0.0.1:PORT), the scheduler, the DAG processor and
-the triggerer (warehouse_load's sensor defers to it), each detached in its own session with its log in ``logs/<name>.log``, and
+the triggerer (warehouse_load's sensor defers to it), each detached in its
+own session with its log in ``logs/<name>.log``, and
 waits until the UI answers and the DAG processor has parsed the DAGs. The
 scheduler runs tasks with the LocalExecutor. The login is ``admin`` with the
 password Airflow generated, printed by ``up`` and ``status``

@@ -167,7 +167,9 @@ max_retry_delay_s = 30.0
         state. ``timeout``: how long to follow the runs (default: as long as
         a sensor may wait, its timeout or the audit's grace, and a load)."""
         if timeout is None:
-            grace = 1800.0 if self.audit_grace_s is None else self.audit_grace_s
+            from audit.config import ServeConfig
+            grace = ServeConfig.grace_ms / 1000 if self.audit_grace_s is None \
+                else self.audit_grace_s
             timeout = max(self.sensor_timeout_s, grace) + 600.0
         url = f"http://127.0.0.1:{self.airflow_port}"
         token = self.airflow_token()
