@@ -19,8 +19,8 @@ import signal
 import sys
 import threading
 
-from broker.logging_setup import setup_logging
-from broker.settings import ConfigError, parse_overrides, to_toml
+from broker.service_kit.logging_setup import setup_logging
+from broker.service_kit.settings import ConfigError, parse_overrides, to_toml
 
 from audit.counting import TIERS
 
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _settings(cls, table: str, args, flags: tuple[str, ...], overrides: dict):
     """``cls`` from the file's [table], the options named ``flags``, then --set."""
-    from broker import settings
+    from broker.service_kit import settings
     for flag in flags:
         value = getattr(args, flag)
         if value is not None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker import settings
-from broker.settings import ConfigError
+from broker.service_kit import settings
+from broker.service_kit.settings import ConfigError
 
 from audit.counting import DEFAULT_WINDOW_MS
 

@@ -16,7 +16,7 @@ import threading
 import time
 
 from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
-from broker.logging_setup import RateLimitedLog
+from broker.service_kit.logging_setup import RateLimitedLog
 
 from audit import report
 from audit.config import ServeConfig

@@ -38,9 +38,9 @@ from broker.client.admin import AdminClient  # noqa: E402
 from broker.client.consumer import Consumer  # noqa: E402
 from broker.client.producer import Producer  # noqa: E402
 from broker.harness import BrokerProcess, ZooKeeperEnsemble  # noqa: E402
-from broker.harness.process import SupervisedProcess  # noqa: E402
+from broker.service_kit.process import SupervisedProcess  # noqa: E402
 from broker.protocol.message import message_size  # noqa: E402
-from broker.settings import to_toml  # noqa: E402
+from broker.service_kit.settings import to_toml  # noqa: E402
 from mirror.config import ClusterRef, MirrorConfig  # noqa: E402
 from bench.common import (machine_info, percentile, proc_cpu_seconds,  # noqa: E402
                           random_values, write_section)

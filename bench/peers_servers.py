@@ -11,7 +11,7 @@
   ``instances-available/main/activemq.xml`` whose only transport connector
   is STOMP on a free loopback port; stopped with SIGTERM.
 
-Every process is a ``broker.harness.process.SupervisedProcess``: a session
+Every process is a ``broker.service_kit.process.SupervisedProcess``: a session
 (process group) of its own, and a stop that leaves nothing of the group: the
 polite stop first, then SIGTERM, then SIGKILL to whatever is left (a
 RabbitMQ node is a shell script, ``beam.smp`` and helpers). Each server also
@@ -33,7 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-from broker.harness.process import (  # noqa: E402
+from broker.service_kit.process import (  # noqa: E402
     ProcessStartError,
     SupervisedProcess,
     group_cpu_seconds,

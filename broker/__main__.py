@@ -11,7 +11,7 @@ import signal
 import sys
 
 from broker.config import BrokerConfig, ConfigError, load_config, to_toml
-from broker.logging_setup import setup_logging
+from broker.service_kit.logging_setup import setup_logging
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker import settings
-from broker.settings import ConfigError
+from broker.service_kit import settings
+from broker.service_kit.settings import ConfigError
 from broker.storage.log_config import LogConfig
 
 __all__ = ["BrokerConfig", "ConfigError", "load_config", "to_toml"]

@@ -15,8 +15,8 @@ import argparse
 import json
 import sys
 
-from broker.logging_setup import setup_logging
-from broker.settings import ConfigError, parse_overrides, to_toml
+from broker.service_kit.logging_setup import setup_logging
+from broker.service_kit.settings import ConfigError, parse_overrides, to_toml
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def loader_config(args):
-    from broker import settings
+    from broker.service_kit import settings
     from hadoop_loader.config import LoaderConfig
     overrides: dict[str, object] = {}
     for flag in ("zookeeper", "output", "master", "whitelist", "log_level", "log_format"):

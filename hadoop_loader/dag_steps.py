@@ -49,8 +49,8 @@ def config_path() -> str:
 def read_settings(path: str | None = None, overrides=()) -> tuple[LoaderConfig, WarehouseConfig]:
     """The ``[loader]`` and ``[warehouse]`` settings of the file (with
     ``--set``-style loader overrides)."""
-    from broker import settings
-    from broker.settings import parse_overrides
+    from broker.service_kit import settings
+    from broker.service_kit.settings import parse_overrides
     document = settings.read_toml(path or config_path())
     loader_values = settings.apply_overrides(dict(document.get("loader", {})),
                                              parse_overrides(list(overrides)))

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.config:
         p.error("--config is required")
     from hadoop_loader.dag_steps import read_settings
-    from broker.settings import ConfigError
+    from broker.service_kit.settings import ConfigError
     try:
         loader, warehouse = read_settings(args.config, args.set)
     except ConfigError as exc:

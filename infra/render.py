@@ -25,7 +25,7 @@ import dataclasses
 import os
 import sys
 
-from broker.settings import to_toml
+from broker.service_kit.settings import to_toml
 from infra.topology import Topology, load_topology, mirror_config
 
 #: what the cloud's instances use instead of the lab's port layout

@@ -72,9 +72,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker import settings
+from broker.service_kit import settings
 from broker.config import BrokerConfig
-from broker.settings import ConfigError
+from broker.service_kit.settings import ConfigError
 from mirror.config import MirrorConfig
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")

@@ -11,8 +11,8 @@ import signal
 import sys
 import threading
 
-from broker.logging_setup import setup_logging
-from broker.settings import ConfigError, parse_overrides, to_toml
+from broker.service_kit.logging_setup import setup_logging
+from broker.service_kit.settings import ConfigError, parse_overrides, to_toml
 
 from .config import load_mirror_config, parse_cluster
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from broker import settings
+from broker.service_kit import settings
 from broker.coordination.zk import split_connect_string
-from broker.settings import ConfigError
+from broker.service_kit.settings import ConfigError
 
 
 @dataclass(frozen=True)

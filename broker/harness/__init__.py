@@ -1,7 +1,7 @@
 """Real processes for the demo, the tests, the benchmarks and the lab.
 
-* ``SupervisedProcess`` (process.py): the one way child processes are
-  started (a session each, output to a log, readiness by a line or a
+* ``SupervisedProcess`` (broker/service_kit/process.py, re-exported here):
+  the one way child processes are started (a session each, output to a log, readiness by a line or a
   callable) and stopped (polite, then TERM and KILL to the group), used by
   everything below, the lab, the benchmarks and the test fixtures.
 * ``BrokerProcess`` (broker_process.py): one ``python -m broker``.
@@ -13,7 +13,7 @@
 Nothing here is imported by the broker itself.
 """
 from broker.harness.broker_process import BrokerProcess, BrokerStartError
-from broker.harness.process import ProcessStartError, SupervisedProcess
+from broker.service_kit.process import ProcessStartError, SupervisedProcess
 from broker.harness.zookeeper import (
     ZooKeeperEnsemble,
     ZooKeeperError,

@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 
-from broker.harness.process import ProcessStartError, SupervisedProcess
+from broker.service_kit.process import ProcessStartError, SupervisedProcess
 
 
 class BrokerStartError(RuntimeError):

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import tempfile
 
-from broker.harness.process import SupervisedProcess, signal_group
+from broker.service_kit.process import SupervisedProcess, signal_group
 from broker.harness.zookeeper import free_ports
 
 INSTALL_HINT = "PostgreSQL is not installed: apt-get install postgresql (Debian)"

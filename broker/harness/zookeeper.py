@@ -49,7 +49,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from broker.harness.process import SupervisedProcess, read_from, tail
+from broker.service_kit.process import SupervisedProcess, read_from, tail
 
 DEBIAN_JAVA_DIR = "/usr/share/java"
 CLASSPATH_ENV = "SAMSA_ZOOKEEPER_CLASSPATH"

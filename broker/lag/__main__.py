@@ -11,8 +11,8 @@ import signal
 import sys
 import threading
 
-from broker.logging_setup import setup_logging
-from broker.settings import ConfigError, parse_overrides, to_toml
+from broker.service_kit.logging_setup import setup_logging
+from broker.service_kit.settings import ConfigError, parse_overrides, to_toml
 
 from .config import load_lag_config
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _with_clusters(path: str | None, overrides: dict, n: int):
     """--cluster replaces the file's clusters: start from an empty array of n tables."""
-    from broker import settings
+    from broker.service_kit import settings
     from .config import LagServiceConfig
     values = settings.read_toml(path) if path else {}
     values["clusters"] = [{} for _ in range(n)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from broker import settings
+from broker.service_kit import settings
 from broker.client.lag_status import Thresholds
 from broker.coordination.zk import split_connect_string
 

@@ -34,7 +34,7 @@ import time
 from collections import deque
 from typing import Protocol
 
-from broker.logging_setup import RateLimitedLog
+from broker.service_kit.logging_setup import RateLimitedLog
 from broker.protocol.errors import ProtocolError
 from broker.protocol.framing import FrameDecoder
 

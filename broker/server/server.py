@@ -25,7 +25,7 @@ import time
 from typing import Callable
 
 from broker.config import BrokerConfig
-from broker.logging_setup import RateLimitedLog
+from broker.service_kit.logging_setup import RateLimitedLog
 from broker.protocol import api
 from broker.protocol.api import Acks, ApiKey, quote_name
 from broker.protocol.errors import CorruptMessageError, ErrorCode, ProtocolError

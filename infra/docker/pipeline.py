@@ -211,7 +211,7 @@ class ContainerPipeline:
         self._timed(f"load balancer {cluster}", started)
 
     def start_mirror(self, mirror: str, timeout: float = 60.0) -> None:
-        from broker import settings
+        from broker.service_kit import settings
         started = time.monotonic()
         spec = self.topology.mirror(mirror)
         for i in range(spec.processes):

@@ -12,8 +12,8 @@ import logging
 import os
 import sys
 
-from broker import settings
-from broker.settings import ConfigError
+from broker.service_kit import settings
+from broker.service_kit.settings import ConfigError
 from infra.local.container_runtime import RUNTIMES
 from infra.local.lab import Lab, LabError
 from infra.topology import load_topology

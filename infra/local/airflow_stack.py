@@ -37,7 +37,7 @@ import sys
 import time
 import urllib.request
 
-from broker.harness.process import SupervisedProcess, proc_stat, signal_group
+from broker.service_kit.process import SupervisedProcess, proc_stat, signal_group
 from infra.local.container_runtime import (IMAGES, RUNTIMES, ContainerError, Docker, Mount,
                                            container_name, engine_host)
 
@@ -278,7 +278,7 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
 def _check_alive(records: list[dict]) -> None:
     for r in records:
         if not _alive(r):
-            from broker.harness.process import tail
+            from broker.service_kit.process import tail
             raise AirflowStackError(f"airflow {r['name']} exited; the end of {r['log']}:\n"
                                     + tail(r["log"], 30))
 

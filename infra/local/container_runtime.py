@@ -47,7 +47,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
-from broker.harness.process import wait_until
+from broker.service_kit.process import wait_until
 from infra.docker import engine
 from infra.docker.images import has_image, latest
 

@@ -36,7 +36,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from broker.harness.process import SupervisedProcess, proc_stat, signal_group, tail
+from broker.service_kit.process import SupervisedProcess, proc_stat, signal_group, tail
 from infra.local.container_runtime import (IMAGES, RUNTIMES, ContainerError, Docker,
                                            container_name, engine_host)
 

@@ -78,14 +78,14 @@ from typing import Any, Callable, Iterable, Iterator
 
 from kazoo.exceptions import NoNodeError
 
-from broker import settings
+from broker.service_kit import settings
 from broker.client.group_lag import AdminPool, partition_lags
 from broker.coordination import offsets as zk_offsets
 from broker.coordination import paths
 from broker.coordination.cluster import ClusterView
 from broker.coordination.ownership import Subscription
 from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_client
-from broker.harness.process import (
+from broker.service_kit.process import (
     POLL_S,
     SupervisedProcess,
     group_members,

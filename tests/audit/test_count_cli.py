@@ -10,7 +10,7 @@ import urllib.request
 from audit.counting import AUDIT_TOPIC
 from audit_helpers import WINDOW, decode_events, page_views
 from broker.client.cluster_producer import ClusterProducer
-from broker.harness.process import SupervisedProcess
+from broker.service_kit.process import SupervisedProcess
 from broker_helpers import wait_until
 from cluster_helpers import read_all
 from schemas import catalog
@@ -72,7 +72,7 @@ def test_config_file_lists_every_setting_with_its_default():
     import dataclasses
 
     from audit.config import CountConfig, ServeConfig
-    from broker import settings
+    from broker.service_kit import settings
     for table, cls in (("count", CountConfig), ("serve", ServeConfig)):
         values = settings.read_toml("config/audit.toml")[table]
         fields = {f.name: f for f in dataclasses.fields(cls)}

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from broker import settings
-from broker.settings import ConfigError
+from broker.service_kit import settings
+from broker.service_kit.settings import ConfigError
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import docker
 import pytest
 
 from broker.client.producer import Producer
-from broker.harness.process import proc_stat
+from broker.service_kit.process import proc_stat
 from broker_helpers import run_module, topic_values, wait_until
 from container_helpers import health
 from infra.local import container_runtime

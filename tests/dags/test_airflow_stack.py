@@ -18,7 +18,7 @@ import pytest
 from airflow_helpers import call
 from audit.config import ServeConfig
 from audit.service import AuditService
-from broker.harness.process import command_lines
+from broker.service_kit.process import command_lines
 from broker_helpers import unused_port, wait_until
 from infra.local import airflow_stack
 

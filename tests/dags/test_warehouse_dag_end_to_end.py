@@ -42,7 +42,7 @@ from audit.counting import (
 )
 from audit.service import AuditService
 from broker.client.cluster_producer import ClusterProducer
-from broker.harness.process import command_lines
+from broker.service_kit.process import command_lines
 from broker_helpers import wait_until
 from mirror.config import ClusterRef, MirrorConfig
 from mirror.mirror import Mirror

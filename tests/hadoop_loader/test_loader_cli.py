@@ -37,7 +37,7 @@ def test_a_load_from_the_command_line(analysis, tmp_path):
 def test_config_file_lists_every_setting_with_its_default():
     import dataclasses
 
-    from broker import settings
+    from broker.service_kit import settings
     from hadoop_loader.config import LoaderConfig, WarehouseConfig
     document = settings.read_toml("config/loader.toml")
     for table, cls in (("loader", LoaderConfig), ("warehouse", WarehouseConfig)):

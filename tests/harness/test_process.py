@@ -1,4 +1,4 @@
-"""broker.harness.process: the one way the project starts, awaits and stops
+"""broker.service_kit.process: the one way the project starts, awaits and stops
 its child processes (brokers, ZooKeeper, the lab, the benchmarks' peers)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from broker.harness.process import (
+from broker.service_kit.process import (
     ProcessStartError,
     SupervisedProcess,
     group_cpu_seconds,

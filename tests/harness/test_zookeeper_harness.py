@@ -12,7 +12,7 @@ from kazoo.protocol.states import KazooState
 from broker.harness import (ZooKeeperEnsemble, ZooKeeperNotFoundError, ZooKeeperStartError,
                             find_classpath)
 from broker.harness.kazoo_faults import drop_connection, expire_session
-from broker.harness.process import command_lines
+from broker.service_kit.process import command_lines
 
 
 def _client(hosts: str) -> KazooClient:

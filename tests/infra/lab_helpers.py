@@ -7,7 +7,7 @@ import threading
 
 from broker.client.producer import Producer
 from broker_helpers import topic_values  # noqa: F401 - the lab tests take it here
-from broker.harness.process import command_lines, proc_stat
+from broker.service_kit.process import command_lines, proc_stat
 from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology
 
 # Brokers that flush often (acks=flushed answers quickly) and whose ZooKeeper

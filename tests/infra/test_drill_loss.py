@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from broker.harness.process import command_lines
+from broker.service_kit.process import command_lines
 from infra.local.drill_loss import LOST_TIERS, LossReport
 
 HOUR = 3_600_000

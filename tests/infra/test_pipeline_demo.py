@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from broker.harness.process import command_lines
+from broker.service_kit.process import command_lines
 
 
 @pytest.mark.slow

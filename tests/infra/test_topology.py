@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from broker import settings
-from broker.settings import ConfigError
+from broker.service_kit import settings
+from broker.service_kit.settings import ConfigError
 from infra.topology import (ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology, load_topology,
                             mirror_config, to_toml)
 from mirror.config import load_mirror_config

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from broker.client.cluster_producer import ClusterProducer
-from broker.harness.process import SupervisedProcess
-from broker.settings import to_toml
+from broker.service_kit.process import SupervisedProcess
+from broker.service_kit.settings import to_toml
 from cluster_helpers import Cluster
 from mirror.config import MirrorConfig
 from mirror.mirror import Mirror

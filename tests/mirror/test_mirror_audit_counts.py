@@ -12,7 +12,7 @@ import pytest
 
 from audit.counting import AUDIT_TOPIC
 from broker.coordination import offsets as zk_offsets
-from broker.harness.process import read_from
+from broker.service_kit.process import read_from
 from broker_helpers import wait_until
 from cluster_helpers import read_all
 from mirror_helpers import mirror_config

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from broker.settings import ConfigError, to_toml
+from broker.service_kit.settings import ConfigError, to_toml
 from broker_helpers import run_module, scrape_metrics, wait_until
 from mirror.config import MirrorConfig, load_mirror_config
 from mirror_helpers import mirror_config

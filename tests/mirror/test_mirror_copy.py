@@ -9,7 +9,7 @@ import pytest
 
 from broker.client.admin import AdminClient
 from broker.coordination import offsets as zk_offsets
-from broker.settings import ConfigError
+from broker.service_kit.settings import ConfigError
 from broker_helpers import wait_until
 from mirror.config import load_mirror_config
 from mirror.marks import mirrored_topics

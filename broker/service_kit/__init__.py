@@ -1,0 +1,12 @@
+"""The kit every Samsa service is built from; none of it is the broker.
+
+The broker, the mirror, the audit, the loader, the lag service, the schema
+tools and the local lab (infra/) share these, and they import nothing of
+any of them:
+
+* settings.py: frozen dataclasses read from a TOML table, overridden from the
+  command line (``--set key=value``), checked when built.
+* logging_setup.py: text or JSON lines, one set-up for every process.
+* process.py: the one way a child process is started, awaited, stopped,
+  and known again by pid after its parent has gone.
+"""
