@@ -19,8 +19,8 @@ import signal
 import sys
 import threading
 
-from broker.service_kit.logging_setup import setup_logging
-from broker.service_kit.settings import ConfigError, parse_overrides, to_toml
+from broker.coordination.named_cluster import add_cluster_option, cluster_from, parse_cluster
+from broker.service_kit import cli
 
 from audit.counting import TIERS
 
@@ -42,17 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
                "--set publish_interval_ms=10000")
     c.add_argument("--cluster", metavar="NAME=ZOOKEEPER",
                    help="the cluster: its name and ZooKeeper connect string with chroot")
-    c.add_argument("--config", metavar="FILE", help="TOML settings file ([count] table)")
     c.add_argument("--datacenter", help="where this counter runs (default: the cluster name)")
     c.add_argument("--registry", metavar="URL",
                    help="schema registry (default: the cluster's ZooKeeper)")
     c.add_argument("--metrics-port", type=int, help="Prometheus /metrics; -1 = off (default)")
-    c.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
-    c.add_argument("--log-format", choices=["text", "json"])
-    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any setting (repeatable)")
-    c.add_argument("--print-config", action="store_true",
-                   help="print the effective settings as TOML and exit")
+    cli.add_settings_options(c, config_help="TOML settings file ([count] table)")
 
     s = sub.add_parser(
         "serve", help="store every tier's monitoring events; reports and answers over HTTP",
@@ -65,15 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Example:\n  python -m audit serve --zookeeper 127.0.0.1:2181/analysis "
                "--http-port 8090\n  python -m audit serve --zookeeper ... "
                "--db postgresql+psycopg://samsa@127.0.0.1:5432/audit")
-    s.add_argument("--zookeeper", help="the analysis cluster's ZooKeeper with its chroot")
-    s.add_argument("--config", metavar="FILE", help="TOML settings file ([serve] table)")
+    add_cluster_option(s, "the analysis cluster: NAME=ZOOKEEPER, or its ZooKeeper with "
+                          "the chroot")
     s.add_argument("--db", dest="db_url", metavar="URL", help="database URL (default SQLite)")
     s.add_argument("--registry", metavar="URL", help="schema registry (default: ZooKeeper)")
     s.add_argument("--http-port", type=int, help="HTTP port (default 8090; 0 = any free)")
-    s.add_argument("--log-level")
-    s.add_argument("--log-format", choices=["text", "json"])
-    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    s.add_argument("--print-config", action="store_true")
+    cli.add_settings_options(s, config_help="TOML settings file ([serve] table)")
 
     r = sub.add_parser(
         "report", help="what is complete, pending, lost or duplicated (exit 1 if lost)",
@@ -102,57 +93,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _settings(cls, table: str, args, flags: tuple[str, ...], overrides: dict):
-    """``cls`` from the file's [table], the options named ``flags``, then --set."""
-    from broker.service_kit import settings
-    for flag in flags:
-        value = getattr(args, flag)
-        if value is not None:
-            overrides[flag] = value
-    overrides.update(parse_overrides(args.set))
-    values = settings.read_toml(args.config).get(table, {}) if args.config else {}
-    return settings.build(cls, settings.apply_overrides(values, overrides))
+def counted_cluster(args) -> dict:
+    """--cluster NAME=ZOOKEEPER: the cluster counted, by name and ZooKeeper."""
+    if not args.cluster:
+        return {}
+    cluster = parse_cluster(args.cluster)
+    return {"cluster": cluster.name, "zookeeper": cluster.zookeeper}
 
 
-def count_config(args):
-    from audit.config import CountConfig
-    overrides: dict[str, object] = {}
-    if args.cluster:
-        name, sep, zookeeper = args.cluster.partition("=")
-        if not sep or not name or not zookeeper:
-            raise ConfigError(f"--cluster is NAME=ZOOKEEPER (\"dc-a=127.0.0.1:2181/dc-a\"), "
-                              f"got {args.cluster!r}")
-        overrides.update(cluster=name.strip(), zookeeper=zookeeper.strip())
-    return _settings(CountConfig, "count", args,
-                     ("datacenter", "registry", "metrics_port", "log_level", "log_format"),
-                     overrides)
-
-
-def serve_config(args):
-    from audit.config import ServeConfig
-    return _settings(ServeConfig, "serve", args,
-                     ("zookeeper", "db_url", "registry", "http_port", "log_level", "log_format"),
-                     {})
-
-
-def _run_service(kind: str, args, make_config, run) -> int:
-    try:
-        config = make_config(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.print_config:
-        sys.stdout.write(f"[{kind}]\n" + to_toml(config))
-        return 0
-    return run(config)
+def analysis_cluster(args) -> dict:
+    cluster = cluster_from(args)
+    return {"zookeeper": cluster.zookeeper} if cluster else {}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "count":
-        return _run_service("count", args, count_config, run_count)
+        from audit.config import CountConfig
+        return cli.run_service(CountConfig, args, run_count, table="count",
+                               flags=("datacenter", "registry", "metrics_port"),
+                               overrides=counted_cluster)
     if args.command == "serve":
-        return _run_service("serve", args, serve_config, run_serve)
+        from audit.config import ServeConfig
+        return cli.run_service(ServeConfig, args, run_serve, table="serve",
+                               flags=("db_url", "registry", "http_port"),
+                               overrides=analysis_cluster)
     if args.command == "report":
         return run_report(args)
     if args.command == "db":
@@ -161,7 +126,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_serve(config) -> int:
-    setup_logging(config.log_level, config.log_format)
     import logging
     from audit.service import AuditService
     log = logging.getLogger("audit")
@@ -237,7 +201,6 @@ def run_db(args) -> int:
 
 
 def run_count(config) -> int:
-    setup_logging(config.log_level, config.log_format)
     from audit.cluster_counter import ClusterCounter
     try:
         counter = ClusterCounter(config)

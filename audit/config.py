@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.service_kit import settings
+from broker.coordination.named_cluster import check_name
+from broker.coordination.zk import split_connect_string
 from broker.service_kit.settings import ConfigError
 
 from audit.counting import DEFAULT_WINDOW_MS
@@ -44,8 +45,8 @@ class CountConfig:
     log_format: str = "text"
 
     def __post_init__(self) -> None:
-        if not self.cluster:
-            raise ValueError("cluster must be named")
+        check_name(self.cluster)
+        split_connect_string(self.zookeeper)
         if self.publish_interval_ms <= 0 or self.window_ms <= 0:
             raise ValueError("publish_interval_ms and window_ms must be positive")
         if self.auto_offset_reset not in ("earliest", "latest"):
@@ -62,11 +63,6 @@ class CountConfig:
     @property
     def effective_group(self) -> str:
         return self.group or f"samsa-audit-{self.cluster}"
-
-
-def load_count_config(path: str | None, overrides: dict | None = None) -> CountConfig:
-    return settings.load(CountConfig, path, overrides)
-
 
 
 
@@ -107,4 +103,4 @@ class ServeConfig:
     def effective_db_url(self) -> str:
         from audit.store import default_url
         return self.db_url or default_url(self.data_dir)
-__all__ = ["CountConfig", "ServeConfig", "ConfigError", "load_count_config"]
+__all__ = ["CountConfig", "ServeConfig", "ConfigError"]

@@ -24,7 +24,7 @@ import time
 
 from bench.common import log, machine_info, save_results
 from broker.client.admin import AdminClient
-from broker.client.lag_monitor import LagMonitor
+from broker.lag.monitor import LagMonitor
 from broker.client.producer import Producer
 from broker.coordination import paths
 from broker.harness import BrokerProcess, ZooKeeperEnsemble

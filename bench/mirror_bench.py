@@ -41,7 +41,8 @@ from broker.harness import BrokerProcess, ZooKeeperEnsemble  # noqa: E402
 from broker.service_kit.process import SupervisedProcess  # noqa: E402
 from broker.protocol.message import message_size  # noqa: E402
 from broker.service_kit.settings import to_toml  # noqa: E402
-from mirror.config import ClusterRef, MirrorConfig  # noqa: E402
+from broker.coordination.named_cluster import NamedCluster  # noqa: E402
+from mirror.config import MirrorConfig  # noqa: E402
 from bench.common import (machine_info, percentile, proc_cpu_seconds,  # noqa: E402
                           random_values, write_section)
 
@@ -72,8 +73,8 @@ class BenchClusters:
                                    log_path=os.path.join(base, f"{name}.log"))
             self.brokers[name] = broker.start()
 
-    def ref(self, name: str) -> ClusterRef:
-        return ClusterRef(name, self.zk.connect_string(f"/{name}"))
+    def ref(self, name: str) -> NamedCluster:
+        return NamedCluster(name, self.zk.connect_string(f"/{name}"))
 
     def stop(self) -> None:
         for broker in self.brokers.values():

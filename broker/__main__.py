@@ -10,8 +10,8 @@ import asyncio
 import signal
 import sys
 
-from broker.config import BrokerConfig, ConfigError, load_config, to_toml
-from broker.service_kit.logging_setup import setup_logging
+from broker.config import BrokerConfig
+from broker.service_kit import cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,38 +26,24 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m broker --config config/broker.toml --set log.flush_ms=10\n"
                "  python -m broker --print-config > my-broker.toml",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", metavar="FILE", help="TOML settings file (see config/broker.toml)")
     p.add_argument("--broker-id", type=int, help=f"this broker's id (default {d.broker_id})")
     p.add_argument("--host", help=f"address to listen on (default {d.host})")
     p.add_argument("--port", type=int, help=f"protocol port; 0 = any free port (default {d.port})")
     p.add_argument("--data-dir", help=f"where segment files live (default {d.data_dir})")
     p.add_argument("--metrics-port", type=int,
                    help=f"Prometheus /metrics port; 0 = any free, -1 = off (default {d.metrics_port})")
-    p.add_argument("--log-level", help=f"DEBUG, INFO, WARNING, ERROR (default {d.log_level})")
-    p.add_argument("--log-format", choices=["text", "json"], help=f"default {d.log_format}")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any setting, e.g. --set log.flush_messages=1000 "
-                        "--set auto_create_topics=false (repeatable)")
-    p.add_argument("--print-config", action="store_true",
-                   help="print the effective settings as TOML and exit")
-    return p
+    return cli.add_settings_options(
+        p, config_help="TOML settings file (see config/broker.toml)",
+        set_example="--set log.flush_messages=1000 --set auto_create_topics=false",
+        log_defaults=(d.log_level, d.log_format))
+
+
+FLAGS = ("broker_id", "host", "port", "data_dir", "metrics_port")
 
 
 def parse_config(argv: list[str] | None = None) -> tuple[BrokerConfig, argparse.Namespace]:
     args = build_parser().parse_args(argv)
-    overrides: dict[str, object] = {}
-    for flag, key in (("broker_id", "broker_id"), ("host", "host"), ("port", "port"),
-                      ("data_dir", "data_dir"), ("metrics_port", "metrics_port"),
-                      ("log_level", "log_level"), ("log_format", "log_format")):
-        value = getattr(args, flag)
-        if value is not None:
-            overrides[key] = value
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set wants KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = value.strip()
-    return load_config(args.config, overrides), args
+    return cli.load_settings(BrokerConfig, args, flags=FLAGS), args
 
 
 async def _run(config: BrokerConfig) -> None:
@@ -77,15 +63,10 @@ async def _run(config: BrokerConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        config, args = parse_config(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.print_config:
-        sys.stdout.write(to_toml(config))
-        return 0
-    setup_logging(config.log_level, config.log_format)
+    return cli.run_service(BrokerConfig, build_parser().parse_args(argv), _serve, flags=FLAGS)
+
+
+def _serve(config: BrokerConfig) -> int:
     try:
         asyncio.run(_run(config))
     except OSError as exc:

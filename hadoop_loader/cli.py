@@ -15,52 +15,42 @@ import argparse
 import json
 import sys
 
-from broker.service_kit.logging_setup import setup_logging
-from broker.service_kit.settings import ConfigError, parse_overrides, to_toml
+from broker.coordination.named_cluster import add_cluster_option, cluster_from
+from broker.service_kit import cli
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hadoop_loader", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", metavar="FILE", help="TOML settings file ([loader] table)")
-    p.add_argument("--zookeeper", help="the analysis cluster's ZooKeeper, with its chroot")
+    add_cluster_option(p, "the analysis cluster: NAME=ZOOKEEPER, or its ZooKeeper with "
+                          "the chroot")
     p.add_argument("--output", help="output root: a local path or file:// URI")
     p.add_argument("--master", help="Spark master (default local[*])")
     p.add_argument("--whitelist", metavar="REGEX", help="topics to load (default .*)")
-    p.add_argument("--log-level")
-    p.add_argument("--log-format", choices=["text", "json"])
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any setting (repeatable)")
-    p.add_argument("--print-config", action="store_true",
-                   help="print the effective settings as TOML and exit")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
-    return p
+    return cli.add_settings_options(p, config_help="TOML settings file ([loader] table)",
+                                    set_example="--set master=spark://host:7077")
 
 
-def loader_config(args):
-    from broker.service_kit import settings
-    from hadoop_loader.config import LoaderConfig
-    overrides: dict[str, object] = {}
-    for flag in ("zookeeper", "output", "master", "whitelist", "log_level", "log_format"):
-        value = getattr(args, flag)
-        if value is not None:
-            overrides[flag] = value
-    overrides.update(parse_overrides(args.set))
-    values = settings.read_toml(args.config).get("loader", {}) if args.config else {}
-    return settings.build(LoaderConfig, settings.apply_overrides(values, overrides))
+def analysis_cluster(args) -> dict:
+    """--cluster (or its alias --zookeeper): the cluster the loader reads."""
+    cluster = cluster_from(args)
+    if cluster is None:
+        return {}
+    if args.zookeeper:                  # the alias names no cluster: keep cluster_name
+        return {"zookeeper": cluster.zookeeper}
+    return {"zookeeper": cluster.zookeeper, "cluster_name": cluster.name}
 
 
 def main(argv: list[str] | None = None) -> int:
+    from hadoop_loader.config import LoaderConfig
     args = build_parser().parse_args(argv)
-    try:
-        config = loader_config(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.print_config:
-        sys.stdout.write("[loader]\n" + to_toml(config))
-        return 0
-    setup_logging(config.log_level, config.log_format)
+    return cli.run_service(LoaderConfig, args, lambda config: run(config, args), table="loader",
+                           flags=("output", "master", "whitelist"),
+                           overrides=analysis_cluster)
+
+
+def run(config, args) -> int:
     from hadoop_loader import job
     from hadoop_loader.outputfs import OutputError
     from hadoop_loader.plan import PlanError

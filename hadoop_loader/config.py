@@ -114,3 +114,26 @@ class WarehouseConfig:
             raise ValueError("sensor_poke_s and sensor_timeout_s must be positive")
         if self.retries < 0:
             raise ValueError("retries must be >= 0")
+
+
+#: names the settings file of the DAGs and of spark-submit's job
+CONFIG_ENV = "SAMSA_WAREHOUSE_CONFIG"
+
+
+def config_path() -> str:
+    """The settings file: $SAMSA_WAREHOUSE_CONFIG, else config/loader.toml."""
+    path = os.environ.get(CONFIG_ENV)
+    if path:
+        return path
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(root, "config", "loader.toml")
+
+
+def read_settings(path: str | None = None, overrides=()) -> tuple[LoaderConfig, WarehouseConfig]:
+    """The ``[loader]`` and ``[warehouse]`` settings of the file (with
+    ``--set``-style loader overrides)."""
+    from broker.service_kit import settings
+    path = path or config_path()
+    loader = settings.load(LoaderConfig, path, settings.parse_overrides(list(overrides)),
+                           table="loader")
+    return loader, settings.load(WarehouseConfig, path, table="warehouse")

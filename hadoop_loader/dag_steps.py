@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import sys
 
-from hadoop_loader.config import LoaderConfig, WarehouseConfig
+from hadoop_loader.config import LoaderConfig, WarehouseConfig, config_path, read_settings
 from hadoop_loader.outputfs import OutputFS
 
-CONFIG_ENV = "SAMSA_WAREHOUSE_CONFIG"
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 SUCCESS_MARKER = "_SUCCESS"
@@ -37,26 +35,6 @@ class StepFailed(RuntimeError):
 
 
 # ------------------------------------------------------------------ settings
-
-def config_path() -> str:
-    path = os.environ.get(CONFIG_ENV)
-    if path:
-        return path
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return os.path.join(root, "config", "loader.toml")
-
-
-def read_settings(path: str | None = None, overrides=()) -> tuple[LoaderConfig, WarehouseConfig]:
-    """The ``[loader]`` and ``[warehouse]`` settings of the file (with
-    ``--set``-style loader overrides)."""
-    from broker.service_kit import settings
-    from broker.service_kit.settings import parse_overrides
-    document = settings.read_toml(path or config_path())
-    loader_values = settings.apply_overrides(dict(document.get("loader", {})),
-                                             parse_overrides(list(overrides)))
-    return (settings.build(LoaderConfig, loader_values, "loader."),
-            settings.build(WarehouseConfig, document.get("warehouse", {}), "warehouse."))
-
 
 def dag_settings() -> WarehouseConfig:
     """The ``[warehouse]`` settings, at DAG parse time (the schedule, the

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.config:
         p.error("--config is required")
-    from hadoop_loader.dag_steps import read_settings
+    from hadoop_loader.config import read_settings
     from broker.service_kit.settings import ConfigError
     try:
         loader, warehouse = read_settings(args.config, args.set)

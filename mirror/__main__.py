@@ -11,10 +11,10 @@ import signal
 import sys
 import threading
 
-from broker.service_kit.logging_setup import setup_logging
-from broker.service_kit.settings import ConfigError, parse_overrides, to_toml
+from broker.coordination.named_cluster import parse_cluster
+from broker.service_kit import cli
 
-from .config import load_mirror_config, parse_cluster
+from .config import MirrorConfig
 
 log = logging.getLogger("mirror")
 
@@ -37,7 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
                "      --target analysis=127.0.0.1:2181/analysis --whitelist 'clicks|views'\n"
                "  python -m mirror --config config/mirror.toml --print-config",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", metavar="FILE", help="TOML settings file")
     p.add_argument("--source", action="append", default=[], metavar="NAME=ZOOKEEPER",
                    help="a source cluster: its name and ZooKeeper connect string with "
                         "chroot (repeatable; replaces the file's [[sources]])")
@@ -47,41 +46,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blacklist", metavar="REGEX", help="topics not to copy")
     p.add_argument("--metrics-port", type=int,
                    help="Prometheus /metrics port; 0 = any free, -1 = off (default 9095)")
-    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
-    p.add_argument("--log-format", choices=["text", "json"], help="default text")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any setting, e.g. --set batch_size=2000 "
-                        "--set max_unacknowledged=50000 (repeatable)")
-    p.add_argument("--print-config", action="store_true",
-                   help="print the effective settings as TOML and exit")
-    return p
+    return cli.add_settings_options(
+        p, config_help="TOML settings file (config/mirror.toml)",
+        set_example="--set batch_size=2000 --set max_unacknowledged=50000")
 
 
-def parse_config(argv: list[str] | None = None):
-    args = build_parser().parse_args(argv)
+FLAGS = ("group", "whitelist", "blacklist", "metrics_port")
+
+
+def clusters_named(args) -> dict:
+    """--source and --target: NAME=ZOOKEEPER each (broker/coordination/named_cluster.py)."""
     overrides: dict[str, object] = {}
-    for flag in ("group", "whitelist", "blacklist", "metrics_port", "log_level", "log_format"):
-        value = getattr(args, flag)
-        if value is not None:
-            overrides[flag] = value
     if args.source:
         overrides["sources"] = [parse_cluster(s) for s in args.source]
     if args.target:
         overrides["target"] = parse_cluster(args.target)
-    overrides.update(parse_overrides(args.set))
-    return load_mirror_config(args.config, overrides), args
+    return overrides
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        config, args = parse_config(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.print_config:
-        sys.stdout.write(to_toml(config))
-        return 0
-    setup_logging(config.log_level, config.log_format)
+    return cli.run_service(MirrorConfig, build_parser().parse_args(argv), run, flags=FLAGS,
+                           overrides=clusters_named, cluster_fields=("sources", "target"))
+
+
+def run(config: MirrorConfig) -> int:
     from .mirror import Mirror
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -23,42 +23,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from broker.service_kit import settings
-from broker.coordination.zk import split_connect_string
+from broker.coordination.named_cluster import NamedCluster
 from broker.service_kit.settings import ConfigError
 
 
 @dataclass(frozen=True)
-class ClusterRef:
-    name: str
-    """A short name for logs, metrics and the mirrored-topic marks ("dc-a")."""
-    zookeeper: str
-    """ZooKeeper connect string with the cluster's chroot ("h1:2181,h2:2181/dc-a")."""
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name or ""):
-            raise ValueError(f"cluster name {self.name!r}: use letters, digits, '.', '_', '-'")
-        split_connect_string(self.zookeeper)       # raises ValueError when malformed
-
-    def identity(self) -> tuple[frozenset[str], str]:
-        """(servers, chroot): what makes two references the same cluster."""
-        hosts, chroot = split_connect_string(self.zookeeper)
-        servers = set()
-        for server in hosts.split(","):
-            host, _, port = server.strip().lower().rpartition(":")
-            servers.add(f"{'127.0.0.1' if host == 'localhost' else host}:{port}")
-        return frozenset(servers), chroot or "/"
-
-    def same_cluster(self, other: "ClusterRef") -> bool:
-        mine, theirs = self.identity(), other.identity()
-        return bool(mine[0] & theirs[0]) and mine[1] == theirs[1]
-
-
-@dataclass(frozen=True)
 class MirrorConfig:
-    sources: tuple[ClusterRef, ...] = ()
+    sources: tuple[NamedCluster, ...] = ()
     """The clusters to copy from (at least one)."""
-    target: ClusterRef | None = None
+    target: NamedCluster | None = None
     """The cluster to copy into (the analysis cluster)."""
     group: str = "samsa-mirror"
     """Consumer group in every source cluster; mirror processes of one group share
@@ -170,20 +143,4 @@ class MirrorConfig:
             raise ValueError("log_format must be text or json")
 
 
-def load_mirror_config(path: str | None, overrides: dict | None = None) -> MirrorConfig:
-    return settings.load(MirrorConfig, path, overrides)
-
-
-def parse_cluster(text: str) -> ClusterRef:
-    """``name=zookeeper`` as given on the command line."""
-    name, sep, zookeeper = text.partition("=")
-    if not sep:
-        raise ConfigError(f"a cluster is NAME=ZOOKEEPER (\"dc-a=127.0.0.1:2181/dc-a\"), "
-                          f"got {text!r}")
-    try:
-        return ClusterRef(name.strip(), zookeeper.strip())
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-__all__ = ["ClusterRef", "ConfigError", "MirrorConfig", "load_mirror_config", "parse_cluster"]
+__all__ = ["ConfigError", "MirrorConfig"]

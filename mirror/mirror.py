@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 
-from broker.client.lag_monitor import LagMonitor
+from broker.lag.monitor import LagMonitor
 from broker.coordination.zk import make_client, start_client
 
 from .config import MirrorConfig
@@ -180,7 +180,7 @@ class Mirror:
         """Every LAG_INTERVAL_S, per source: the mirror group's lag on every
         partition of its topics, owned by this process, by another, or by
         nobody (a dead member's until the group rebalances), evaluated as
-        every group is (broker/client/lag_monitor.py); for the partitions
+        every group is (broker/lag/monitor.py); for the partitions
         this process owns, from what the target acknowledged (ahead of the
         last commit). Never 0 for a partition whose committed lag is not."""
         monitors = {}

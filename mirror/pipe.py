@@ -44,7 +44,9 @@ from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
 from broker.client.producer import Batch
 from broker.protocol.message import Message
 
-from .config import ClusterRef, MirrorConfig
+from broker.coordination.named_cluster import NamedCluster
+
+from .config import MirrorConfig
 from .metrics import MirrorMetrics
 from .target import TargetCluster, is_retriable
 
@@ -132,7 +134,7 @@ class SourcePipe:
     """Copies the partitions this process owns in one source cluster. Its
     ``run()`` is the body of one thread; ``stop()`` asks it to drain and end."""
 
-    def __init__(self, source: ClusterRef, config: MirrorConfig, target: TargetCluster,
+    def __init__(self, source: NamedCluster, config: MirrorConfig, target: TargetCluster,
                  metrics: MirrorMetrics, blacklist: str | None, consumer_id: str,
                  counter=None, publisher=None) -> None:
         self.source = source

@@ -17,7 +17,9 @@ from broker.client.producer import Batch, ProducerConfig
 from broker.coordination import paths
 from broker.protocol.errors import ErrorCode, SamsaError
 
-from .config import ClusterRef, MirrorConfig
+from broker.coordination.named_cluster import NamedCluster
+
+from .config import MirrorConfig
 from .marks import mark_mirrored
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,7 @@ def _holders(view, topic: str) -> set[int]:
 class TargetCluster:
     """Thread-safe: every source pipe writes through it."""
 
-    def __init__(self, ref: ClusterRef, config: MirrorConfig) -> None:
+    def __init__(self, ref: NamedCluster, config: MirrorConfig) -> None:
         self.ref = ref
         self.config = config
         self.producer = ClusterProducer(ref.zookeeper, ProducerConfig(

@@ -4,27 +4,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from broker.service_kit import settings
-from broker.client.lag_status import Thresholds
-from broker.coordination.zk import split_connect_string
-
-
-@dataclass(frozen=True)
-class WatchedCluster:
-    name: str
-    """A short name for the URLs and the metrics' labels ("dc-a")."""
-    zookeeper: str
-    """The cluster's ZooKeeper connect string with its chroot."""
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name or ""):
-            raise ValueError(f"cluster name {self.name!r}: use letters, digits, '.', '_', '-'")
-        split_connect_string(self.zookeeper)
+from broker.lag.evaluator import Thresholds
+from broker.coordination.named_cluster import NamedCluster
 
 
 @dataclass(frozen=True)
 class LagServiceConfig:
-    clusters: tuple[WatchedCluster, ...] = ()
+    clusters: tuple[NamedCluster, ...] = ()
     """The clusters whose groups are evaluated (at least one)."""
     http_host: str = "127.0.0.1"
     http_port: int = 8091
@@ -58,7 +44,3 @@ class LagServiceConfig:
 
     def thresholds(self) -> Thresholds:
         return Thresholds(self.window_size, self.stop_min_ms, self.stop_intervals)
-
-
-def load_lag_config(path: str | None, overrides: dict | None = None) -> LagServiceConfig:
-    return settings.load(LagServiceConfig, path, overrides)

@@ -1,5 +1,5 @@
 """The lag service: a loop that evaluates every group of every configured
-cluster (broker/client/lag_monitor.py) each ``interval_s``, and one HTTP
+cluster (broker/lag/monitor.py) each ``interval_s``, and one HTTP
 server that serves the last evaluation.
 
 HTTP (JSON shaped like Burrow's v3 API):
@@ -40,7 +40,7 @@ from urllib.parse import unquote, urlparse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from broker.client.lag_monitor import GroupStatus, LagMonitor
+from broker.lag.monitor import GroupStatus, LagMonitor
 from broker.coordination.zk import make_client, start_client
 
 from .config import LagServiceConfig

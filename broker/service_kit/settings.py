@@ -42,7 +42,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, str]:
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--set takes key=value, got {item!r}")
+            raise ConfigError(f"--set wants KEY=VALUE, got {item!r}")
         out[key.strip()] = value.strip()
     return out
 
@@ -78,11 +78,63 @@ def _array_element(items: list, part: str, key: str, where: str) -> dict:
                       f"(names: {', '.join(names) or 'none'}; or an index 0..{len(items) - 1})")
 
 
-def load(cls, path: str | None = None, overrides: dict[str, Any] | None = None):
-    """An instance of ``cls`` from ``path`` (TOML; None: defaults only) with
+def read_table(path: str | None, table: str | None = None) -> dict[str, Any]:
+    """The values of one table of the TOML file ``path`` (None: the whole
+    file; no path: nothing, the defaults apply)."""
+    if not path:
+        return {}
+    values = read_toml(path)
+    if table is None:
+        return values
+    found = values.get(table, {})
+    if not isinstance(found, dict):
+        raise ConfigError(f"config file {path}: {table} must be a table ([{table}])")
+    return found
+
+
+def load(cls, path: str | None = None, overrides: dict[str, Any] | None = None,
+         table: str | None = None):
+    """An instance of ``cls`` from ``path`` (TOML; None: defaults only), its
+    ``[table]`` when one is named (its errors then name ``table.KEY``), with
     ``overrides`` on top."""
-    values = read_toml(path) if path else {}
-    return build(cls, apply_overrides(values, overrides))
+    return build(cls, apply_overrides(read_table(path, table), overrides),
+                 f"{table}." if table else "")
+
+
+def sketch(cls, values: dict[str, Any]):
+    """``cls`` from ``values`` as far as they go, for showing, not for use:
+    fields absent and without a default are None, and no check spanning
+    fields runs (unknown settings and values of the wrong type are
+    ConfigError all the same). ``--print-config`` shows this when the settings are not yet
+    complete (no cluster named), so that a file can be started from it."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; known: "
+                          f"{', '.join(sorted(fields))}")
+    sketched = object.__new__(cls)
+    for name, f in fields.items():
+        if name in values:
+            value = values[name]
+            if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
+                value = sketch(hints[name], value)
+            else:
+                value = _convert(name, hints[name], value)
+        elif f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            value = None
+        object.__setattr__(sketched, name, value)
+    return sketched
+
+
+def missing(cls, values: dict[str, Any]) -> list[str]:
+    """The settings of ``cls`` that have no default and no value in ``values``."""
+    return [f.name for f in dataclasses.fields(cls) if f.name not in values
+            and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
 
 
 def build(cls, values: dict[str, Any], prefix: str = ""):
@@ -97,10 +149,9 @@ def build(cls, values: dict[str, Any], prefix: str = ""):
             raise ConfigError(f"unknown setting '{prefix}{key}'; known: "
                               f"{', '.join(prefix + k for k in sorted(fields))}")
         kwargs[key] = _convert(prefix + key, hints[key], value)
-    missing = [name for name, f in fields.items() if name not in kwargs
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise ConfigError(f"missing setting(s): {', '.join(prefix + m for m in missing)}")
+    absent = missing(cls, kwargs)
+    if absent:
+        raise ConfigError(f"missing setting(s): {', '.join(prefix + m for m in absent)}")
     try:
         return cls(**kwargs)
     except ConfigError:
@@ -157,10 +208,11 @@ def _convert(name: str, hint: Any, value: Any) -> Any:
     return value
 
 
-def to_toml(config) -> str:
-    """The settings as TOML that ``load`` reads back to an equal object."""
-    lines: list[str] = []
-    _write_table(config, "", lines)
+def to_toml(config, table: str | None = None) -> str:
+    """The settings as TOML that ``load`` (with the same ``table``) reads
+    back to an equal object."""
+    lines: list[str] = [f"[{table}]"] if table else []
+    _write_table(config, f"{table}." if table else "", lines)
     return "\n".join(lines).lstrip("\n") + "\n"
 
 

@@ -18,10 +18,12 @@ import sys
 from broker.client.admin import AdminClient
 from broker.client.connection import BrokerConnectionError
 from broker.client.consumer import Consumer, ConsumerConfig
-from broker.client.group_lag import AdminPool, partition_lags
+from broker.lag.group_lag import AdminPool, partition_lags
 from broker.client.producer import Producer, ProducerConfig
+from broker.coordination.named_cluster import add_cluster_option, cluster_from
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
+from broker.service_kit.settings import ConfigError
 
 DEFAULT_BOOTSTRAP = os.environ.get("SAMSA_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -211,6 +213,12 @@ def cmd_groups(args: argparse.Namespace) -> int:
     from broker.coordination.ownership import Subscription
     from broker.coordination.zk import make_client, start_client
 
+    named = cluster_from(args)
+    if named is None:
+        print("error: groups needs the cluster: --cluster NAME=ZOOKEEPER (or --zookeeper)",
+              file=sys.stderr)
+        return 2
+    args.zookeeper = named.zookeeper
     client = make_client(args.zookeeper)
     start_client(client, args.zookeeper, timeout=args.timeout, what="groups tool")
     try:
@@ -281,12 +289,12 @@ def cmd_groups(args: argparse.Namespace) -> int:
 
 def _group_status(client, args: argparse.Namespace) -> int:
     """--status GROUP (or --status --all): Burrow's evaluation
-    (broker/client/lag_status.py) from --samples looks, --interval apart."""
+    (broker/lag/evaluator.py) from --samples looks, --interval apart."""
     import json
     import time
 
-    from broker.client.lag_monitor import LagMonitor
-    from broker.client.lag_status import Thresholds
+    from broker.lag.monitor import LagMonitor
+    from broker.lag.evaluator import Thresholds
     from broker.coordination import paths
 
     monitor = LagMonitor(client, Thresholds(stop_min_ms=int(args.stop_after * 1000)))
@@ -427,8 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Consumer groups kept in ZooKeeper. --describe prints, per "
                                    "partition, its owner, the committed offset, the log end "
                                    "offset and the lag in bytes (offsets are byte positions).")
-    p.add_argument("--zookeeper", "-z", required=True, metavar="HOST:PORT[,...]/CHROOT",
-                   help="the cluster's ZooKeeper connect string, with its chroot")
+    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string "
+                          "with the chroot", zookeeper_flags=("--zookeeper", "-z"))
     action = p.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="list the groups (default)")
     action.add_argument("--describe", metavar="GROUP")
@@ -471,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     except SamsaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (BrokerConnectionError, ValueError, ConnectionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

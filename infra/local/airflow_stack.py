@@ -105,7 +105,7 @@ def container_mounts(state_dir: str, warehouse_config: str) -> list[Mount]:
     (the loader's output, the audit reports'), made first so that they belong
     to the caller. A relative output is the processes' working directory's,
     the state directory."""
-    from hadoop_loader.dag_steps import read_settings
+    from hadoop_loader.config import read_settings
     config = os.path.abspath(warehouse_config)
     try:
         loader, warehouse = read_settings(config)

@@ -79,7 +79,7 @@ from typing import Any, Callable, Iterable, Iterator
 from kazoo.exceptions import NoNodeError
 
 from broker.service_kit import settings
-from broker.client.group_lag import AdminPool, partition_lags
+from broker.lag.group_lag import AdminPool, partition_lags
 from broker.coordination import offsets as zk_offsets
 from broker.coordination import paths
 from broker.coordination.cluster import ClusterView
@@ -1058,7 +1058,7 @@ def group_lag(client, view: ClusterView, group: str, subscription: Subscription)
     """How far ``group`` is behind in the cluster of ``view``: over every
     partition of the topics it subscribes to, the bytes between its committed
     offset (the partition's earliest offset when it has committed none) and
-    the partition's latest offset (broker/client/group_lag.py). Partitions
+    the partition's latest offset (broker/lag/group_lag.py). Partitions
     whose broker does not answer are counted in ``errors``."""
     committed = zk_offsets.read_offsets(client, group)
     wanted = [(topic, bp) for topic in view.topics() if subscription.matches(topic)

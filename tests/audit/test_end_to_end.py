@@ -36,7 +36,8 @@ from audit_helpers import WINDOW, page_views
 from broker.client.cluster_producer import ClusterProducer
 from broker_helpers import wait_until
 from mirror import pipe as mirror_pipe
-from mirror.config import ClusterRef, MirrorConfig
+from broker.coordination.named_cluster import NamedCluster
+from mirror.config import MirrorConfig
 from mirror.mirror import Mirror
 from schemas.wire import ValueWriter
 from test_tiers import zk_registry
@@ -117,8 +118,8 @@ def test_losses_and_duplicates_are_reported_exactly_where_they_happen(clusters, 
                 for name, c in (("dc-a", dc_a), ("dc-b", dc_b), ("analysis", analysis))]
     threads = [threading.Thread(target=c.run) for c in counters]
     mirror = Mirror(MirrorConfig(
-        sources=(ClusterRef("dc-a", dc_a.connect), ClusterRef("dc-b", dc_b.connect)),
-        target=ClusterRef("analysis", analysis.connect), group="mirror-e2e", metrics_port=-1,
+        sources=(NamedCluster("dc-a", dc_a.connect), NamedCluster("dc-b", dc_b.connect)),
+        target=NamedCluster("analysis", analysis.connect), group="mirror-e2e", metrics_port=-1,
         audit_window_ms=WINDOW, audit_publish_interval_ms=300,
         # the loss above is injected per decoded message: the decoding path (the
         # copies and counts are the same with forward_bytes; tests/mirror)

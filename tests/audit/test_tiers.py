@@ -216,7 +216,8 @@ def test_the_mirror_tier_counts_what_it_copied_per_source(clusters):
     """Two DCs with audited producers, mirrored into analysis: the mirror's
     events (published in the analysis cluster) match each DC's producer
     events, which reach analysis too (the audit topic is mirrored)."""
-    from mirror.config import ClusterRef, MirrorConfig
+    from broker.coordination.named_cluster import NamedCluster
+from mirror.config import MirrorConfig
     from mirror.mirror import Mirror
     dcs = {name: clusters(name) for name in ("dc-a", "dc-b")}
     analysis = clusters("analysis")
@@ -226,8 +227,8 @@ def test_the_mirror_tier_counts_what_it_copied_per_source(clusters):
         with zk_registry(cluster) as registry:
             times = [now - i for i in range(200 if name == "dc-a" else 120)]
             produced[name] = expected(times, produce_audited(cluster, registry, times, name))
-    config = MirrorConfig(sources=tuple(ClusterRef(n, c.connect) for n, c in dcs.items()),
-                          target=ClusterRef("analysis", analysis.connect), group="mirror-audit",
+    config = MirrorConfig(sources=tuple(NamedCluster(n, c.connect) for n, c in dcs.items()),
+                          target=NamedCluster("analysis", analysis.connect), group="mirror-audit",
                           metrics_port=-1, audit_window_ms=WINDOW,
                           audit_publish_interval_ms=200)
     with zk_registry(analysis) as registry, Mirror(config) as mirror:

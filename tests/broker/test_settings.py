@@ -80,7 +80,7 @@ def test_bad_settings_say_what_is_wrong(values, message):
 
 
 def test_bad_override_syntax_and_files(tmp_path):
-    with pytest.raises(ConfigError, match="key=value"):
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
         settings.parse_overrides(["novalue"])
     with pytest.raises(ConfigError, match="cannot read"):
         settings.load(Outer, str(tmp_path / "missing.toml"))

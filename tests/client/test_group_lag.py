@@ -1,10 +1,10 @@
-"""broker/client/group_lag.py: the one lag computation of the groups tool,
+"""broker/lag/group_lag.py: the one lag computation of the groups tool,
 the lab's status and the mirror (issue 9: three copies before), against a
 real broker: positions given, missing (from earliest, or unknown), a broker
 the cluster does not know."""
 from __future__ import annotations
 
-from broker.client.group_lag import AdminPool, partition_lags
+from broker.lag.group_lag import AdminPool, partition_lags
 
 from broker_helpers import connect, message_set, produce
 

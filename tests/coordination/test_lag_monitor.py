@@ -1,4 +1,4 @@
-"""broker/client/lag_monitor.py against real brokers and ZooKeeper: every
+"""broker/lag/monitor.py against real brokers and ZooKeeper: every
 partition of a group's topics is evaluated, owned or not, with its log end,
 committed offset, lag in bytes and in seconds (the age of the next message);
 a group whose member left shows its partitions unowned and goes STOP once
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from broker.client.lag_monitor import LagMonitor
-from broker.client.lag_status import Status, Thresholds
+from broker.lag.monitor import LagMonitor
+from broker.lag.evaluator import Status, Thresholds
 from broker.coordination import offsets as zk_offsets
 from broker.coordination import paths
 from broker_helpers import wait_until

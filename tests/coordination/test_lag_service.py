@@ -123,8 +123,11 @@ def test_a_killed_member_shows_stop(shared_cluster, cluster_producers, topic, tm
 
 
 def test_bad_settings_are_refused():
-    done = run_module("broker.lag", "--print-config")
+    done = run_module("broker.lag", "--interval", "1")
     assert done.returncode == 2 and b"at least one cluster" in done.stderr
+    done = run_module("broker.lag", "--print-config", "--cluster", "a=127.0.0.1:2181/a",
+                      "--set", "interval_s=0")
+    assert done.returncode == 2 and b"interval_s" in done.stderr
     done = run_module("broker.lag", "--cluster", "no-equals-sign")
     assert done.returncode == 2 and b"NAME=ZOOKEEPER" in done.stderr
     done = run_module("broker.lag", "--cluster", "a=127.0.0.1:2181/a", "--set", "groups=(")

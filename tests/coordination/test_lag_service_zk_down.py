@@ -13,7 +13,8 @@ import urllib.request
 from kazoo.client import KazooClient
 
 from broker.coordination.offsets import commit_offsets
-from broker.lag.config import LagServiceConfig, WatchedCluster
+from broker.coordination.named_cluster import NamedCluster
+from broker.lag.config import LagServiceConfig
 from broker.lag.service import LagService
 
 from broker_helpers import metric, scrape_metrics, wait_until
@@ -38,7 +39,7 @@ def test_a_dead_zookeeper_keeps_the_last_evaluation_and_says_so(own_zookeeper):
     zk.stop()
     zk.close()
 
-    service = LagService(LagServiceConfig(clusters=(WatchedCluster("dc", connect),),
+    service = LagService(LagServiceConfig(clusters=(NamedCluster("dc", connect),),
                                           http_port=0, interval_s=3600)).start()
     base = f"http://127.0.0.1:{service.port}"
     try:
@@ -77,7 +78,7 @@ def test_a_failure_without_a_message_is_named(monkeypatch):
     nothing had failed. The exception's name is said then."""
     from kazoo.exceptions import ConnectionLoss
     service = LagService(LagServiceConfig(
-        clusters=(WatchedCluster("dc", "127.0.0.1:1/dc"),),
+        clusters=(NamedCluster("dc", "127.0.0.1:1/dc"),),
         http_port=0, interval_s=3600))
 
     def lost(cluster):

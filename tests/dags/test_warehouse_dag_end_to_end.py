@@ -44,7 +44,8 @@ from audit.service import AuditService
 from broker.client.cluster_producer import ClusterProducer
 from broker.service_kit.process import command_lines
 from broker_helpers import wait_until
-from mirror.config import ClusterRef, MirrorConfig
+from broker.coordination.named_cluster import NamedCluster
+from mirror.config import MirrorConfig
 from mirror.mirror import Mirror
 from schemas import catalog
 from schemas.registry import SchemaRegistry
@@ -167,7 +168,7 @@ def test_warehouse_load_and_audit_report_dags(clusters, tmp_path):
     expected = produce(dc, registries[0], hours)
 
     mirror = Mirror(MirrorConfig(
-        sources=(ClusterRef("dc-a", dc.connect),), target=ClusterRef("analysis",
+        sources=(NamedCluster("dc-a", dc.connect),), target=NamedCluster("analysis",
                                                                       analysis.connect),
         group="mirror-dag", metrics_port=-1, audit_window_ms=WINDOW,
         audit_publish_interval_ms=300))

@@ -38,7 +38,8 @@ from broker_helpers import wait_until
 from hadoop_loader import dag_steps, job
 from hadoop_loader.config import LoaderConfig
 from hadoop_loader.dag_steps import StepFailed
-from mirror.config import ClusterRef, MirrorConfig
+from broker.coordination.named_cluster import NamedCluster
+from mirror.config import MirrorConfig
 from mirror.mirror import Mirror
 from schemas import catalog
 from schemas.registry import SchemaRegistry
@@ -105,7 +106,7 @@ def test_every_tier_reports_injected_drops_and_doubles_window_by_window(clusters
     assert len(proxy.doubled) == sum(u for _, u in FAULTS.values())
 
     mirror = Mirror(MirrorConfig(
-        sources=(ClusterRef("dc-a", dc.connect),), target=ClusterRef("analysis",
+        sources=(NamedCluster("dc-a", dc.connect),), target=NamedCluster("analysis",
                                                                       analysis.connect),
         group="mirror-exact", metrics_port=-1, audit_window_ms=WINDOW,
         audit_publish_interval_ms=300))

@@ -3,11 +3,12 @@ topic back from every broker of a cluster, straight from the brokers."""
 from __future__ import annotations
 
 from cluster_helpers import Cluster, read_all
-from mirror.config import ClusterRef, MirrorConfig
+from broker.coordination.named_cluster import NamedCluster
+from mirror.config import MirrorConfig
 
 
-def ref(cluster: Cluster) -> ClusterRef:
-    return ClusterRef(cluster.name, cluster.connect)
+def ref(cluster: Cluster) -> NamedCluster:
+    return NamedCluster(cluster.name, cluster.connect)
 
 
 def mirror_config(sources: list[Cluster], target: Cluster, **settings) -> MirrorConfig:

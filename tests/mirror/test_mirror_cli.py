@@ -9,14 +9,15 @@ import pytest
 
 from broker.service_kit.settings import ConfigError, to_toml
 from broker_helpers import run_module, scrape_metrics, wait_until
-from mirror.config import MirrorConfig, load_mirror_config
+from broker.service_kit.settings import load
+from mirror.config import MirrorConfig
 from mirror_helpers import mirror_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_the_documented_file_holds_the_defaults():
-    documented = load_mirror_config(str(ROOT / "config" / "mirror.toml"))
+    documented = load(MirrorConfig, str(ROOT / "config" / "mirror.toml"))
     defaults = MirrorConfig(sources=documented.sources, target=documented.target)
     assert documented == defaults
     assert [s.name for s in documented.sources] == ["dc-a", "dc-b"]
@@ -28,18 +29,18 @@ def test_the_documented_file_holds_the_defaults():
 
 
 def test_settings_round_trip_and_overrides(tmp_path):
-    config = load_mirror_config(str(ROOT / "config" / "mirror.toml"),
+    config = load(MirrorConfig, str(ROOT / "config" / "mirror.toml"),
                                 {"batch_size": "50", "whitelist": "a|b"})
     assert config.batch_size == 50 and config.whitelist == "a|b"
     path = tmp_path / "m.toml"
     path.write_text(to_toml(config))
-    assert load_mirror_config(str(path)) == config
+    assert load(MirrorConfig, str(path)) == config
     with pytest.raises(ConfigError, match="unknown setting 'bach_size'"):
-        load_mirror_config(str(path), {"bach_size": "1"})
+        load(MirrorConfig, str(path), {"bach_size": "1"})
     with pytest.raises(ConfigError, match="batch_size must be an integer"):
-        load_mirror_config(str(path), {"batch_size": "many"})
+        load(MirrorConfig, str(path), {"batch_size": "many"})
     with pytest.raises(ConfigError, match="must be >= 1"):
-        load_mirror_config(str(path), {"max_unacknowledged": "0"})
+        load(MirrorConfig, str(path), {"max_unacknowledged": "0"})
 
 
 def test_help_and_bad_input():

@@ -11,7 +11,8 @@ from broker.client.admin import AdminClient
 from broker.coordination import offsets as zk_offsets
 from broker.service_kit.settings import ConfigError
 from broker_helpers import wait_until
-from mirror.config import load_mirror_config
+from broker.service_kit.settings import load
+from mirror.config import MirrorConfig
 from mirror.marks import mirrored_topics
 from mirror_helpers import mirror_config, read_all, ref, values_of
 
@@ -129,12 +130,12 @@ def test_refuses_a_target_that_is_a_source(clusters):
         mirror_config([dc_a, analysis], analysis)
     same_by_other_name = ref(analysis).zookeeper.replace("127.0.0.1", "localhost")
     with pytest.raises(ConfigError, match="loop"):
-        load_mirror_config(None, {"sources": [{"name": "x", "zookeeper": same_by_other_name}],
+        load(MirrorConfig, None, {"sources": [{"name": "x", "zookeeper": same_by_other_name}],
                                   "target": {"name": "y", "zookeeper": ref(analysis).zookeeper}})
     with pytest.raises(ConfigError, match="at least one"):
-        load_mirror_config(None, {"target": {"name": "y", "zookeeper": "127.0.0.1:1/y"}})
+        load(MirrorConfig, None, {"target": {"name": "y", "zookeeper": "127.0.0.1:1/y"}})
     with pytest.raises(ConfigError, match="whitelist"):
-        load_mirror_config(None, {"sources": [{"name": "x", "zookeeper": "127.0.0.1:1/x"}],
+        load(MirrorConfig, None, {"sources": [{"name": "x", "zookeeper": "127.0.0.1:1/x"}],
                                   "target": {"name": "y", "zookeeper": "127.0.0.1:1/y"},
                                   "whitelist": "("})
 

@@ -16,7 +16,7 @@ One cycle (``LagMonitor.evaluate``):
    the header of the next message to consume, whose timestamp gives the
    lag in seconds (now - that timestamp; 0 when caught up).
 4. Each partition's window of commits grows when its offset node changed
-   (a new modification time); broker/client/lag_status.py judges it.
+   (a new modification time); broker/lag/evaluator.py judges it.
 
 The lag recorded with a commit is the one seen in the first cycle after it
 (Burrow records the broker's offset at commit time; polling every few
@@ -43,8 +43,8 @@ from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.message import first_timestamp
 
-from .connection import BrokerConnection, BrokerConnectionError, parse_address
-from .lag_status import Commit, PartitionStatus, Status, Thresholds, evaluate, group_status
+from broker.client.connection import BrokerConnection, BrokerConnectionError, parse_address
+from .evaluator import Commit, PartitionStatus, Status, Thresholds, evaluate, group_status
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Burrow's rules (broker/client/lag_status.py) as tables: one row per
+"""Burrow's rules (broker/lag/evaluator.py) as tables: one row per
 window of commits, the lag now, the time now, and the status it must give.
 The cases are Burrow's documented ones (caught up, rewind, stopped,
 stalled, lag growing, catching up) and the edges between them."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.client.lag_status import (Commit, PartitionStatus, Status, Thresholds,
+from broker.lag.evaluator import (Commit, PartitionStatus, Status, Thresholds,
                                       evaluate, group_status, stop_threshold_ms)
 
 T = Thresholds(window_size=5, stop_min_ms=10_000, stop_intervals=3.0)

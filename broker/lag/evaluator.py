@@ -1,10 +1,10 @@
 """A consumer group's health per partition, by Burrow's rules: a pure
 function of a window of the group's recent commits and the lag now.
 
-No I/O and no clock of its own: the caller (broker/client/lag_monitor.py)
+No I/O and no clock of its own: the caller (broker/lag/monitor.py)
 collects the commits (a ZooKeeper offset node's value and modification
 time) and the log end offsets, and passes ``now_ms``. So every rule is
-tested with tables (tests/client/test_lag_status.py).
+tested with tables (tests/client/test_lag_evaluator.py).
 
 A window holds a partition's last ``window_size`` commits, oldest first,
 each with the committed offset, its time, and the lag (bytes from the

@@ -1,9 +1,10 @@
-"""How far a consumer group is behind, per partition: one function for the
-groups tool, the lab's status and the mirror's lag metrics.
+"""How far a consumer group is behind, per partition, in bytes: one function
+for the groups tool (``python -m broker.tools groups``) and the lab's status.
+(The mirror's lag metrics and the lag service judge lag with monitor.py.)
 
 A partition's lag is the bytes between where the group stands (its position:
-a committed offset, or what the caller knows better, e.g. the mirror's
-acknowledged offsets) and the partition's latest offset (the high watermark).
+a committed offset, or a position the caller knows better) and the
+partition's latest offset (the high watermark).
 Offsets are byte positions, so the lag is in bytes. Where no position is
 known the caller chooses: count from the partition's earliest offset (what a
 new member would read) or report no lag.
@@ -20,8 +21,8 @@ from typing import Iterable, Mapping, Protocol
 from broker.coordination import paths
 from broker.protocol.errors import SamsaError
 
-from .admin import AdminClient
-from .connection import BrokerConnectionError
+from broker.client.admin import AdminClient
+from broker.client.connection import BrokerConnectionError
 
 
 class BrokerAddresses(Protocol):

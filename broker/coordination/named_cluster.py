@@ -1,0 +1,110 @@
+"""A cluster, named: the one type every service names a cluster with.
+
+A Samsa cluster is known by its ZooKeeper connect string with the cluster's
+chroot ("zk1:2181,zk2:2181/dc-a"); its name ("dc-a") is what logs, metrics'
+labels, URLs, monitoring events and the mirror's marks call it. Names are
+letters, digits, '.', '_' and '-' (they go into ZooKeeper paths, Prometheus
+labels and URLs unescaped).
+
+On a command line a cluster is ``NAME=ZOOKEEPER``; ``ZOOKEEPER`` alone names
+the cluster after the last part of its chroot (``127.0.0.1:2181/analysis``
+is "analysis"); without a chroot the name must be given.
+
+Two references are the same cluster when their ensembles share a server and
+their chroots are equal (``same_cluster``): the mirror refuses a target that
+is one of its sources.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from broker.coordination.zk import split_connect_string
+from broker.service_kit.settings import ConfigError
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
+COMMAND_LINE_FORM = "NAME=ZOOKEEPER (\"dc-a=127.0.0.1:2181/dc-a\")"
+
+
+def check_name(name: str, what: str = "cluster name") -> str:
+    """``name`` when it is a valid cluster name; ValueError saying why not."""
+    if not NAME_PATTERN.fullmatch(name or ""):
+        raise ValueError(f"{what} {name!r}: use letters, digits, '.', '_', '-'")
+    return name
+
+
+@dataclass(frozen=True)
+class NamedCluster:
+    name: str
+    """A short name for logs, metrics, URLs and the mirrored-topic marks ("dc-a")."""
+    zookeeper: str
+    """ZooKeeper connect string with the cluster's chroot ("h1:2181,h2:2181/dc-a")."""
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        split_connect_string(self.zookeeper)       # raises ValueError when malformed
+
+    def identity(self) -> tuple[frozenset[str], str]:
+        """(servers, chroot): what makes two references the same cluster."""
+        hosts, chroot = split_connect_string(self.zookeeper)
+        servers = set()
+        for server in hosts.split(","):
+            host, _, port = server.strip().lower().rpartition(":")
+            servers.add(f"{'127.0.0.1' if host == 'localhost' else host}:{port}")
+        return frozenset(servers), chroot or "/"
+
+    def same_cluster(self, other: "NamedCluster") -> bool:
+        mine, theirs = self.identity(), other.identity()
+        return bool(mine[0] & theirs[0]) and mine[1] == theirs[1]
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.zookeeper}"
+
+
+def parse_cluster(text: str) -> NamedCluster:
+    """A cluster as given on a command line: ``NAME=ZOOKEEPER``, or
+    ``ZOOKEEPER`` with a chroot (named after its last part). ConfigError
+    when it is neither."""
+    name, sep, zookeeper = text.partition("=")
+    if not sep:
+        name, zookeeper = "", text
+    name, zookeeper = name.strip(), zookeeper.strip()
+    try:
+        if not name:
+            _, chroot = split_connect_string(zookeeper)
+            name = (chroot or "").rstrip("/").rpartition("/")[2]
+            if not name:
+                raise ValueError(f"{zookeeper!r} has no chroot to name the cluster after: "
+                                 f"give it as {COMMAND_LINE_FORM}")
+        return NamedCluster(name, zookeeper)
+    except ValueError as exc:
+        raise ConfigError(f"a cluster is {COMMAND_LINE_FORM}: {exc}") from None
+
+
+def add_cluster_option(parser, help: str, *, zookeeper_alias: bool = True,
+                       zookeeper_flags: tuple[str, ...] = ("--zookeeper",)) -> None:
+    """``--cluster NAME=ZOOKEEPER`` (or ZOOKEEPER with a chroot), the one way a
+    command names the cluster it works on; ``--zookeeper ZOOKEEPER``, the older
+    spelling, stays as an alias of it."""
+    parser.add_argument("--cluster", metavar="NAME=ZOOKEEPER", help=help)
+    if zookeeper_alias:
+        parser.add_argument(*zookeeper_flags, dest="zookeeper", metavar="ZOOKEEPER",
+                            help="the cluster's ZooKeeper connect string with its chroot "
+                                 "(an alias of --cluster ZOOKEEPER)")
+
+
+def cluster_from(args) -> NamedCluster | None:
+    """The cluster ``add_cluster_option``'s options name; None when neither
+    is given; ConfigError when both are, or either is malformed."""
+    given, alias = getattr(args, "cluster", None), getattr(args, "zookeeper", None)
+    if given and alias:
+        raise ConfigError("--cluster and --zookeeper name the same thing: give one")
+    if alias:
+        hosts_chroot = alias.strip()
+        try:
+            _, chroot = split_connect_string(hosts_chroot)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        name = (chroot or "").rstrip("/").rpartition("/")[2] or "default"
+        return parse_cluster(f"{name}={hosts_chroot}")
+    return parse_cluster(given) if given else None

@@ -1,0 +1,123 @@
+"""The command line every Samsa service shares.
+
+A service's ``python -m`` entry point builds its parser with argparse, adds
+its own options, and lets this module add and read the common ones:
+
+    --config FILE      a TOML settings file (the service's table of it)
+    --set KEY=VALUE    any setting, dotted for nested tables (repeatable)
+    --print-config     the effective settings as TOML, then exit 0
+    --log-level, --log-format
+
+Settings come from the defaults, then the file, then the service's own
+options (those given), then ``--set``; ``run_service`` builds them, answers
+``--print-config``, sets up logging and calls the service. Bad settings are
+one line on stderr and exit status 2, before anything starts.
+
+``--print-config`` answers even when the settings are not complete yet (no
+cluster named): it prints what it has, each missing setting as a comment,
+so a settings file can be started from it. A wrong value is exit 2 still.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+from broker.service_kit import settings
+from broker.service_kit.logging_setup import setup_logging
+from broker.service_kit.settings import ConfigError
+
+EXIT_BAD_SETTINGS = 2
+
+
+def add_settings_options(parser: argparse.ArgumentParser, *, config_help: str,
+                         set_example: str = "", log_defaults: tuple[str, str] = ("INFO", "text"),
+                         ) -> argparse.ArgumentParser:
+    """Add --config, --log-level, --log-format, --set and --print-config."""
+    level, fmt = log_defaults
+    parser.add_argument("--config", metavar="FILE", help=config_help)
+    parser.add_argument("--log-level", help=f"DEBUG, INFO, WARNING, ERROR (default {level})")
+    parser.add_argument("--log-format", choices=["text", "json"], help=f"default {fmt}")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override any setting" + (f", e.g. {set_example}" if set_example
+                                                        else "") + " (repeatable)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective settings as TOML and exit")
+    return parser
+
+
+def settings_values(args: argparse.Namespace, table: str | None = None,
+                    flags: tuple[str, ...] | dict[str, str] = (),
+                    overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The raw settings, file then options then --set: ``flags`` names the
+    options (their argparse ``dest``) copied into the settings when given;
+    as a dict it maps an option to the setting it sets."""
+    given = dict(overrides or {})
+    mapping = dict(flags) if isinstance(flags, dict) else {flag: flag for flag in flags}
+    for flag in ("log_level", "log_format"):
+        mapping.setdefault(flag, flag)
+    for flag, key in mapping.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            given[key] = value
+    given.update(settings.parse_overrides(getattr(args, "set", None)))
+    return settings.apply_overrides(settings.read_table(getattr(args, "config", None), table),
+                                    given)
+
+
+def load_settings(cls, args: argparse.Namespace, table: str | None = None,
+                  flags: tuple[str, ...] | dict[str, str] = (),
+                  overrides: dict[str, Any] | None = None):
+    """``cls`` from the file's ``[table]``, the options named ``flags``, then --set."""
+    return settings.build(cls, settings_values(args, table, flags, overrides))
+
+
+def print_config(cls, values: dict[str, Any], table: str | None = None, out=None,
+                 cluster_fields: tuple[str, ...] = ()) -> None:
+    """The settings as TOML. When they are not complete (a setting without a
+    default, or one of ``cluster_fields``, is not given), what there is, with
+    what is missing as comments; a wrong value is ConfigError all the same."""
+    out = out or sys.stdout
+    try:
+        out.write(settings.to_toml(settings.build(cls, values), table))
+        return
+    except ConfigError as exc:
+        incomplete = settings.missing(cls, values) or [f for f in cluster_fields
+                                                       if not values.get(f)]
+        if not incomplete:
+            raise
+        problem = str(exc)
+    text = settings.to_toml(settings.sketch(cls, values), table)
+    header, body = text.split("\n", 1) if table else ("", text)
+    required = "".join(f"# {name} = ...   (required)\n" for name in settings.missing(cls, values))
+    out.write(f"# not complete yet: {problem}\n" + (header + "\n" if table else "")
+              + required + body)
+
+
+def run_service(cls, args: argparse.Namespace, run: Callable[[Any], int], *,
+                table: str | None = None, flags: tuple[str, ...] | dict[str, str] = (),
+                overrides: Callable[[argparse.Namespace], dict[str, Any]] | None = None,
+                cluster_fields: tuple[str, ...] = ()) -> int:
+    """Build the settings, answer --print-config, set up logging, ``run(config)``.
+
+    ``overrides(args)`` adds settings the options imply in ways a flag name
+    cannot say (a cluster given as NAME=ZOOKEEPER); it may raise ConfigError.
+    ``cluster_fields`` name the settings that say which clusters: until they
+    are given, --print-config shows the rest (``print_config``).
+    """
+    try:
+        values = settings_values(args, table, flags, overrides(args) if overrides else None)
+        if getattr(args, "print_config", False):
+            print_config(cls, values, table, cluster_fields=cluster_fields)
+            return 0
+        config = settings.build(cls, values)
+    except ConfigError as exc:
+        return fail(exc)
+    setup_logging(config.log_level, config.log_format)
+    return run(config)
+
+
+def fail(problem: object) -> int:
+    """Say what is wrong with the settings on stderr; the exit status for it."""
+    print(f"error: {problem}", file=sys.stderr)
+    return EXIT_BAD_SETTINGS
