@@ -161,12 +161,12 @@ def _store(args):
 def run_report(args) -> int:
     import time
     from audit import report
-    from audit.web import BadRequest, parse_time
+    from audit.times import BadTime, parse_time
     now = int(time.time() * 1000)
     try:
         end = parse_time(args.end) if args.end else now
         begin = parse_time(args.begin) if args.begin else end - int(args.hours * 3_600_000)
-    except BadRequest as exc:
+    except BadTime as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     store = _store(args)

@@ -42,9 +42,11 @@ from typing import Callable
 from audit import tally as _reference
 
 try:
-    from audit import _tally as _kernel
+    from audit import _tally as kernel
 except ImportError:     # no C compiler: the reference, several times slower
-    _kernel = _reference
+    kernel = _reference
+#: the tally kernel: audit/_tally.c where it was built, else audit/tally.py
+#: (the same functions: tally_values, tally_message_set, tally_messages, id_hash)
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +66,11 @@ _SIGNED = 1 << 63
 def id_hash(event_id: bytes) -> int:
     """The 64-bit hash of an event id that the checksums add up (audit/tally.py;
     the C kernel's where built)."""
-    return _kernel.id_hash(event_id)
+    return kernel.id_hash(event_id)
 
 
 def kernel_name() -> str:
-    return "C" if _kernel is not _reference else "pure Python"
+    return "C" if kernel is not _reference else "pure Python"
 
 
 @dataclass(frozen=True)
@@ -133,12 +135,12 @@ class TierCounter:
             values = list(values)
         if not isinstance(timestamps, int) and not isinstance(timestamps, list):
             timestamps = list(timestamps)
-        self._tally(topic, now_ms, _kernel.tally_values, values, timestamps)
+        self._tally(topic, now_ms, kernel.tally_values, values, timestamps)
 
     def add_message_set(self, topic: str, message_set, now_ms: int | None = None) -> None:
         """Count the whole, uncompressed messages of a fetched message set of
         ``topic`` without decoding them (the mirror forwards such bytes)."""
-        self._tally(topic, now_ms, _kernel.tally_message_set, message_set)
+        self._tally(topic, now_ms, kernel.tally_message_set, message_set)
 
     def _tally(self, topic: str, now_ms: int | None, kernel, *data) -> None:
         """``kernel(acc, *data, window_ms, now, bounds, ids)`` into ``topic``'s
@@ -163,7 +165,7 @@ class TierCounter:
                 batch = list(run) if len(messages) > 1 else messages
                 acc = self._tallies.setdefault(topic, {})
                 ids = self._ids.setdefault(topic, {}) if cfg.dedup_ids else None
-                self.counted += _kernel.tally_messages(acc, batch, cfg.window_ms, now,
+                self.counted += kernel.tally_messages(acc, batch, cfg.window_ms, now,
                                                        cfg.latency_bounds_ms, ids)
 
     def merge(self, topic: str, tallies: dict[int, list[int]],

@@ -55,7 +55,7 @@ class TopicHour:
         if self.unreported_windows:
             text += f"; {self.unreported_windows} windows not reported by the tier yet"
         if self.lost_windows:
-            from audit.web import iso
+            from audit.times import iso
             text += "; lost in windows " + ", ".join(iso(w) for w in self.lost_windows)
         return text
 
@@ -71,7 +71,7 @@ class HourCheck:
     """The audit's grace: a window is called lost only this long after it ended."""
 
     def lines(self) -> list[str]:
-        from audit.web import iso
+        from audit.times import iso
         head = (f"hour {iso(self.hour_ms)} at tier {self.tier} (cluster {self.cluster}): "
                 f"{self.state}")
         if not self.topics:
@@ -144,7 +144,7 @@ class Shortfall:
     windows: list[int] = field(default_factory=list)
 
     def line(self) -> str:
-        from audit.web import iso
+        from audit.times import iso
         bound = "" if self.exact else "at least "
         return (f"{self.topic}: {self.loaded:,} rows loaded, {self.produced:,} produced, "
                 f"{bound}{self.missing:,} missing and {self.duplicated:,} rows that are copies "

@@ -60,7 +60,7 @@ class Report:
         return json.dumps(self.answer, indent=1).encode()
 
     def lines(self) -> list[str]:
-        from audit.web import iso
+        from audit.times import iso
         out = ["summary: " + (", ".join(f"{n} {s}" for s, n in self.summary.items() if n)
                               or "no windows")]
         for v in self.losses:

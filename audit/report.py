@@ -31,7 +31,7 @@ def as_json(chosen: list[Verdict], begin_ms: int, end_ms: int) -> str:
 
 
 def as_table(chosen: list[Verdict]) -> str:
-    from audit.web import iso
+    from audit.times import iso
     if not chosen:
         return "no monitoring events in this period\n"
     head = ("window (UTC)", "topic", "tier", "datacenter", "cluster", "state", "produced",

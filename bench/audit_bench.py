@@ -98,8 +98,10 @@ def bench_kernel(values: list[bytes], now_ms: int) -> dict:
     messages = [Message(TOPIC, 0, i, i + 1, now_ms - i % 5000, None, v)
                 for i, v in enumerate(values[:500_000])]
     out = {}
-    from audit import _tally
-    for name, kernel in (("c", _tally), ("python", reference_tally)):
+    from audit.counting import kernel as c_kernel, kernel_name
+    if kernel_name() != "C":
+        raise SystemExit("bench_kernel: the C kernel is not built (make setup builds it)")
+    for name, kernel in (("c", c_kernel), ("python", reference_tally)):
         n = len(messages) if name == "c" else 100_000
         acc, ids = {}, {}
         bounds = CounterConfig(tier="cluster", datacenter="x", cluster="x").latency_bounds_ms

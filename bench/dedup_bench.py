@@ -42,7 +42,7 @@ def envelopes(n: int, now_ms: int) -> list[tuple[bytes, list[int]]]:
 
 
 def count_sets(sets, now_ms: int, keep_ids: bool) -> float:
-    kernel = counting._kernel
+    kernel = counting.kernel
     bounds = CounterConfig(tier="mirror", datacenter="x", cluster="x").latency_bounds_ms
     acc: dict = {}
     ids: dict | None = {} if keep_ids else None
@@ -54,7 +54,7 @@ def count_sets(sets, now_ms: int, keep_ids: bool) -> float:
 
 def merge_ids(sets, now_ms: int) -> float:
     """The hadoop tier: tasks' tallies and id hashes merged at the driver."""
-    kernel = counting._kernel
+    kernel = counting.kernel
     bounds = CounterConfig(tier="hadoop", datacenter="x", cluster="x").latency_bounds_ms
     rows = []
     for buf, _ in sets:

@@ -49,8 +49,8 @@ import time
 import urllib.request
 
 from bench.common import log, machine_info, percentile, save_results
-from infra.local.pipeline import Pipeline, _call
-from infra.local.traffic import HOUR_MS, TOPIC_WEIGHTS, _event
+from infra.local.pipeline import Pipeline, call_airflow
+from infra.local.traffic import HOUR_MS, TOPIC_WEIGHTS, make_event
 
 DCS = ("dc-a", "dc-b")
 SECTION_START = "<!-- freshness_bench:start -->"
@@ -87,7 +87,7 @@ class Producers:
         for t in times:
             topic = self.topics[self.sent % len(self.topics)]
             self.sent += 1
-            record, key, _version = _event(topic, self.rng, t, False, 5_000)
+            record, key, _version = make_event(topic, self.rng, t, False, 5_000)
             futures.append(producer.send(topic, writers[topic].encode(record), key=key,
                                          timestamp=t))
         producer.flush()
@@ -225,17 +225,17 @@ def hourly_delay(pipeline: Pipeline, hours: int, per_dc: int, seed: int) -> list
     out = OutputFS(pipeline.path("warehouse"))
     url = f"http://127.0.0.1:{pipeline.airflow_port}/api/v2/dags/warehouse_load"
     token = pipeline.airflow_token()
-    _call(url, token, {"is_paused": False}, method="PATCH")
+    call_airflow(url, token, {"is_paused": False}, method="PATCH")
 
     def no_scheduled_runs() -> None:
         # unpaused, the scheduler makes a run for the latest hour by itself:
         # it would hold the one active run (max_active_runs = 1), skew the
         # figure and take the logical date of a trial's hour: delete it
-        for run in _call(f"{url}/dagRuns?limit=100", token)["dag_runs"]:
+        for run in call_airflow(f"{url}/dagRuns?limit=100", token)["dag_runs"]:
             if run["run_type"] == "scheduled":
                 run_url = f"{url}/dagRuns/{run['dag_run_id']}"
                 if run["state"] in ("queued", "running"):      # a running run cannot go
-                    _call(run_url, token, {"state": "failed"}, method="PATCH")
+                    call_airflow(run_url, token, {"state": "failed"}, method="PATCH")
                 request = urllib.request.Request(run_url, method="DELETE",
                                                  headers={"Authorization": f"Bearer {token}"})
                 urllib.request.urlopen(request, timeout=30).close()
@@ -251,7 +251,7 @@ def hourly_delay(pipeline: Pipeline, hours: int, per_dc: int, seed: int) -> list
         producers.close()
         no_scheduled_runs()
         run_id = f"freshness-{dt.datetime.fromtimestamp(hour / 1000, dt.timezone.utc):%Y%m%dT%H}"
-        _call(f"{url}/dagRuns", token, {
+        call_airflow(f"{url}/dagRuns", token, {
             "logical_date": dt.datetime.fromtimestamp(hour / 1000, dt.timezone.utc).isoformat(),
             "dag_run_id": f"{run_id}-{int(time.time())}"})
         marker = hour_partition("page_views", hour)

@@ -200,7 +200,7 @@ class PeersBench:
                 with AdminClient(self.servers[system].address) as admin:
                     admin.delete_topic(dest)
             elif system == "rabbitmq":
-                conn = workers._pika_connection(self.servers[system].port)
+                conn = workers.pika_connection(self.servers[system].port)
                 try:
                     conn.channel().queue_delete(dest)
                 finally:

@@ -177,7 +177,7 @@ def samsa_consume(p: dict) -> dict:
 
 # ====================================================================== RabbitMQ
 
-def _pika_connection(port: int):
+def pika_connection(port: int):
     import pika
     return pika.BlockingConnection(pika.ConnectionParameters(
         "127.0.0.1", port, heartbeat=0, blocked_connection_timeout=STALL_S))
@@ -192,7 +192,7 @@ def rabbitmq_produce(p: dict) -> dict:
     queue, bs = p["dest"], p["batch"]
     values = _chunks(random_values())
     mask = DISTINCT_VALUES - 1
-    conn = _pika_connection(p["port"])
+    conn = pika_connection(p["port"])
     ch, probe = conn.channel(), conn.channel()
     ch.queue_declare(queue, durable=True)
     before = _queue_depth(probe, queue)
@@ -226,7 +226,7 @@ def rabbitmq_produce(p: dict) -> dict:
 
 def rabbitmq_consume(p: dict) -> dict:
     n, queue = p["n"], p["dest"]
-    conn = _pika_connection(p["port"])
+    conn = pika_connection(p["port"])
     ch = conn.channel()
     ch.basic_qos(prefetch_count=PREFETCH)
     prog = Progress()

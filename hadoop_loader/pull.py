@@ -90,12 +90,12 @@ def stage_units(units, output: str, staging: str, registry_url: str, fetch_bytes
             tallies: dict = {}
             ids: dict = {}
             if window_ms:
-                from audit.counting import DEFAULT_LATENCY_BOUNDS_MS, _kernel, id_hashes
+                from audit.counting import DEFAULT_LATENCY_BOUNDS_MS, id_hashes, kernel
                 import time
                 rejected = {i for i, _ in bad}
                 good = [i for i in range(len(values)) if i not in rejected]
                 id_sets: dict = {}
-                _kernel.tally_values(tallies, [values[i] for i in good],
+                kernel.tally_values(tallies, [values[i] for i in good],
                                      [stamps[i] for i in good], window_ms,
                                      int(time.time() * 1000), DEFAULT_LATENCY_BOUNDS_MS, id_sets)
                 # the id hashes per window, for the driver to tell copies from

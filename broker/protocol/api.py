@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
 from .errors import ErrorCode, ProtocolError
-from .message import _speedups, encode_values
+from .message import encode_values
+from .message import speedups as _speedups
 
 API_VERSION = 0
 ANY_PARTITION = -1

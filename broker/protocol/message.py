@@ -374,6 +374,9 @@ def _load_speedups():
 
 _speedups = _load_speedups()
 ACCELERATED = _speedups is not None
+#: the C accelerator module (broker/protocol/_speedups.c), None where it is
+#: not built or SAMSA_PURE_PYTHON is set: for the codec's other modules
+speedups = _speedups
 
 if _speedups is not None:
     _walk = _speedups.walk

@@ -36,7 +36,8 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
-from infra.local.pipeline import Pipeline, _call, _iso, say, stop
+from audit.times import iso
+from infra.local.pipeline import Pipeline, call_airflow, say, stop
 from infra.local.traffic import HOUR_MS, TrafficResult
 
 VICTIM_TOPIC = "page_views"
@@ -81,14 +82,14 @@ class LossReport:
             want = self.expected.get((topic, window), 0) \
                 if (tier, cluster) in LOST_TIERS else 0
             got = self.reported.get((tier, cluster, topic, window), 0)
-            lines.append(f"  {tier:<9}{cluster:<10}{topic:<12}{_iso(window):<18}{want:9,}"
+            lines.append(f"  {tier:<9}{cluster:<10}{topic:<12}{iso(window):<18}{want:9,}"
                          f"{got:10,}  {'ok' if want == got else 'WRONG'}")
         lines.append("  every other tier, topic and window: " + (
             "complete" if self.audit_exact() else "see above"))
         lines.append("warehouse_load per hour:")
         for hour, run in sorted(self.runs.items()):
             tasks = ", ".join(f"{k} {v}" for k, v in sorted(run["tasks"].items()))
-            lines.append(f"  {_iso(hour)}  {run['state']:<8} "
+            lines.append(f"  {iso(hour)}  {run['state']:<8} "
                          f"{'_SUCCESS' if run['success'] else 'no _SUCCESS':<12} {tasks}"
                          f"{'   <- holds the loss' if hour in self.lost_hours else ''}")
         verdict = self.audit_exact() and self.load_blocked()
@@ -171,7 +172,7 @@ class LossDrill:
         os.remove(victim)
         lab.restart_broker(VICTIM_CLUSTER, index)
         say(f"deleted {self.report.segment}, windows "
-            + ", ".join(f"{_iso(w)} ({c})" for (_t, w), c in sorted(self.report.expected.items())))
+            + ", ".join(f"{iso(w)} ({c})" for (_t, w), c in sorted(self.report.expected.items())))
 
     def read_range(self, address: str, partition: int, end: int) -> dict[tuple[str, int], int]:
         """(topic, window) -> messages in [0, end) of the partition, read with the client."""
@@ -226,7 +227,7 @@ class LossDrill:
         for k, (run_id, state) in enumerate(sorted(states.items())):
             hour = first_hour_ms + k * HOUR_MS
             tasks = {t["task_id"]: t["state"] for t in
-                     _call(f"{url}/{run_id}/taskInstances", token)["task_instances"]}
+                     call_airflow(f"{url}/{run_id}/taskInstances", token)["task_instances"]}
             self.report.runs[hour] = {
                 "state": state, "tasks": tasks,
                 "success": out.exists(hour_partition(VICTIM_TOPIC, hour), "_SUCCESS")}

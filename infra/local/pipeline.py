@@ -30,6 +30,7 @@ import urllib.request
 from infra.local import airflow_stack, daemon
 from infra.local.__main__ import DEFAULT_TOPOLOGY
 from infra.local.lab import Lab, LabError, free_topology
+from audit.times import iso
 from infra.local.traffic import HOUR_MS, TrafficConfig, produce, progress_bar
 from infra.topology import load_topology
 
@@ -39,10 +40,6 @@ TIERS = ("producer", "cluster", "mirror", "hadoop")
 
 def say(text: str) -> None:
     print(f"[demo] {text}", flush=True)
-
-
-def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
 class Pipeline:
@@ -154,7 +151,7 @@ max_retry_delay_s = 30.0
         now = int(time.time() * 1000)
         first = now - now % HOUR_MS - hours * HOUR_MS
         say(f"producing {messages_per_dc:,} audited events into each datacenter through its "
-            f"load balancer, event times {_iso(first)} to {_iso(first + hours * HOUR_MS)} UTC")
+            f"load balancer, event times {iso(first)} to {iso(first + hours * HOUR_MS)} UTC")
         result = produce({dc: (self.lab.lb_address(dc), self.lab.zookeeper_connect(dc))
                           for dc in ("dc-a", "dc-b")},
                          TrafficConfig(messages_per_dc=messages_per_dc, hours=hours),
@@ -176,18 +173,18 @@ max_retry_delay_s = 30.0
         runs = []
         for k in range(hours):
             start = first_hour_ms + k * HOUR_MS     # a run by hand loads the hour starting here
-            run_id = f"demo-{_iso(start).replace(' ', 'T').replace(':', '')}"
-            _call(f"{url}/api/v2/dags/warehouse_load/dagRuns", token,
+            run_id = f"demo-{iso(start).replace(' ', 'T').replace(':', '')}"
+            call_airflow(f"{url}/api/v2/dags/warehouse_load/dagRuns", token,
                   {"logical_date": dt.datetime.fromtimestamp(start / 1000, dt.timezone.utc)
                    .isoformat(), "dag_run_id": run_id})
             runs.append(run_id)
-        _call(f"{url}/api/v2/dags/warehouse_load", token, {"is_paused": False}, method="PATCH")
+        call_airflow(f"{url}/api/v2/dags/warehouse_load", token, {"is_paused": False}, method="PATCH")
         say(f"warehouse_load triggered for {hours} hours; Airflow's scheduler runs them "
             f"(sensor on the audit, spark-submit of the loader, validation, _SUCCESS)")
         deadline = time.monotonic() + timeout
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
-            states = {r: _call(f"{url}/api/v2/dags/warehouse_load/dagRuns/{r}", token)["state"]
+            states = {r: call_airflow(f"{url}/api/v2/dags/warehouse_load/dagRuns/{r}", token)["state"]
                       for r in runs}
             if all(s in ("success", "failed") for s in states.values()):
                 break
@@ -198,7 +195,7 @@ max_retry_delay_s = 30.0
 
     def airflow_token(self) -> str:
         """A bearer token of the REST API (the demo's admin user)."""
-        return _call(f"http://127.0.0.1:{self.airflow_port}/auth/token", body={
+        return call_airflow(f"http://127.0.0.1:{self.airflow_port}/auth/token", body={
             "username": "admin", "password": airflow_stack.password(self.path("airflow"))})[
             "access_token"]
 
@@ -236,9 +233,9 @@ max_retry_delay_s = 30.0
         expected = result.per_topic_hour()
         for (topic, hour), n in sorted(expected.items()):
             loaded = rows_in_hour(out, topic, hour)
-            marker = out.exists(f"{topic}/date={_iso(hour)[:10]}/hour={_iso(hour)[11:13]}",
+            marker = out.exists(f"{topic}/date={iso(hour)[:10]}/hour={iso(hour)[11:13]}",
                                 "_SUCCESS")
-            lines.append(f"  {topic:11s} {_iso(hour)}  {loaded:7,} rows of {n:7,} produced"
+            lines.append(f"  {topic:11s} {iso(hour)}  {loaded:7,} rows of {n:7,} produced"
                          f"{'  _SUCCESS' if marker else ''}")
             ok = ok and loaded >= n
         ok = ok and all(s == "success" for s in states.values())
@@ -278,8 +275,9 @@ def stop(state_dir: str) -> None:
                 say(f"{part}: {exc}")
 
 
-def _call(url: str, token: str | None = None, body: dict | None = None,
-          method: str | None = None) -> dict:
+def call_airflow(url: str, token: str | None = None, body: dict | None = None,
+                 method: str | None = None) -> dict:
+    """One call of Airflow's REST API (JSON in and out; POST when there is a body)."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method or ("POST" if data else "GET"),
                                      headers={"Content-Type": "application/json"})

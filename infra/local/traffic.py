@@ -75,8 +75,8 @@ class TrafficResult:
         return out
 
 
-def _event(topic: str, rng: random.Random, t: int, v2: bool,
-           members: int) -> tuple[dict, bytes, int]:
+def make_event(topic: str, rng: random.Random, t: int, v2: bool,
+               members: int) -> tuple[dict, bytes, int]:
     """(record, key, schema version) of one event at time ``t``."""
     member = rng.randrange(1, members + 1)
     header = {"time_ms": t, "host": f"web-{rng.randrange(20)}", "service": "frontend",
@@ -190,7 +190,7 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
                     topic = topics[i % len(topics)]
                     t = first_hour + (i * span) // config.messages_per_dc
                     v2 = i >= config.v2_from * config.messages_per_dc
-                    rec, key, version = _event(topic, rng, t, v2, config.members)
+                    rec, key, version = make_event(topic, rng, t, v2, config.members)
                     future = producer.send(topic, writers[(topic, version)].encode(rec),
                                            key=key, timestamp=t)
                     pending.append((future, topic, t - t % HOUR_MS))

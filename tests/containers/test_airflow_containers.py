@@ -33,7 +33,7 @@ from audit.service import AuditService
 from broker_helpers import wait_until
 from container_helpers import free_ports
 from infra.local import airflow_stack
-from infra.local.pipeline import _call as call
+from infra.local.pipeline import call_airflow as call
 from schemas import catalog
 from schemas.registry import SchemaRegistry
 from test_lab_containers import USER, containers_of, running
