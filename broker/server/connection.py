@@ -44,6 +44,8 @@ limited_log = RateLimitedLog(log)
 
 
 class FileRegion:
+    """A byte range of a segment file, to be sent with sendfile."""
+
     __slots__ = ("segment", "position", "length")
 
     def __init__(self, segment, position: int, length: int) -> None:
@@ -83,7 +85,7 @@ class Server(Protocol):
     """What a connection needs of the broker (BrokerServer provides it)."""
 
     config: object          # .max_request_bytes, .max_queued_requests_per_connection
-    metrics: object         # .errors, .sendfile_bytes
+    metrics: object         # .errors, .sendfile_bytes, .connections_throttled
     memory_pool: object     # RequestMemoryPool
 
     def handle_frames(self, conn: "Connection", frames: list) -> None: ...
@@ -245,8 +247,9 @@ class Connection(asyncio.Protocol):
     def _send_regions_now(self, reply: Reply) -> int | None:
         """Send a fetch reply at once with os.sendfile while the socket takes
         it (the common case: no task, no await). Returns None when all went
-        out, else the index of the first part still to send (a region's
-        position and length are advanced past what was sent)."""
+        out (or the send failed and the connection is closed), else the index
+        of the first part still to send (a region's position and length are
+        advanced past what was sent)."""
         transport = self.transport
         metrics = self.server.metrics
         parts = reply.parts
