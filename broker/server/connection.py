@@ -44,6 +44,8 @@ limited_log = RateLimitedLog(log)
 
 
 class FileRegion:
+    """A byte range of a segment file, to be sent with sendfile."""
+
     __slots__ = ("segment", "position", "length")
 
     def __init__(self, segment, position: int, length: int) -> None:
@@ -83,7 +85,7 @@ class Server(Protocol):
     """What a connection needs of the broker (BrokerServer provides it)."""
 
     config: object          # .max_request_bytes, .max_queued_requests_per_connection
-    metrics: object         # .errors, .sendfile_bytes
+    metrics: object         # .errors, .sendfile_bytes, .connections_throttled
     memory_pool: object     # RequestMemoryPool
 
     def handle_frames(self, conn: "Connection", frames: list) -> None: ...
@@ -108,7 +110,7 @@ class Connection(asyncio.Protocol):
         self.reserved = 0              # bytes of the memory pool held for the partial frame
         self._waiting_for_memory = False
         self.last_active = time.monotonic()
-        self.parked_fetches: set = set()   # the server's waits for this connection
+        self.parked_fetches: set = set()   # its parked fetches (written by fetch.py only)
 
     # ------------------------------------------------------------ asyncio callbacks
 
@@ -149,12 +151,12 @@ class Connection(asyncio.Protocol):
                             self.peer, self.decoder.failure)
             self.server.metrics.errors[("framing", "INVALID_REQUEST")] += 1
             self.close_after_flush = True
-            self._pause_reading("closing")
+            self.pause_reading("closing")
             self.pump()
             return
         if len(self.outbox) > self.max_queued:
             self.server.metrics.connections_throttled += 1
-            self._pause_reading("outbox")
+            self.pause_reading("outbox")
 
     def _account_partial_frame(self) -> None:
         """Hold pool memory for the frame being received (all of it, once its
@@ -165,7 +167,7 @@ class Connection(asyncio.Protocol):
             pool.release(self.reserved)
             self.reserved = 0
         if want and not pool.try_reserve(want):
-            self._pause_reading("memory")
+            self.pause_reading("memory")
             if not self._waiting_for_memory:
                 self._waiting_for_memory = True
                 pool.wait(self._retry_reserve)
@@ -182,7 +184,7 @@ class Connection(asyncio.Protocol):
             return False
         self.reserved = want
         self._waiting_for_memory = False
-        self._resume_reading("memory")
+        self.resume_reading("memory")
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -200,10 +202,10 @@ class Connection(asyncio.Protocol):
         self.server.connection_closed(self)
 
     def pause_writing(self) -> None:
-        self._pause_reading("write")
+        self.pause_reading("write")
 
     def resume_writing(self) -> None:
-        self._resume_reading("write")
+        self.resume_reading("write")
 
     # ------------------------------------------------------------ replies
 
@@ -245,8 +247,9 @@ class Connection(asyncio.Protocol):
     def _send_regions_now(self, reply: Reply) -> int | None:
         """Send a fetch reply at once with os.sendfile while the socket takes
         it (the common case: no task, no await). Returns None when all went
-        out, else the index of the first part still to send (a region's
-        position and length are advanced past what was sent)."""
+        out (or the send failed and the connection is closed), else the index
+        of the first part still to send (a region's position and length are
+        advanced past what was sent)."""
         transport = self.transport
         metrics = self.server.metrics
         parts = reply.parts
@@ -304,14 +307,14 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ flow control
 
-    def _pause_reading(self, reason: str = "stopping") -> None:
+    def pause_reading(self, reason: str) -> None:
         """Stop reading for ``reason`` (several may hold at once)."""
         self._pause_reasons.add(reason)
         if not self._reading_paused and self.transport is not None and not self.closed:
             self._reading_paused = True
             self.transport.pause_reading()
 
-    def _resume_reading(self, reason: str) -> None:
+    def resume_reading(self, reason: str) -> None:
         self._pause_reasons.discard(reason)
         if self._reading_paused and not self._pause_reasons and not self.closed:
             self._reading_paused = False
@@ -319,4 +322,4 @@ class Connection(asyncio.Protocol):
 
     def _maybe_resume_reading(self) -> None:
         if "outbox" in self._pause_reasons and len(self.outbox) <= self.max_queued // 2:
-            self._resume_reading("outbox")
+            self.resume_reading("outbox")

@@ -4,7 +4,8 @@ States of one log's flush: idle -> in progress (segments pinned, handed to
 this thread) -> done (reported back on the loop thread, which advances the
 log's flushed end and wakes consumers and "flushed" acks). While a flush is
 in progress, appends go on; whatever arrives meanwhile is covered by the next
-flush. This thread touches nothing but ``Segment.sync`` of pinned segments.
+flush. Of the logs, this thread touches nothing but ``Segment.sync`` of
+pinned segments; it hands each batch of results to ``report``.
 """
 from __future__ import annotations
 

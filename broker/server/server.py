@@ -1,22 +1,31 @@
 """The broker: serves the Samsa protocol over TCP on one asyncio event loop.
 
-Request flow (one event-loop thread; the flusher thread only fsyncs):
+This module holds the broker's life cycle (start, periodic tasks, shutdown),
+the listener and its connections, and the dispatch of each request: produce
+requests to the produce path (produce.py: appends, writes, flushes, acks),
+fetches to the fetch long-poll (fetch.py), offsets, metadata and topic
+administration here.
+
+Request flow of one read of a connection (all on the event-loop thread):
 
   bytes -> Connection (framing) -> handle_frames: decode and handle every
   whole request of the read, appending produced message sets to in-memory
   buffers of their logs -> write those buffers to the segment files (one
   write per partition per read: cheap batching for small requests) ->
   answer "written" acks -> hand logs that reached flush.messages (or whose
-  flush.ms timer fired, or that a "flushed" ack waits on) to the flusher ->
-  on flush completion: advance the flushed end, wake long-polling fetches,
-  answer "flushed" acks.
+  flush.ms timer fired, or that a "flushed" ack waits on) to the flusher
+  thread -> on flush completion: advance the flushed end, answer "flushed"
+  acks, wake long-polling fetches.
 
-The broker keeps no per-consumer state: a fetch names its offset.
+Other threads: the flusher (fsync only) and the validation thread (produce
+requests whose compressed wrappers are too large to inflate on the loop),
+both reporting back with loop.call_soon_threadsafe; the metrics HTTP server
+reads counters. The broker keeps no per-consumer state: a fetch names its
+offset.
 """
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import signal
@@ -27,21 +36,19 @@ from typing import Callable
 from broker.config import BrokerConfig
 from broker.service_kit.logging_setup import RateLimitedLog
 from broker.protocol import api
-from broker.protocol.api import Acks, ApiKey, quote_name
-from broker.protocol.errors import CorruptMessageError, ErrorCode, ProtocolError
-from broker.protocol.compression import DecompressionLimitError
-from broker.protocol.message import validate_message_set
-from broker.storage.errors import (CorruptRangeError, InvalidConfigError, OffsetOutOfRangeError,
-                                   StorageError)
+from broker.protocol.api import ApiKey, quote_name
+from broker.protocol.errors import ErrorCode, ProtocolError
+from broker.storage.errors import InvalidConfigError
 from broker.storage.log import Log
 from broker.storage.log_config import parse_overrides
 from broker.storage.log_manager import LogManager, TopicExistsError, UnknownTopicError
 from broker.storage.page_cache import PageCacheBudget, drop_behind_enabled
 
-from .connection import Connection, FileRegion, Reply
-from .flusher import Flusher
+from .connection import Connection, Reply
+from .fetch import FetchLongPoll
 from .memory_pool import RequestMemoryPool
 from .metrics import BrokerMetrics, serve_metrics
+from .produce import ProducePath
 
 log = logging.getLogger(__name__)
 limited_log = RateLimitedLog(log)      # for what a client can trigger at will
@@ -51,39 +58,6 @@ API_NAMES = {k: k.name.lower() for k in ApiKey}
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class _ProduceWait:
-    """A produce request whose reply waits for its writes (and flushes)."""
-
-    __slots__ = ("conn", "reply", "correlation_id", "acks", "results", "outstanding", "timer",
-                 "timeout_ms")
-
-    def __init__(self, conn, reply, correlation_id, acks, results, timeout_ms=30_000) -> None:
-        self.timeout_ms = timeout_ms
-        self.conn = conn
-        self.reply = reply
-        self.correlation_id = correlation_id
-        self.acks = acks
-        # each result: [topic, partition, error, message, base, end, log]
-        self.results = results
-        self.outstanding = 0
-        self.timer = None
-
-
-class _FetchWait:
-    """A fetch waiting (long-poll) for min_bytes to become visible."""
-
-    __slots__ = ("conn", "reply", "correlation_id", "request", "logs", "timer", "done")
-
-    def __init__(self, conn, reply, correlation_id, request) -> None:
-        self.conn = conn
-        self.reply = reply
-        self.correlation_id = correlation_id
-        self.request = request
-        self.logs: list[Log] = []
-        self.timer = None
-        self.done = False
 
 
 class BrokerServer:
@@ -98,30 +72,21 @@ class BrokerServer:
         self.port = config.port
         self.metrics_port: int | None = None
         self.connections: set[Connection] = set()
-        self._dirty: dict[Log, bool] = {}    # logs with buffered appends -> any acks=none?
-        self._produce_waits: list[_ProduceWait] = []
-        # logs whose write failed during the read being handled -> (offset
-        # from which this read's appends were lost, the error)
-        self._failed_logs: dict[Log, tuple[int, str]] = {}
-        self._close_after_flush_pending = False
+        # the request paths, made by start() once the logs are open
+        self.produce_path: ProducePath | None = None
+        self.fetch_long_poll: FetchLongPoll | None = None
         # connections whose requests wait for a produce validated off the loop
         self._held_frames: dict[Connection, list] = {}
-        self._validator = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="samsa-validate")
-        self._flush_waiters: dict[Log, list] = {}
-        self._fetch_waiters: dict[Log, set[_FetchWait]] = {}
-        self._flush_timers: set[Log] = set()
-        self._reflush: set[Log] = set()
         self._server: asyncio.base_events.Server | None = None
-        self._flusher: Flusher | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._metrics_server = None
         self.registry = None          # BrokerRegistry when config.zookeeper is set
+        # the requests other than produce (which handle_frames decodes on a fast
+        # path of its own); start() adds FETCH, once the fetch long-poll exists
         self._handlers = {
-            ApiKey.FETCH: self._handle_fetch,
             ApiKey.OFFSETS: self._handle_offsets,
             ApiKey.METADATA: self._handle_metadata,
             ApiKey.CREATE_TOPIC: self._handle_create_topic,
@@ -151,8 +116,12 @@ class BrokerServer:
             self.metrics.page_cache = self.page_cache
             log.info("drop-behind on (%s): at most %d recently flushed bytes stay in the "
                      "page cache", self.config.drop_behind, self.config.page_cache_budget_bytes)
-        self._flusher = Flusher(lambda results: self._loop.call_soon_threadsafe(
-            self._flushes_done, results))
+        self.fetch_long_poll = FetchLongPoll(self.config, self.logs, self.metrics, self._loop)
+        self.produce_path = ProducePath(self.config, self.logs, self.metrics, self._loop,
+                                        self.clock, self.page_cache,
+                                        on_flushed=self.fetch_long_poll.wake,
+                                        on_topics_changed=self._topics_changed)
+        self._handlers[ApiKey.FETCH] = self.fetch_long_poll.handle
         self._server = await self._loop.create_server(
             lambda: Connection(self), self.config.host, self.config.port, reuse_address=True,
             backlog=1024)
@@ -190,10 +159,12 @@ class BrokerServer:
         await self._stopped.wait()
 
     async def shutdown(self, reason: str = "requested") -> None:
-        """Stop accepting, finish in-flight requests, flush, checkpoint, close."""
+        """Stop accepting, answer parked fetches, flush (waiting up to 10 s for
+        the flushes and the replies still to send), checkpoint, close."""
         if self._stopping:
             return
         self._stopping = True
+        self.produce_path.stopping = self.fetch_long_poll.stopping = True
         log.info("shutting down (%s)", reason, extra={"event": "shutdown"})
         self._server.close()
         if self.registry is not None:
@@ -202,23 +173,17 @@ class BrokerServer:
         for task in self._tasks:
             task.cancel()
         for conn in list(self.connections):
-            conn._pause_reading()
-        # answer waiting fetches now with what they have
-        for waits in list(self._fetch_waiters.values()):
-            for fw in list(waits):
-                self._complete_fetch(fw, final=True)
+            conn.pause_reading("stopping")
+        self.fetch_long_poll.answer_all()      # with what they have
         # flush everything; "flushed" acks complete as the flushes land
-        for lg in list(self.logs.all_logs()):
-            if lg.end_offset > lg.flushed_end:
-                self._request_flush(lg, force=True)
+        self.produce_path.flush_all()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and (
                 any(lg.flush_in_progress or lg.end_offset > lg.flushed_end
                     for lg in self.logs.all_logs())
                 or any(c.outbox for c in self.connections)):
             await asyncio.sleep(0.01)
-        self._flusher.stop()
-        self._validator.shutdown(wait=True, cancel_futures=True)
+        self.produce_path.close()
         self.logs.close(clean=True)
         for conn in list(self.connections):
             conn.close()
@@ -250,8 +215,9 @@ class BrokerServer:
                     log.error("cannot write the recovery checkpoint of %s: %s", lg.name, exc)
 
     def _close_idle_connections(self) -> None:
-        """Kafka's connections.max.idle.ms: close connections that sent
-        nothing and wait for nothing for that long."""
+        """Kafka's connections.max.idle.ms: close the connections that wait
+        for no reply and whose ``last_active`` (bytes read, or replies written
+        other than by sendfile) is older than that."""
         deadline = time.monotonic() - self.config.connections_max_idle_ms / 1000
         for conn in list(self.connections):
             if conn.last_active < deadline and not conn.outbox and not conn.closed:
@@ -282,15 +248,7 @@ class BrokerServer:
         self.connections.discard(conn)
         self.metrics.connections = len(self.connections)
         self._held_frames.pop(conn, None)
-        for fw in conn.parked_fetches:
-            fw.done = True
-            if fw.timer is not None:
-                fw.timer.cancel()
-            for lg in fw.logs:
-                waiting = self._fetch_waiters.get(lg)
-                if waiting is not None:
-                    waiting.discard(fw)
-        conn.parked_fetches.clear()
+        self.fetch_long_poll.drop_connection(conn)
 
     # ------------------------------------------------------------ dispatch
 
@@ -308,6 +266,7 @@ class BrokerServer:
                 held.extend(frames)
                 return
         metrics = self.metrics
+        produce_path = self.produce_path
         now = self.clock()
         fast_produce = api.decode_produce_frame
         max_message_bytes = self.config.max_message_bytes
@@ -318,38 +277,14 @@ class BrokerServer:
         # deleted between two produces must not be appended to).
         c_frame = api.produce_frame_c
         no_ack_logs: dict[tuple[str, int], Log] = {}
-        requests = metrics.requests
         for i, payload in enumerate(frames):
             raw = None
             if no_ack_logs:
                 raw = c_frame(payload, max_message_bytes)
-                if raw is not None and raw[1] == 0 and len(raw[3]) == 1:
-                    topic, partition, start, stop, count, first_ts, max_ts = raw[3][0]
-                    lg = no_ack_logs.get((topic, partition))
-                    if lg is not None and count and not self._failed_logs \
-                            and not self._stopping:
-                        requests["produce"] += 1
-                        try:
-                            lg.append(payload[start:stop], count, first_ts, max_ts, now)
-                        except StorageError as exc:
-                            self._storage_failed(lg, exc, True)
-                            log.warning("produce (acks=none) from %s to %s/%s failed: %s; "
-                                        "closing the connection", conn.peer, topic, partition,
-                                        exc)
-                            conn.close_after_flush = True
-                            no_ack_logs.clear()
-                            continue
-                        except Exception:   # a bug: as _append does, fail this one, go on
-                            log.exception("error appending to %s/%s", quote_name(topic),
-                                          partition)
-                            metrics.errors[("produce", "UNKNOWN")] += 1
-                            conn.close_after_flush = True
-                            no_ack_logs.clear()
-                            continue
-                        metrics.messages_in[topic] += count
-                        metrics.bytes_in[topic] += stop - start
-                        metrics.produce_short_cuts += 1
-                        continue
+                if raw is not None and raw[1] == 0 and len(raw[3]) == 1 and \
+                        produce_path.append_no_ack_repeat(conn, payload, raw[3][0],
+                                                          no_ack_logs, now):
+                    continue
             # a frame the short cut parsed but could not take is not parsed again
             produce = (api.produce_of_c_frame(payload, raw) if raw is not None
                        else fast_produce(payload, max_message_bytes))
@@ -358,11 +293,12 @@ class BrokerServer:
                 entries = produce[3]
                 # the C fast path validated every entry (info set); the
                 # Python fallback validates none (info None): check the first
-                if entries and entries[0][3] is None and not self._validated_on_loop(entries):
+                if entries and entries[0][3] is None and \
+                        not produce_path.validate_on_loop(entries):
                     self._validate_off_loop(conn, produce, frames[i + 1:])
                     break
-                self._produce(conn, produce[0], produce[1], produce[2], entries, now,
-                              no_ack_logs if c_frame is not None else None)
+                produce_path.produce(conn, produce[0], produce[1], produce[2], entries, now,
+                                     no_ack_logs if c_frame is not None else None)
                 continue
             no_ack_logs.clear()
             try:
@@ -387,10 +323,10 @@ class BrokerServer:
                 if header.api_key == ApiKey.PRODUCE:
                     produce = (header.correlation_id, request.acks, request.timeout_ms,
                                [(t, p, ms, None) for t, p, ms in request.entries])
-                    if not self._validated_on_loop(produce[3]):
+                    if not produce_path.validate_on_loop(produce[3]):
                         self._validate_off_loop(conn, produce, frames[i + 1:])
                         break
-                    self._produce(conn, *produce, now)
+                    produce_path.produce(conn, *produce, now)
                 else:
                     self._handlers[header.api_key](conn, header, request)
             except Exception as exc:   # a bug: answer, log, keep serving others
@@ -398,446 +334,25 @@ class BrokerServer:
                 metrics.errors[(API_NAMES[header.api_key], "UNKNOWN")] += 1
                 conn.add_reply(Reply(api.encode_error_response(
                     header.correlation_id, ErrorCode.UNKNOWN, f"internal error: {exc}")))
-        self._write_dirty_logs(conn)
+        produce_path.write_dirty_logs(conn)
         conn.pump()
 
-    # ------------------------------------------------------------ validation off the loop
-
-    def _validated_on_loop(self, entries: list) -> bool:
-        """Validate the entries not validated yet (``info`` None), filling in
-        their info (or the CorruptMessageError that refuses them). False if
-        one holds compressed wrappers that inflate beyond
-        ``inline_decompress_bytes``: then the caller validates them off the loop."""
-        cap = self.config.inline_decompress_bytes
-        max_message_bytes = self.config.max_message_bytes
-        for i, (topic, partition, message_set, info) in enumerate(entries):
-            if info is not None:
-                continue
-            try:
-                info = validate_message_set(message_set, max_message_bytes,
-                                            max_decompressed_bytes=cap)
-            except DecompressionLimitError:
-                if cap >= self.config.max_decompressed_bytes:
-                    info = CorruptMessageError(
-                        f"a compressed wrapper inflates beyond max_decompressed_bytes "
-                        f"({self.config.max_decompressed_bytes})")
-                else:
-                    return False
-            except CorruptMessageError as exc:
-                info = exc
-            entries[i] = (topic, partition, message_set, info)
-        return True
-
     def _validate_off_loop(self, conn: Connection, produce: tuple, rest: list) -> None:
-        """Validate ``produce``'s entries on the validation thread; hold the
-        connection's later requests (``rest`` and whatever it sends meanwhile)
-        until it is done."""
+        """Have ``produce`` validated off the loop (by the produce path); hold
+        the connection's later requests (``rest`` and whatever it sends
+        meanwhile), its reading paused, until it is produced; then handle them."""
         self._held_frames[conn] = list(rest)
-        conn._pause_reading("validating")
-        self.metrics.validations_off_loop += 1
-        max_message_bytes = self.config.max_message_bytes
-        cap = self.config.max_decompressed_bytes
-        entries = produce[3]
+        conn.pause_reading("validating")
 
-        def validate() -> list:
-            out = []
-            for topic, partition, message_set, info in entries:
-                if info is None:
-                    try:
-                        info = validate_message_set(message_set, max_message_bytes,
-                                                    max_decompressed_bytes=cap)
-                    except CorruptMessageError as exc:
-                        info = exc
-                out.append((topic, partition, message_set, info))
-            return out
+        def produced() -> None:
+            held = self._held_frames.pop(conn, [])
+            if conn.closed:
+                return
+            self.handle_frames(conn, held)
+            if conn not in self._held_frames:
+                conn.resume_reading("validating")
 
-        future = self._validator.submit(validate)
-        future.add_done_callback(lambda f: self._loop.call_soon_threadsafe(
-            self._validated_off_loop, conn, produce, f))
-
-    def _validated_off_loop(self, conn: Connection, produce: tuple, future) -> None:
-        rest = self._held_frames.pop(conn, [])
-        if conn.closed:
-            return
-        try:
-            entries = future.result()
-        except Exception as exc:      # a bug: fail these entries, keep serving
-            log.exception("validating a produce from %s failed", conn.peer)
-            error = CorruptMessageError(f"internal error: {exc}")
-            error.code = ErrorCode.UNKNOWN
-            entries = [(t, p, ms, error) for t, p, ms, _info in produce[3]]
-        self._produce(conn, produce[0], produce[1], produce[2], entries, self.clock())
-        self.handle_frames(conn, rest)
-        if conn not in self._held_frames:
-            conn._resume_reading("validating")
-
-    # ------------------------------------------------------------ produce
-
-    def _produce(self, conn: Connection, correlation_id: int, acks: int, timeout_ms: int,
-                 entries, now: int, no_ack_logs: dict | None = None) -> None:
-        """Append each entry (topic, partition, message set) to its log's
-        buffer; the reply (unless acks is NONE) waits for the write, and for
-        the flush with acks FLUSHED. ``no_ack_logs`` (handle_frames' fast
-        path) gets the logs an acks=none entry was appended to."""
-        if self._stopping:
-            if acks == Acks.NONE:
-                conn.close()
-            else:
-                conn.add_reply(Reply(api.encode_error_response(
-                    correlation_id, ErrorCode.BROKER_SHUTTING_DOWN, "broker is stopping")))
-            return
-        append = self._append
-        if acks == Acks.NONE:
-            for topic, partition, message_set, info in entries:
-                result = append(topic, partition, message_set, info, now, True)
-                if result[2]:
-                    # No response can carry the error: log it and close the
-                    # connection so the producer notices (Kafka does so for acks=0).
-                    log.warning("produce (acks=none) from %s to %s/%s failed: %s; closing the "
-                                "connection", conn.peer, topic, partition, result[3])
-                    conn.close_after_flush = True
-                elif no_ack_logs is not None and partition == result[1] \
-                        and result[6] is not None:
-                    no_ack_logs[(topic, partition)] = result[6]
-            return
-        results = [append(topic, partition, message_set, info, now, False)
-                   for topic, partition, message_set, info in entries]
-        reply = Reply()
-        conn.add_reply(reply)
-        self._produce_waits.append(_ProduceWait(conn, reply, correlation_id, acks, results,
-                                                timeout_ms))
-
-    def _append(self, topic_name: str, partition: int, message_set, info, now: int,
-                no_ack: bool) -> list:
-        """Validate (unless ``info`` says it was) and buffer one message set.
-        Returns the result row [topic, partition, error, message, base, end, log].
-        Never raises: whatever goes wrong becomes this entry's error."""
-        try:
-            topic = self.logs.topics.get(topic_name)
-            if topic is None:
-                if not self.config.auto_create_topics:
-                    return self._error_result(topic_name, partition,
-                                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                              f"unknown topic {quote_name(topic_name)}")
-                try:
-                    topic = self.logs.create_topic(topic_name, self.config.default_partitions)
-                    self._topics_changed()
-                except InvalidConfigError as exc:
-                    return self._error_result(topic_name, partition, ErrorCode.INVALID_TOPIC,
-                                              str(exc))
-                except OSError as exc:
-                    return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR,
-                                              f"cannot create topic: {exc}")
-            logs = topic.logs
-            if partition == api.ANY_PARTITION:
-                partition = topic.next_any_partition % len(logs)
-                topic.next_any_partition = partition + 1
-            elif not 0 <= partition < len(logs):
-                return self._error_result(topic_name, partition,
-                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                          f"topic {quote_name(topic_name)} has no partition "
-                                          f"{partition}")
-            if info is None:
-                try:
-                    info = validate_message_set(message_set, self.config.max_message_bytes)
-                except CorruptMessageError as exc:
-                    return self._error_result(topic_name, partition, exc.code, str(exc))
-            elif isinstance(info, CorruptMessageError):     # validated off the loop: refused
-                return self._error_result(topic_name, partition, info.code, str(info))
-            count, size, first_ts, max_ts = info
-            lg = logs[partition]
-            if count == 0:
-                return [topic_name, partition, 0, "", lg.end_offset, lg.end_offset, None]
-            lost = self._failed_logs.get(lg) if self._failed_logs else None
-            if lost is not None:
-                # an earlier append of this read failed: refuse the rest of it, so
-                # no later set takes the offsets the failed ones gave back
-                return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR, lost[1])
-            try:
-                base = lg.append(message_set, count, first_ts, max_ts, now)
-            except StorageError as exc:
-                # A roll wrote what this read had buffered, and failed: those sets
-                # are lost (their offsets given back) and so is this one.
-                self._storage_failed(lg, exc, no_ack)
-                return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR, str(exc))
-            if no_ack:
-                self._dirty[lg] = True
-            elif lg not in self._dirty:
-                self._dirty[lg] = False
-            metrics = self.metrics
-            metrics.messages_in[topic_name] += count
-            metrics.bytes_in[topic_name] += size
-            return [topic_name, partition, 0, "", base, base + size, lg]
-        except Exception as exc:     # a bug: this entry fails, the others go on
-            log.exception("error appending to %s/%s", quote_name(topic_name), partition)
-            return self._error_result(topic_name, partition, ErrorCode.UNKNOWN,
-                                      f"internal error: {exc}")
-
-    def _error_result(self, topic: str, partition: int, code: int, message: str) -> list:
-        self.metrics.errors[("produce", ErrorCode(code).name)] += 1
-        return [topic, partition, code, message, -1, -1, None]
-
-    def _storage_failed(self, lg: Log, exc: StorageError, has_no_ack: bool) -> None:
-        """A write of ``lg``'s buffered appends failed: every set of this read
-        buffered at or after ``lg.written_end`` is lost (the log gave their
-        offsets back). Remember it so their results become STORAGE_ERROR."""
-        self._failed_logs[lg] = (lg.written_end, str(exc))
-        log.error("append to %s failed: %s", lg.name, exc)
-        metrics = self.metrics
-        metrics.errors[("produce", "STORAGE_ERROR")] += 1
-        topic = lg.name.rpartition("/")[0]    # counted when buffered: take back
-        metrics.messages_in[topic] -= getattr(exc, "lost_messages", 0)
-        metrics.bytes_in[topic] -= getattr(exc, "lost_bytes", 0)
-        if has_no_ack or self._dirty.get(lg):
-            # acks=none data was lost: the only way to tell is to close
-            self._close_after_flush_pending = True
-
-    def _write_dirty_logs(self, conn: Connection | None = None) -> None:
-        """Write every log's buffered appends; answer "written" acks, queue
-        "flushed" ones, and fail the requests whose write failed."""
-        if not self._dirty and not self._produce_waits and not self._failed_logs:
-            return
-        now = self.clock()
-        for lg, has_no_ack in self._dirty.items():
-            if lg in self._failed_logs:
-                continue
-            try:
-                lg.write_pending()
-            except StorageError as exc:
-                self._storage_failed(lg, exc, has_no_ack)
-                continue
-            if lg.needs_flush(now):
-                self._request_flush(lg)
-            elif lg not in self._flush_timers and lg.unflushed_messages:
-                self._flush_timers.add(lg)
-                self._loop.call_later(lg.config.flush_ms / 1000, self._flush_timer_fired, lg)
-        self._dirty.clear()
-        failed, self._failed_logs = self._failed_logs, {}
-        if self._close_after_flush_pending:
-            self._close_after_flush_pending = False
-            if conn is not None:
-                conn.close_after_flush = True
-        waits, self._produce_waits = self._produce_waits, []
-        for pw in waits:
-            if failed:
-                for r in pw.results:
-                    lost = failed.get(r[6]) if r[6] is not None else None
-                    if lost is not None and r[4] >= lost[0]:
-                        r[2], r[3], r[4], r[5], r[6] = (ErrorCode.STORAGE_ERROR, lost[1],
-                                                        -1, -1, None)
-            if pw.acks == Acks.FLUSHED:
-                self._await_flush(pw)
-            else:
-                self._finish_produce(pw)
-
-    def _await_flush(self, pw: _ProduceWait) -> None:
-        for r in pw.results:
-            lg = r[6]
-            if lg is not None and lg.flushed_end < r[5]:
-                pw.outstanding += 1
-                self._flush_waiters.setdefault(lg, []).append((r[5], pw, r))
-                self._request_flush(lg, force=True)
-        if pw.outstanding == 0:
-            self._finish_produce(pw)
-        else:
-            pw.timer = self._loop.call_later(max(1, pw.timeout_ms) / 1000,
-                                             self._produce_timed_out, pw)
-
-    def _produce_timed_out(self, pw: _ProduceWait) -> None:
-        if pw.outstanding == 0:
-            return
-        for lg, waiters in list(self._flush_waiters.items()):
-            keep = []
-            for w in waiters:
-                if w[1] is pw:
-                    w[2][2] = ErrorCode.REQUEST_TIMED_OUT
-                    w[2][3] = "not flushed within the request timeout"
-                else:
-                    keep.append(w)
-            self._flush_waiters[lg] = keep
-        pw.outstanding = 0
-        self._finish_produce(pw)
-
-    def _finish_produce(self, pw: _ProduceWait) -> None:
-        if pw.timer is not None:
-            pw.timer.cancel()
-        results = tuple(api.ProduceResult(r[0], r[1], int(r[2]), r[3], r[4], r[5])
-                        for r in pw.results)
-        pw.reply.set([api.encode_response(pw.correlation_id, api.ProduceResponse(results))])
-        pw.conn.pump()
-
-    # ------------------------------------------------------------ flushing
-
-    def _request_flush(self, lg: Log, force: bool = False) -> None:
-        if lg.deleted:          # a timer or a re-flush outliving its topic
-            return
-        if lg.flush_in_progress:
-            if force:
-                self._reflush.add(lg)
-            return
-        if lg.written_end <= lg.flushed_end and not lg.unflushed_messages:
-            return
-        if not force and not lg.needs_flush(self.clock()):
-            return
-        try:
-            segments, target = lg.begin_flush()
-        except StorageError as exc:
-            log.error("flush of %s failed before fsync: %s", lg.name, exc)
-            return
-        self._flusher.submit(lg, segments, target)
-
-    def _flush_timer_fired(self, lg: Log) -> None:
-        self._flush_timers.discard(lg)
-        if lg.unflushed_messages:
-            if lg.flush_in_progress:
-                self._reflush.add(lg)
-            else:
-                self._request_flush(lg, force=True)
-
-    def _flushes_done(self, results) -> None:
-        for lg, segments, target, ok, seconds, error in results:
-            durable = lg.complete_flush(segments, target, ok)
-            if durable and self.page_cache is not None:
-                self.page_cache.flushed(durable)
-            self.metrics.observe_flush(seconds)
-            waiters = self._flush_waiters.get(lg)
-            if waiters:
-                keep = []
-                for w in waiters:
-                    end, pw, r = w
-                    if lg.flushed_end >= end:
-                        pass
-                    elif not ok and end <= target:
-                        r[2], r[3] = ErrorCode.STORAGE_ERROR, f"fsync failed: {error}"
-                    else:
-                        keep.append(w)
-                        continue
-                    pw.outstanding -= 1
-                    if pw.outstanding == 0:
-                        self._finish_produce(pw)
-                self._flush_waiters[lg] = keep
-            fetches = self._fetch_waiters.get(lg)
-            if fetches:
-                for fw in list(fetches):
-                    self._complete_fetch(fw, final=False)
-            if lg in self._reflush:
-                self._reflush.discard(lg)
-                self._request_flush(lg, force=True)
-            elif lg.unflushed_messages:
-                if lg.needs_flush(self.clock()):
-                    self._request_flush(lg)
-                elif lg not in self._flush_timers:
-                    self._flush_timers.add(lg)
-                    self._loop.call_later(lg.config.flush_ms / 1000, self._flush_timer_fired, lg)
-
-    # ------------------------------------------------------------ fetch
-
-    def _handle_fetch(self, conn: Connection, header, req: api.FetchRequest) -> None:
-        reply = Reply()
-        conn.add_reply(reply)
-        fw = _FetchWait(conn, reply, header.correlation_id, req)
-        max_wait = min(req.max_wait_ms, self.config.max_fetch_wait_ms)
-        if self._complete_fetch(fw, final=max_wait == 0 or self._stopping):
-            return
-        for entry in req.entries:
-            topic = self.logs.get(entry.topic)
-            lg = topic.logs[entry.partition]
-            fw.logs.append(lg)
-            self._fetch_waiters.setdefault(lg, set()).add(fw)
-        conn.parked_fetches.add(fw)
-        fw.timer = self._loop.call_later(max_wait / 1000, self._complete_fetch, fw, True)
-
-    def _complete_fetch(self, fw: _FetchWait, final: bool) -> bool:
-        """Answer the fetch if it has min_bytes (or an error, or ``final``)."""
-        if fw.done:
-            return True
-        plan = []
-        total = 0
-        has_error = False
-        for entry in fw.request.entries:
-            try:
-                row = self._plan_fetch_entry(entry)
-            except Exception as exc:     # a bug: this entry fails, the others go on
-                log.exception("error planning a fetch of %s/%s", quote_name(entry.topic),
-                              entry.partition)
-                row = (entry, ErrorCode.UNKNOWN, f"internal error: {exc}", -1, -1, None, 0, 0)
-            plan.append(row)
-            if row[1]:
-                has_error = True
-            else:
-                total += row[7]
-        if not (final or has_error or total >= max(fw.request.min_bytes, 1)
-                or fw.request.min_bytes == 0):
-            return False
-        fw.done = True
-        fw.conn.parked_fetches.discard(fw)
-        if fw.timer is not None:
-            fw.timer.cancel()
-        for lg in fw.logs:
-            waiting = self._fetch_waiters.get(lg)
-            if waiting is not None:
-                waiting.discard(fw)
-        parts: list = [api._I32.pack(len(plan))]
-        size = 4
-        has_regions = False
-        metrics = self.metrics
-        for entry, error, message, earliest, hw, seg, position, length in plan:
-            head = api.encode_fetch_result_header(entry.topic, entry.partition, error, message,
-                                                  earliest, hw, length)
-            parts.append(head)
-            size += len(head) + length
-            if type(seg) is bytes:         # an error's payload (a quarantined range)
-                parts.append(seg)
-            elif length:
-                seg.pin()
-                parts.append(FileRegion(seg, position, length))
-                has_regions = True
-                metrics.bytes_out[entry.topic] += length
-            if error:
-                metrics.errors[("fetch", ErrorCode(error).name)] += 1
-        parts.insert(0, api.encode_response_header(fw.correlation_id, size))
-        if has_regions:
-            fw.reply.set(parts, has_regions=True)
-        else:
-            fw.reply.set([b"".join(parts)])
-        fw.conn.pump()
-        return True
-
-    def _plan_fetch_entry(self, entry) -> tuple:
-        """What to send for one fetch entry: (entry, error, message, earliest,
-        high watermark, segment or error payload, position, length)."""
-        topic = self.logs.get(entry.topic)
-        if topic is None or not 0 <= entry.partition < len(topic.logs):
-            return (entry, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"unknown topic or partition {quote_name(entry.topic)}/{entry.partition}",
-                    -1, -1, None, 0, 0)
-        lg = topic.logs[entry.partition]
-        try:
-            seg, position, length = lg.locate(entry.offset, entry.max_bytes)
-        except OffsetOutOfRangeError as exc:
-            return (entry, ErrorCode.OFFSET_OUT_OF_RANGE, str(exc), exc.earliest, exc.latest,
-                    None, 0, 0)
-        except CorruptRangeError as exc:
-            # bit rot or lost bytes found by recovery: tell where to go on
-            payload = api.encode_corrupt_range(exc.start, exc.end)
-            return (entry, ErrorCode.CORRUPT_MESSAGE, str(exc), lg.earliest_offset,
-                    lg.flushed_end, payload, 0, len(payload))
-        if length and not lg.check_message_at(entry.offset, self.config.max_message_bytes):
-            # The broker has no index, but it can tell that no valid message
-            # starts here: the client would otherwise parse garbage lengths.
-            end = lg.corrupt_message_end(entry.offset, self.config.max_message_bytes)
-            if end is not None:
-                # a damaged message at a real boundary (bit rot since start-up)
-                payload = api.encode_corrupt_range(entry.offset, end)
-                return (entry, ErrorCode.CORRUPT_MESSAGE,
-                        f"the message at offset {entry.offset} is corrupt; the next one "
-                        f"starts at {end}", lg.earliest_offset, lg.flushed_end, payload, 0,
-                        len(payload))
-            return (entry, ErrorCode.INVALID_OFFSET,
-                    f"offset {entry.offset} is not the start of a valid message",
-                    lg.earliest_offset, lg.flushed_end, None, 0, 0)
-        return (entry, ErrorCode.NONE, "", lg.earliest_offset, lg.flushed_end, seg, position,
-                length)
+        self.produce_path.validate_off_loop(conn, produce, produced)
 
     # ------------------------------------------------------------ offsets, metadata, admin
 
@@ -900,16 +415,8 @@ class BrokerServer:
                                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                              f"unknown topic {req.name!r}")
         else:
-            self._write_dirty_logs()
-            waiting_fetches = []
-            for lg in topic.logs:
-                self._reflush.discard(lg)
-                waiting_fetches.extend(self._fetch_waiters.pop(lg, ()))
-                for _end, pw, r in self._flush_waiters.pop(lg, ()):
-                    r[2], r[3] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic deleted"
-                    pw.outstanding -= 1
-                    if pw.outstanding == 0:
-                        self._finish_produce(pw)
+            self.produce_path.forget_logs(topic.logs)
+            waiting_fetches = self.fetch_long_poll.take_parked(topic.logs)
             try:
                 self.logs.delete_topic(req.name)
                 self._topics_changed()
@@ -919,6 +426,5 @@ class BrokerServer:
                                                  f"cannot delete topic: {exc}")
             # Answered after the delete: they see UNKNOWN_TOPIC_OR_PARTITION,
             # not an empty result with the deleted log's watermarks.
-            for fw in waiting_fetches:
-                self._complete_fetch(fw, final=True)
+            self.fetch_long_poll.answer(waiting_fetches)
         conn.add_reply(Reply(data))

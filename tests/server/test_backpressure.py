@@ -24,6 +24,7 @@ from broker.protocol.api import ApiKey
 
 from broker_helpers import (closed_by_peer, connect, log_text, message_set, metric, produce,
                             raw_socket, request_frame, scrape_metrics, wait_until)
+from server_helpers import requests_handled
 
 
 def rss_mb(pid: int) -> float:
@@ -39,11 +40,6 @@ def fetch_frames(topic: str, count: int, offset: int = 0, max_wait_ms: int = 0,
     return b"".join(api.encode_request(api.FetchRequest(
         max_wait_ms, 1, (api.FetchEntry(topic, 0, offset, max_bytes),)), cid, "raw")
         for cid in range(count))
-
-
-def requests_handled(broker, api_name: str) -> float:
-    return metric(scrape_metrics(broker.metrics_port), "samsa_requests_total",
-                  api=api_name) or 0
 
 
 def metadata_latency(address: str, rounds: int = 20) -> float:

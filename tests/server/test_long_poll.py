@@ -11,12 +11,8 @@ import pytest
 from broker.client.consumer import Consumer
 from broker.client.producer import Producer
 
-from broker_helpers import (connect, fetch, message_set, metric, produce, scrape_metrics,
-                            wait_until)
-
-
-def fetch_requests(broker) -> float:
-    return metric(scrape_metrics(broker.metrics_port), "samsa_requests_total", api="fetch") or 0
+from broker_helpers import connect, fetch, message_set, produce, wait_until
+from server_helpers import requests_handled
 
 
 @pytest.mark.parametrize("acks", ["flushed", "written"])
@@ -36,7 +32,7 @@ def test_a_waiting_fetch_returns_as_soon_as_a_message_becomes_visible(broker, ad
     try:
         waiter.start()
         # the fetch has reached the broker (and nothing can answer it yet)
-        wait_until(lambda: fetch_requests(broker) >= 1, what="the consumer's fetch")
+        wait_until(lambda: requests_handled(broker, "fetch") >= 1, what="the consumer's fetch")
         assert waiter.is_alive()
         with Producer(bootstrap=broker.address, acks=acks, linger_ms=0) as producer:
             producer.send("live", b"hello", partition=0).result(timeout=10)
@@ -85,7 +81,7 @@ def test_shutdown_answers_a_waiting_fetch(broker):
             target=lambda: outcome.update(r=fetch(conn, "quiet", 0, end, max_wait_ms=20_000)),
             daemon=True)
         waiter.start()
-        wait_until(lambda: fetch_requests(broker) >= 1, what="the waiting fetch")
+        wait_until(lambda: requests_handled(broker, "fetch") >= 1, what="the waiting fetch")
         started = time.monotonic()
         assert broker.stop(timeout=10) == 0          # SIGTERM
         waiter.join(timeout=5)

@@ -32,6 +32,7 @@ from broker.protocol.message import encode_message
 
 from broker_helpers import (NOW_MS, connect, fetch, message_set, produce, raw_socket,
                             read_frame, read_partition, wait_until)
+from server_helpers import requests_handled
 
 
 # ------------------------------------------------------------------ defect 4: boundaries
@@ -60,13 +61,17 @@ def test_metadata_publishes_the_max_message_size(module_broker, topic):
 
 # ------------------------------------------------------------------ defect 9: delete under a fetch
 
+
 def test_deleting_a_topic_answers_its_waiting_fetch_with_unknown_topic(module_broker, topic):
     with connect(module_broker.address) as fetcher, connect(module_broker.address) as admin:
         r = produce(admin, topic, 0, message_set([b"one"]))
         request = api.FetchRequest(20_000, 1, (api.FetchEntry(topic, 0, r.end_offset, 4096),))
+        handled = requests_handled(module_broker, "fetch")
         fetcher.send(request)
-        # the fetch is parked (nothing past end_offset); delete the topic under it
-        time.sleep(0.2)      # let the fetch reach the broker first (no event to wait on)
+        # the fetch is parked (nothing past end_offset) once the broker counted
+        # it: counting and parking are one step of its event loop
+        wait_until(lambda: requests_handled(module_broker, "fetch") > handled,
+                   what="the fetch to park")
         started = time.monotonic()
         admin.request(api.DeleteTopicRequest(topic))
         _cid, resp = fetcher.receive()

@@ -1,0 +1,507 @@
+"""The produce path: append produced message sets to their partitions' logs,
+write them, flush them (group commit) and answer the acks.
+
+One read of a connection (``BrokerServer.handle_frames``) goes:
+  ``produce`` (or ``append_no_ack_repeat``) for each produce request: validate
+  and append each message set to its log's in-memory buffer (its offset is the
+  byte position in the log: base = the log's end when appended, end = base +
+  size) -> ``write_dirty_logs`` once the read is handled: one write per log
+  of what it buffered, then answer the acks=written requests; acks=flushed
+  ones wait in ``_flush_waiters`` for a flush past their end -> flushes go to
+  the Flusher thread when a log reached flush.messages, its flush.ms timer
+  fired, or a "flushed" ack waits on it -> ``_flushes_done`` (back on the
+  loop): the log's flushed end advances, "flushed" acks are answered, and
+  ``on_flushed(log)`` wakes the fetches parked on it (flush before visible:
+  consumers read only below the flushed end). acks=none requests get no reply:
+  an error closes the connection (once the replies before it are sent).
+
+What this module owns, and its invariants:
+  * ``_dirty``: the logs with appends buffered by the read being handled (->
+    whether one was acks=none); ``_produce_waits``: that read's acked requests;
+    ``_failed_logs``: that read's logs whose write failed (-> from which offset
+    on its appends were lost, the error). ``write_dirty_logs`` empties all
+    three at the end of every read (and before a topic is deleted); once a
+    log's write failed, no later set of the read is appended to that log
+    (none may take the offsets given back).
+  * ``_flush_waiters``: log -> (end, wait, result) of "flushed" acks. A
+    ProduceWait's ``outstanding`` is the number of its entries there; it is
+    answered when that reaches 0, or by its timer (REQUEST_TIMED_OUT).
+  * at most one flush in progress per log (``lg.flush_in_progress``); a forced
+    flush asked for meanwhile is remembered in ``_reflush`` and started when
+    the running one completes; at most one flush.ms timer per log
+    (``_flush_timers``).
+  * the Flusher thread and the validation thread pool (``close`` stops both).
+
+Threads: every method of ProducePath runs on the broker's event-loop thread.
+The Flusher thread only fsyncs pinned segments and reports through
+``loop.call_soon_threadsafe``; the validation thread only runs the
+``validate`` closure of ``validate_off_loop`` (``validate_message_set`` on
+the entries handed to it) and reports the same way. Nothing else is shared
+between threads, so there are no locks.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from broker.config import BrokerConfig
+from broker.protocol import api
+from broker.protocol.api import Acks, quote_name
+from broker.protocol.compression import DecompressionLimitError
+from broker.protocol.errors import CorruptMessageError, ErrorCode
+from broker.protocol.message import validate_message_set
+from broker.storage.errors import InvalidConfigError, StorageError
+from broker.storage.log import Log
+from broker.storage.log_manager import LogManager
+from broker.storage.page_cache import PageCacheBudget
+
+from .connection import Connection, Reply
+from .flusher import Flusher
+from .metrics import BrokerMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class ProduceWait:
+    """A produce request whose reply waits for its writes (and flushes)."""
+
+    conn: Connection
+    reply: Reply
+    correlation_id: int
+    acks: int
+    results: list         # each result: [topic, partition, error, message, base, end, log]
+    timeout_ms: int
+    outstanding: int = 0  # entries waiting for a flush
+    timer: asyncio.TimerHandle | None = None
+
+
+class ProducePath:
+    def __init__(self, config: BrokerConfig, logs: LogManager, metrics: BrokerMetrics,
+                 loop: asyncio.AbstractEventLoop, clock: Callable[[], int],
+                 page_cache: PageCacheBudget | None, on_flushed: Callable[[Log], None],
+                 on_topics_changed: Callable[[], None]) -> None:
+        """``on_flushed(log)`` is called after each flush of ``log`` completes
+        (the fetch long-poll's wake-up); ``on_topics_changed()`` after a
+        produce auto-created a topic."""
+        self.config = config
+        self.logs = logs
+        self.metrics = metrics
+        self.stopping = False         # set by the server: refuse produce requests
+        self._loop = loop
+        self._clock = clock
+        self._page_cache = page_cache
+        self._on_flushed = on_flushed
+        self._on_topics_changed = on_topics_changed
+        self._dirty: dict[Log, bool] = {}
+        self._produce_waits: list[ProduceWait] = []
+        self._failed_logs: dict[Log, tuple[int, str]] = {}
+        self._close_after_flush_pending = False
+        self._flush_waiters: dict[Log, list] = {}
+        self._flush_timers: set[Log] = set()
+        self._reflush: set[Log] = set()
+        self._flusher = Flusher(lambda results: loop.call_soon_threadsafe(
+            self._flushes_done, results))
+        self._validator = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="samsa-validate")
+
+    def close(self) -> None:
+        """Stop the flusher and validation threads (after the last flush)."""
+        self._flusher.stop()
+        self._validator.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------ produce requests
+
+    def produce(self, conn: Connection, correlation_id: int, acks: int, timeout_ms: int,
+                entries, now: int, no_ack_logs: dict | None = None) -> None:
+        """Append each entry (topic, partition, message set, info) to its log's
+        buffer; the reply (unless acks is NONE) waits for the write, and for
+        the flush with acks FLUSHED. ``no_ack_logs`` (for
+        ``append_no_ack_repeat``) gets the logs an acks=none entry was
+        appended to."""
+        if self.stopping:
+            if acks == Acks.NONE:
+                conn.close()
+            else:
+                conn.add_reply(Reply(api.encode_error_response(
+                    correlation_id, ErrorCode.BROKER_SHUTTING_DOWN, "broker is stopping")))
+            return
+        append = self._append
+        if acks == Acks.NONE:
+            for topic, partition, message_set, info in entries:
+                result = append(topic, partition, message_set, info, now, True)
+                if result[2]:
+                    # No response can carry the error: log it and close the
+                    # connection so the producer notices (Kafka does so for acks=0).
+                    log.warning("produce (acks=none) from %s to %s/%s failed: %s; closing the "
+                                "connection", conn.peer, topic, partition, result[3])
+                    conn.close_after_flush = True
+                elif no_ack_logs is not None and partition == result[1] \
+                        and result[6] is not None:
+                    no_ack_logs[(topic, partition)] = result[6]
+            return
+        results = [append(topic, partition, message_set, info, now, False)
+                   for topic, partition, message_set, info in entries]
+        reply = Reply()
+        conn.add_reply(reply)
+        self._produce_waits.append(ProduceWait(conn, reply, correlation_id, acks, results,
+                                               timeout_ms))
+
+    def append_no_ack_repeat(self, conn: Connection, payload: bytes, entry: tuple,
+                             no_ack_logs: dict, now: int) -> bool:
+        """The paper's batch-1 case, short cut: an acks=none produce of one
+        message set (``entry`` as the C frame decoder gives it: topic,
+        partition, start, stop, count, first_ts, max_ts) to a partition that
+        ``produce`` appended an acks=none set to earlier in this read
+        (``no_ack_logs``) goes straight to the log. False when it does not
+        apply (the caller takes the full path); True when the request was
+        handled (appended, or failed and the connection set to close)."""
+        topic, partition, start, stop, count, first_ts, max_ts = entry
+        lg = no_ack_logs.get((topic, partition))
+        if lg is None or not count or self._failed_logs or self.stopping:
+            return False
+        metrics = self.metrics
+        metrics.requests["produce"] += 1
+        try:
+            lg.append(payload[start:stop], count, first_ts, max_ts, now)
+        except StorageError as exc:
+            self._storage_failed(lg, exc, True)
+            log.warning("produce (acks=none) from %s to %s/%s failed: %s; closing the "
+                        "connection", conn.peer, topic, partition, exc)
+            conn.close_after_flush = True
+            no_ack_logs.clear()
+            return True
+        except Exception:   # a bug: as _append does, fail this one, go on
+            log.exception("error appending to %s/%s", quote_name(topic), partition)
+            metrics.errors[("produce", "UNKNOWN")] += 1
+            conn.close_after_flush = True
+            no_ack_logs.clear()
+            return True
+        metrics.messages_in[topic] += count
+        metrics.bytes_in[topic] += stop - start
+        metrics.produce_short_cuts += 1
+        return True
+
+    def _append(self, topic_name: str, partition: int, message_set, info, now: int,
+                no_ack: bool) -> list:
+        """Validate (unless ``info`` says it was) and buffer one message set.
+        Returns the result row [topic, partition, error, message, base, end, log].
+        Never raises: whatever goes wrong becomes this entry's error."""
+        try:
+            topic = self.logs.topics.get(topic_name)
+            if topic is None:
+                if not self.config.auto_create_topics:
+                    return self._error_result(topic_name, partition,
+                                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                              f"unknown topic {quote_name(topic_name)}")
+                try:
+                    topic = self.logs.create_topic(topic_name, self.config.default_partitions)
+                    self._on_topics_changed()
+                except InvalidConfigError as exc:
+                    return self._error_result(topic_name, partition, ErrorCode.INVALID_TOPIC,
+                                              str(exc))
+                except OSError as exc:
+                    return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR,
+                                              f"cannot create topic: {exc}")
+            logs = topic.logs
+            if partition == api.ANY_PARTITION:
+                partition = topic.next_any_partition % len(logs)
+                topic.next_any_partition = partition + 1
+            elif not 0 <= partition < len(logs):
+                return self._error_result(topic_name, partition,
+                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                          f"topic {quote_name(topic_name)} has no partition "
+                                          f"{partition}")
+            if info is None:
+                try:
+                    info = validate_message_set(message_set, self.config.max_message_bytes)
+                except CorruptMessageError as exc:
+                    return self._error_result(topic_name, partition, exc.code, str(exc))
+            elif isinstance(info, CorruptMessageError):     # validated off the loop: refused
+                return self._error_result(topic_name, partition, info.code, str(info))
+            count, size, first_ts, max_ts = info
+            lg = logs[partition]
+            if count == 0:
+                return [topic_name, partition, 0, "", lg.end_offset, lg.end_offset, None]
+            lost = self._failed_logs.get(lg) if self._failed_logs else None
+            if lost is not None:
+                # an earlier append of this read failed: refuse the rest of it, so
+                # no later set takes the offsets the failed ones gave back
+                return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR, lost[1])
+            try:
+                base = lg.append(message_set, count, first_ts, max_ts, now)
+            except StorageError as exc:
+                # A roll wrote what this read had buffered, and failed: those sets
+                # are lost (their offsets given back) and so is this one.
+                self._storage_failed(lg, exc, no_ack)
+                return self._error_result(topic_name, partition, ErrorCode.STORAGE_ERROR, str(exc))
+            if no_ack:
+                self._dirty[lg] = True
+            elif lg not in self._dirty:
+                self._dirty[lg] = False
+            metrics = self.metrics
+            metrics.messages_in[topic_name] += count
+            metrics.bytes_in[topic_name] += size
+            return [topic_name, partition, 0, "", base, base + size, lg]
+        except Exception as exc:     # a bug: this entry fails, the others go on
+            log.exception("error appending to %s/%s", quote_name(topic_name), partition)
+            return self._error_result(topic_name, partition, ErrorCode.UNKNOWN,
+                                      f"internal error: {exc}")
+
+    def _error_result(self, topic: str, partition: int, code: int, message: str) -> list:
+        self.metrics.errors[("produce", ErrorCode(code).name)] += 1
+        return [topic, partition, code, message, -1, -1, None]
+
+    def _storage_failed(self, lg: Log, exc: StorageError, has_no_ack: bool) -> None:
+        """A write of ``lg``'s buffered appends failed: every set of this read
+        buffered at or after ``lg.written_end`` is lost (the log gave their
+        offsets back). Remember it so their results become STORAGE_ERROR."""
+        self._failed_logs[lg] = (lg.written_end, str(exc))
+        log.error("append to %s failed: %s", lg.name, exc)
+        metrics = self.metrics
+        metrics.errors[("produce", "STORAGE_ERROR")] += 1
+        topic = lg.name.rpartition("/")[0]    # counted when buffered: take back
+        metrics.messages_in[topic] -= getattr(exc, "lost_messages", 0)
+        metrics.bytes_in[topic] -= getattr(exc, "lost_bytes", 0)
+        if has_no_ack or self._dirty.get(lg):
+            # acks=none data was lost: the only way to tell is to close
+            self._close_after_flush_pending = True
+
+    # ------------------------------------------------------------ validation off the loop
+
+    def validate_on_loop(self, entries: list) -> bool:
+        """Validate the entries not validated yet (``info`` None), filling in
+        their info (or the CorruptMessageError that refuses them). False if
+        one holds compressed wrappers that inflate beyond
+        ``inline_decompress_bytes``: then the caller has them validated off
+        the loop (``validate_off_loop``)."""
+        cap = self.config.inline_decompress_bytes
+        max_message_bytes = self.config.max_message_bytes
+        for i, (topic, partition, message_set, info) in enumerate(entries):
+            if info is not None:
+                continue
+            try:
+                info = validate_message_set(message_set, max_message_bytes,
+                                            max_decompressed_bytes=cap)
+            except DecompressionLimitError:
+                if cap >= self.config.max_decompressed_bytes:
+                    info = CorruptMessageError(
+                        f"a compressed wrapper inflates beyond max_decompressed_bytes "
+                        f"({self.config.max_decompressed_bytes})")
+                else:
+                    return False
+            except CorruptMessageError as exc:
+                info = exc
+            entries[i] = (topic, partition, message_set, info)
+        return True
+
+    def validate_off_loop(self, conn: Connection, request: tuple,
+                          then: Callable[[], None]) -> None:
+        """Validate ``request``'s entries (a produce: correlation id, acks,
+        timeout, entries) on the validation thread; back on the loop, produce
+        them (unless ``conn`` closed meanwhile), then call ``then()``."""
+        self.metrics.validations_off_loop += 1
+        max_message_bytes = self.config.max_message_bytes
+        cap = self.config.max_decompressed_bytes
+        entries = request[3]
+
+        def validate() -> list:
+            out = []
+            for topic, partition, message_set, info in entries:
+                if info is None:
+                    try:
+                        info = validate_message_set(message_set, max_message_bytes,
+                                                    max_decompressed_bytes=cap)
+                    except CorruptMessageError as exc:
+                        info = exc
+                out.append((topic, partition, message_set, info))
+            return out
+
+        future = self._validator.submit(validate)
+        future.add_done_callback(lambda f: self._loop.call_soon_threadsafe(
+            self._validated_off_loop, conn, request, f, then))
+
+    def _validated_off_loop(self, conn: Connection, request: tuple, future,
+                            then: Callable[[], None]) -> None:
+        if not conn.closed:
+            try:
+                entries = future.result()
+            except Exception as exc:      # a bug: fail these entries, keep serving
+                log.exception("validating a produce from %s failed", conn.peer)
+                error = CorruptMessageError(f"internal error: {exc}")
+                error.code = ErrorCode.UNKNOWN
+                entries = [(t, p, ms, error) for t, p, ms, _info in request[3]]
+            self.produce(conn, request[0], request[1], request[2], entries, self._clock())
+        then()
+
+    # ------------------------------------------------------------ writes and acks
+
+    def write_dirty_logs(self, conn: Connection | None = None) -> None:
+        """Write every log's buffered appends; answer "written" acks, queue
+        "flushed" ones, and fail the requests whose write failed. ``conn``
+        (the connection whose read is handled) is closed once its replies are
+        sent if acks=none data was lost."""
+        if not self._dirty and not self._produce_waits and not self._failed_logs:
+            return
+        now = self._clock()
+        for lg, has_no_ack in self._dirty.items():
+            if lg in self._failed_logs:
+                continue
+            try:
+                lg.write_pending()
+            except StorageError as exc:
+                self._storage_failed(lg, exc, has_no_ack)
+                continue
+            if lg.needs_flush(now):
+                self._request_flush(lg)
+            elif lg.unflushed_messages:
+                self._arm_flush_timer(lg)
+        self._dirty.clear()
+        failed, self._failed_logs = self._failed_logs, {}
+        if self._close_after_flush_pending:
+            self._close_after_flush_pending = False
+            if conn is not None:
+                conn.close_after_flush = True
+        waits, self._produce_waits = self._produce_waits, []
+        for pw in waits:
+            if failed:
+                for r in pw.results:
+                    lost = failed.get(r[6]) if r[6] is not None else None
+                    if lost is not None and r[4] >= lost[0]:
+                        r[2], r[3], r[4], r[5], r[6] = (ErrorCode.STORAGE_ERROR, lost[1],
+                                                        -1, -1, None)
+            if pw.acks == Acks.FLUSHED:
+                self._await_flush(pw)
+            else:
+                self._finish_produce(pw)
+
+    def _await_flush(self, pw: ProduceWait) -> None:
+        for r in pw.results:
+            lg = r[6]
+            if lg is not None and lg.flushed_end < r[5]:
+                pw.outstanding += 1
+                self._flush_waiters.setdefault(lg, []).append((r[5], pw, r))
+                self._request_flush(lg, force=True)
+        if pw.outstanding == 0:
+            self._finish_produce(pw)
+        else:
+            pw.timer = self._loop.call_later(max(1, pw.timeout_ms) / 1000,
+                                             self._produce_timed_out, pw)
+
+    def _produce_timed_out(self, pw: ProduceWait) -> None:
+        if pw.outstanding == 0:
+            return
+        for lg, waiters in list(self._flush_waiters.items()):
+            keep = []
+            for w in waiters:
+                if w[1] is pw:
+                    w[2][2] = ErrorCode.REQUEST_TIMED_OUT
+                    w[2][3] = "not flushed within the request timeout"
+                else:
+                    keep.append(w)
+            self._flush_waiters[lg] = keep
+        pw.outstanding = 0
+        self._finish_produce(pw)
+
+    def _flush_wait_over(self, pw: ProduceWait) -> None:
+        """One of ``pw``'s entries stopped waiting for a flush."""
+        pw.outstanding -= 1
+        if pw.outstanding == 0:
+            self._finish_produce(pw)
+
+    def _finish_produce(self, pw: ProduceWait) -> None:
+        if pw.timer is not None:
+            pw.timer.cancel()
+        results = tuple(api.ProduceResult(r[0], r[1], int(r[2]), r[3], r[4], r[5])
+                        for r in pw.results)
+        pw.reply.set([api.encode_response(pw.correlation_id, api.ProduceResponse(results))])
+        pw.conn.pump()
+
+    def forget_logs(self, logs: Iterable[Log]) -> None:
+        """``logs``' topic is being deleted: write what this read buffered,
+        drop their pending re-flushes and answer the "flushed" acks waiting
+        on them with UNKNOWN_TOPIC_OR_PARTITION."""
+        self.write_dirty_logs()
+        for lg in logs:
+            self._reflush.discard(lg)
+            for _end, pw, r in self._flush_waiters.pop(lg, ()):
+                r[2], r[3] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic deleted"
+                self._flush_wait_over(pw)
+
+    # ------------------------------------------------------------ flushing
+
+    def flush_all(self) -> None:
+        """Start a flush of every log with unflushed data (at shutdown)."""
+        for lg in list(self.logs.all_logs()):
+            if lg.end_offset > lg.flushed_end:
+                self._request_flush(lg, force=True)
+
+    def _request_flush(self, lg: Log, force: bool = False) -> None:
+        """Hand ``lg`` to the flusher if it needs a flush (``force``: if it
+        has anything unflushed); one flush at a time per log."""
+        if lg.deleted:          # a timer or a re-flush outliving its topic
+            return
+        if lg.flush_in_progress:
+            if force:
+                self._reflush.add(lg)
+            return
+        if lg.written_end <= lg.flushed_end and not lg.unflushed_messages:
+            return
+        if not force and not lg.needs_flush(self._clock()):
+            return
+        try:
+            segments, target = lg.begin_flush()
+        except StorageError as exc:
+            log.error("flush of %s failed before fsync: %s", lg.name, exc)
+            return
+        self._flusher.submit(lg, segments, target)
+
+    def _arm_flush_timer(self, lg: Log) -> None:
+        """Have one flush.ms timer pending for ``lg``."""
+        if lg not in self._flush_timers:
+            self._flush_timers.add(lg)
+            self._loop.call_later(lg.config.flush_ms / 1000, self._flush_timer_fired, lg)
+
+    def _flush_timer_fired(self, lg: Log) -> None:
+        self._flush_timers.discard(lg)
+        if lg.unflushed_messages:
+            if lg.flush_in_progress:
+                self._reflush.add(lg)
+            else:
+                self._request_flush(lg, force=True)
+
+    def _flushes_done(self, results) -> None:
+        """The flusher's report (on the loop): advance each log's flushed
+        end, answer the "flushed" acks it covers (or fails), wake the fetches
+        parked on it, and start the next flush if one is due."""
+        for lg, segments, target, ok, seconds, error in results:
+            durable = lg.complete_flush(segments, target, ok)
+            if durable and self._page_cache is not None:
+                self._page_cache.flushed(durable)
+            self.metrics.observe_flush(seconds)
+            waiters = self._flush_waiters.get(lg)
+            if waiters:
+                keep = []
+                for w in waiters:
+                    end, pw, r = w
+                    if lg.flushed_end >= end:
+                        pass
+                    elif not ok and end <= target:
+                        r[2], r[3] = ErrorCode.STORAGE_ERROR, f"fsync failed: {error}"
+                    else:
+                        keep.append(w)
+                        continue
+                    self._flush_wait_over(pw)
+                self._flush_waiters[lg] = keep
+            self._on_flushed(lg)
+            if lg in self._reflush:
+                self._reflush.discard(lg)
+                self._request_flush(lg, force=True)
+            elif lg.unflushed_messages:
+                if lg.needs_flush(self._clock()):
+                    self._request_flush(lg)
+                else:
+                    self._arm_flush_timer(lg)
