@@ -4,9 +4,13 @@ is complete, run the load with spark-submit, check the rows written against
 what the producers delivered, mark the hour's partitions done, keep the
 day's audit report.
 
-Every step takes the data interval Airflow gives the run, never the clock:
-re-running an interval does the same thing (idempotent), and catchup and
-backfill run old hours as they would have run then. Settings come from one
+Every step that is about an hour (ask_audit, audit_gate, validate,
+mark_success, audit_report) takes the data interval Airflow gives the run,
+never the clock: re-running an interval does the same thing (idempotent),
+and catchup and backfill run old hours as they would have run then. ``load``
+takes no interval: it loads everything new since the offsets kept with the
+output, so a run for any hour loads what has arrived, and a re-run adds
+nothing. Settings come from one
 file (``[loader]`` and ``[warehouse]`` tables, config/loader.toml), named
 by the environment variable SAMSA_WAREHOUSE_CONFIG.
 
