@@ -13,12 +13,13 @@ and TESTCONTAINERS_RYUK_DISABLED=true (its reaper image cannot be pulled).
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Callable
 
 from testcontainers.core.container import DockerContainer
+
+from broker.service_kit.process import wait_until
 
 POLL_S = 0.05
 
@@ -54,18 +55,19 @@ class Service:
     def wait_ready(self, timeout: float = 60.0) -> "Service":
         """Until ``ready(self)``; NotReady with its last log lines if it exited
         or did not serve in time."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def ready() -> bool:
             if self.ready is None or self.ready(self):
-                return self
+                return True
             state = self.status()
             if state in ("exited", "dead"):
                 raise NotReady(f"container {self.name} {state} before it was ready:\n"
                                f"{self.logs()}")
-            if time.monotonic() >= deadline:
-                raise NotReady(f"container {self.name} was not ready after {timeout:.0f} s:\n"
-                               f"{self.logs()}")
-            time.sleep(POLL_S)
+            return False
+
+        if not wait_until(ready, timeout, POLL_S):
+            raise NotReady(f"container {self.name} was not ready after {timeout:.0f} s:\n"
+                           f"{self.logs()}")
+        return self
 
     def kill(self) -> None:
         """``docker kill``: SIGKILL to the container's processes."""

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from broker.service_kit.process import wait_until
+
 DEFAULT_SOCKET = "/var/run/docker.sock"
 
 
@@ -116,11 +118,8 @@ def up(timeout: float = 60.0) -> str:
                       "--iptables=false", "--ip-masq=false"],
                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if answers(host, timeout=5):
-            return host
-        time.sleep(0.2)
+    if wait_until(lambda: answers(host, timeout=5), timeout, interval=0.2):
+        return host
     raise SystemExit(f"dockerd did not answer at {host} within {timeout:.0f} s; see {p['log']}")
 
 
