@@ -1,0 +1,14 @@
+"""Samsa's broker and everything built on its protocol.
+
+* protocol/: the wire codec (messages, framing, requests), sans-IO;
+* storage/: partition logs on disk (segments, the log manager, drop-behind);
+* server/: the broker process (asyncio server, flusher, metrics);
+* client/: producer, consumers, admin, lag evaluation (the codec, never the server);
+* coordination/: ZooKeeper (registration, cluster view, groups, offsets);
+* lag/: the lag service (``python -m broker.lag``);
+* tools/: the console tools (``python -m broker.tools``);
+* service_kit/: settings, logging, processes, HTTP and metrics every service shares;
+* harness/: real processes (brokers, ZooKeeper, PostgreSQL) for tests, demo and lab;
+* config.py: the broker's settings; __main__.py: ``python -m broker``;
+  demo.py: ``make demo``.
+"""

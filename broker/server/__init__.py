@@ -1,0 +1,8 @@
+"""The broker process.
+
+* server.py: the Samsa protocol on one asyncio event loop;
+* connection.py: one client connection (framing in, ordered replies, sendfile);
+* flusher.py: the thread that fsyncs logs (group commit);
+* memory_pool.py: the broker-wide budget of request bytes being read;
+* metrics.py: the broker's counters and their Prometheus collector.
+"""

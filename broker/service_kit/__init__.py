@@ -9,4 +9,7 @@ any of them:
 * logging_setup.py: text or JSON lines, one set-up for every process.
 * process.py: the one way a child process is started, awaited, stopped,
   and known again by pid after its parent has gone.
+* json_http.py: the one small HTTP server of JSON (and page) answers.
+* metrics_http.py: the one way metrics are served: collectors in a
+  prometheus_client registry, at /metrics beside a service's answers.
 """
