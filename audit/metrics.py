@@ -1,14 +1,29 @@
-"""Metrics of the audit's counters, in Prometheus text format over HTTP.
+"""The audit's metrics, as prometheus_client collectors read at scrape time
+(served by broker/service_kit/metrics_http.py).
 
+Of a counter (``python -m audit count``), ``CounterMetrics``:
   samsa_audit_messages_counted_total{tier,cluster}   messages counted
   samsa_audit_events_published_total{tier,cluster}   monitoring events delivered
   samsa_audit_publish_failures_total{tier,cluster}   publishes that failed (retried)
   samsa_audit_unsent_events{tier,cluster}            drained, not delivered yet
+
+Of the audit service (``python -m audit serve``, its /metrics), ``ServiceMetrics``:
+  samsa_audit_events_read_total                      monitoring events read
+  samsa_audit_events_stored_total                    stored (new)
+  samsa_audit_events_deduplicated_total              read again, dropped
+  samsa_audit_malformed_events_total                 values that are not monitoring events
+  samsa_audit_windows{state}                         verdicts per state over the
+                                                     default period (a query per scrape)
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, start_http_server
+import time
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from broker.service_kit.metrics_http import serve_metrics as _serve
+
+from audit.compare import summary
 
 
 class CounterMetrics:
@@ -36,10 +51,36 @@ class CounterMetrics:
             yield family
 
 
+class ServiceMetrics:
+    """Read at scrape time from an AuditService (audit/service.py)."""
+
+    def __init__(self, service) -> None:
+        self.service = service
+
+    def collect(self):
+        service = self.service
+        for name, doc, value in (
+                ("samsa_audit_events_read", "Monitoring events read", service.consumed),
+                ("samsa_audit_events_stored", "Monitoring events stored (new)", service.stored),
+                ("samsa_audit_events_deduplicated", "Monitoring events read again, dropped",
+                 service.duplicates),
+                ("samsa_audit_malformed_events", "Values of the audit topic that are not "
+                 "monitoring events", service.malformed)):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+        now = int(time.time() * 1000)
+        begin = now - service.config.default_hours * 3_600_000
+        windows = GaugeMetricFamily("samsa_audit_windows",
+                                    "Verdicts per state over the default period",
+                                    labels=["state"])
+        for state, count in summary(service.verdicts(None, begin, now)).items():
+            windows.add_metric([state], count)
+        yield windows
+
+
 def serve_metrics(port: int, *collectors) -> int:
-    """Serve /metrics on ``port`` (0: any free); the port bound."""
-    registry = CollectorRegistry()
-    for collector in collectors:
-        registry.register(collector)
-    server, _thread = start_http_server(port, addr="127.0.0.1", registry=registry)
-    return server.server_port
+    """The old call of audit/cluster_counter.py, kept until it calls
+    broker.service_kit.metrics_http.serve_metrics itself: ``collectors`` on
+    127.0.0.1:``port`` (0: any free); the port bound."""
+    return _serve("127.0.0.1", port, *collectors, name="audit-count").port

@@ -22,24 +22,22 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-import json
-import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import quote
+
+from broker.service_kit.json_http import BadRequest, JSONHTTPServer, Request, Response, \
+    json_response
+from broker.service_kit.metrics_http import serve_metrics
 
 from audit.compare import LOST, READY, STATES, Verdict, outcome, summary
 from audit.counting import TIERS
+from audit.metrics import ServiceMetrics
 
 COLOURS = {"complete": "#2e9e5b", "pending": "#c9a227", "lost": "#c8323c",
            "duplicated": "#7a4fc2", "lost_and_duplicated": "#8b1a1a", "no_reference": "#8a8f98"}
 WORST_FIRST = ("lost_and_duplicated", "lost", "duplicated", "pending", "no_reference", "complete")
 TIER_ORDER = TIERS
-
-
-class BadRequest(ValueError):
-    pass
 
 
 def parse_time(text: str) -> int:
@@ -180,65 +178,34 @@ def _ms(value: int) -> str:
 
 # ------------------------------------------------------------------ HTTP
 
-class AuditHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address, service) -> None:
-        super().__init__(address, AuditHandler)
-        self.service = service
+HTML = "text/html; charset=utf-8"
 
 
-class AuditHandler(BaseHTTPRequestHandler):
-    server: AuditHTTPServer
-    server_version = "samsa-audit"
-
-    def log_message(self, fmt: str, *args) -> None:     # quiet: the service logs what matters
-        pass
-
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _json(self, data, status: int = 200) -> None:
-        self._send(status, json.dumps(data, indent=1).encode(), "application/json")
-
-    def do_GET(self) -> None:   # noqa: N802 - the stdlib's name
-        url = urlsplit(self.path)
-        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        service = self.server.service
-        now = int(time.time() * 1000)
-        try:
-            if url.path == "/healthz":
-                self._send(200, b"ok\n", "text/plain")
-            elif url.path == "/":
-                begin, end = period(query, service.config.default_hours, now)
-                topic = query.get("topic") or None
-                self._send(200, heatmap_page(service.verdicts(topic, begin, end), begin, end,
-                                             topic), "text/html; charset=utf-8")
-            elif url.path == "/window":
-                topic, begin = _required(query, "topic"), parse_time(_required(query, "begin"))
-                verdicts = service.verdicts(topic, begin, begin + 1)
-                self._send(200, window_page(verdicts, topic, begin), "text/html; charset=utf-8")
-            elif url.path == "/api/verdicts":
-                begin, end = period(query, service.config.default_hours, now)
-                verdicts = service.verdicts(query.get("topic") or None, begin, end,
-                                            query.get("tier") or None, now_ms=now)
-                self._json({"from_ms": begin, "to_ms": end, "now_ms": now,
-                            "grace_ms": service.config.grace_ms, "summary": summary(verdicts),
-                            "verdicts": [v.to_json() for v in verdicts]})
-            elif url.path == "/api/completeness":
-                self._json(completeness(service, query))
-            elif url.path == "/metrics":
-                self._send(200, metrics_text(service).encode(),
-                           "text/plain; version=0.0.4; charset=utf-8")
-            else:
-                self._json({"error": f"no such page: {url.path}"}, HTTPStatus.NOT_FOUND)
-        except BadRequest as exc:
-            self._json({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
+def answer(service, request: Request) -> Response:
+    """The answer to a GET of every path but /metrics."""
+    query = request.query
+    now = int(time.time() * 1000)
+    if request.path == "/healthz":
+        return Response(200, b"ok\n", "text/plain")
+    if request.path == "/":
+        begin, end = period(query, service.config.default_hours, now)
+        topic = query.get("topic") or None
+        return Response(200, heatmap_page(service.verdicts(topic, begin, end), begin, end,
+                                          topic), HTML)
+    if request.path == "/window":
+        topic, begin = _required(query, "topic"), parse_time(_required(query, "begin"))
+        return Response(200, window_page(service.verdicts(topic, begin, begin + 1), topic,
+                                         begin), HTML)
+    if request.path == "/api/verdicts":
+        begin, end = period(query, service.config.default_hours, now)
+        verdicts = service.verdicts(query.get("topic") or None, begin, end,
+                                    query.get("tier") or None, now_ms=now)
+        return json_response({"from_ms": begin, "to_ms": end, "now_ms": now,
+                              "grace_ms": service.config.grace_ms, "summary": summary(verdicts),
+                              "verdicts": [v.to_json() for v in verdicts]})
+    if request.path == "/api/completeness":
+        return json_response(completeness(service, query))
+    return json_response({"error": f"no such page: {request.path}"}, HTTPStatus.NOT_FOUND)
 
 
 def _required(query: dict, name: str) -> str:
@@ -269,26 +236,8 @@ def completeness(service, query: dict) -> dict:
             "verdicts": [v.to_json() for v in verdicts]}
 
 
-def metrics_text(service) -> str:
-    now = int(time.time() * 1000)
-    begin = now - service.config.default_hours * 3_600_000
-    states = summary(service.verdicts(None, begin, now))
-    lines = []
-    for name, doc, value in (
-            ("samsa_audit_events_read_total", "Monitoring events read", service.consumed),
-            ("samsa_audit_events_stored_total", "Monitoring events stored (new)", service.stored),
-            ("samsa_audit_events_deduplicated_total", "Monitoring events read again, dropped",
-             service.duplicates),
-            ("samsa_audit_malformed_events_total", "Values of the audit topic that are not "
-             "monitoring events", service.malformed)):
-        lines += [f"# HELP {name} {doc}", f"# TYPE {name} counter", f"{name} {value}"]
-    lines += ["# HELP samsa_audit_windows Verdicts per state over the default period",
-              "# TYPE samsa_audit_windows gauge"]
-    lines += [f'samsa_audit_windows{{state="{s}"}} {n}' for s, n in states.items()]
-    return "\n".join(lines) + "\n"
-
-
-def start_http(service, host: str, port: int) -> AuditHTTPServer:
-    server = AuditHTTPServer((host, port), service)
-    threading.Thread(target=server.serve_forever, name="audit-http", daemon=True).start()
-    return server
+def start_http(service, host: str, port: int) -> JSONHTTPServer:
+    """The pages, the API and /metrics served on ``host:port`` from a daemon
+    thread; ``stop()`` ends it."""
+    return serve_metrics(host, port, ServiceMetrics(service),
+                         answer=lambda request: answer(service, request), name="audit")

@@ -15,9 +15,12 @@ kept with the output (after Camus).
   offsets commit last; an interrupted publish finished by the next run; one
   load at a time per output);
 * config.py: its settings, and the DAGs';
-* cli.py: ``python -m hadoop_loader``; submit.py: the same by spark-submit,
+* cli.py, __main__.py: ``python -m hadoop_loader``; submit.py: the same by spark-submit,
   and the zip of the code for --py-files;
 * dag_steps.py: the steps of the Airflow DAGs in dags/;
+* audit_wait.py: the DAG's wait for the audit (a sensor deferring to a trigger);
+* timetable.py: the DAGs' timetable, one run per period whoever makes it;
+* airflow_plugin.py: the Airflow plugin that registers that timetable;
 * outputfs.py: the output's file system (local, hdfs://, s3a://) through
   pyarrow.fs, and the URIs Spark is given.
 

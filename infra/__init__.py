@@ -1,11 +1,16 @@
 """Where Samsa runs: the multi-datacenter topology (topology.py) and the
 programs that bring it up.
 
-* ``infra.topology``: the model (ZooKeeper, the datacenter clusters behind
-  their load balancers, the analysis cluster, the mirrors) and its TOML file;
-  no processes, no sockets.
-* ``infra.local``: the lab that runs a topology on one machine
-  (``python -m infra.local up|status|down``), with HAProxy as the load balancer.
+* topology.py: the model (ZooKeeper, the datacenter clusters behind their load
+  balancers, the analysis cluster, the mirrors) and its TOML file; no
+  processes, no sockets;
+* local/: the lab that runs a topology on one machine
+  (``python -m infra.local up|status|down``), with HAProxy as the load balancer;
+* docker/: the services' container images, built offline, and the pipeline
+  run as containers;
+* render.py: the services' configuration for Terraform's environments,
+  rendered from the same topology;
+* terraform/: the Terraform modules and environments (no Python).
 
 Nothing in broker/ or mirror/ imports this package.
 """

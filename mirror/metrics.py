@@ -1,4 +1,5 @@
-"""The mirror's metrics, in Prometheus text format over HTTP.
+"""The mirror's metrics, in Prometheus text format over HTTP (served by
+broker/service_kit/metrics_http.py; MirrorMetrics is the collector).
 
 Bumped per chunk of messages (never per message) as plain numbers under one
 lock; a collector turns them into metric families when Prometheus scrapes.
@@ -28,9 +29,10 @@ import bisect
 import threading
 from collections import defaultdict
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily)
+
+from broker.service_kit.metrics_http import serve_metrics as _serve
 
 AGE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 PartitionKey = tuple[str, str, str]        # (source, topic, broker-partition)
@@ -186,9 +188,8 @@ class MirrorMetrics:
 
 
 def serve_metrics(metrics: MirrorMetrics, port: int, host: str = "127.0.0.1"):
-    """The /metrics HTTP server on a daemon thread; returns (server, port)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(metrics)
-    result = start_http_server(port, addr=host, registry=registry)
-    server = result[0] if isinstance(result, tuple) else None
-    return server, (server.server_port if server is not None else port)
+    """The old call of mirror/mirror.py, kept until it calls
+    broker.service_kit.metrics_http.serve_metrics itself: /metrics on
+    ``host:port`` from a daemon thread; returns (server, port bound)."""
+    server = _serve(host, port, metrics, name="mirror-metrics")
+    return server, server.port

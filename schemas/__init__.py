@@ -9,7 +9,8 @@ Stands alone: nothing here imports the broker, the clients or the services.
 * wire.py: ``magic, schema id, Avro binary`` values, written and read;
 * header.py: the common event header read straight from a value;
 * container.py: Avro container files;
-* cli.py: ``python -m schemas``.
+* cli.py, __main__.py: ``python -m schemas``;
+* avsc/: the schema files themselves.
 """
 from schemas.registry import (
     IncompatibleSchemaError,

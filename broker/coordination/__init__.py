@@ -1,8 +1,13 @@
 """Coordination through ZooKeeper (kazoo), as in the Kafka paper: no master;
 brokers register themselves, consumers of a group agree among themselves.
 
-One module per concept: ``paths`` (the node layout), ``zk`` (connecting),
-``registry`` (a broker's registration), ``cluster`` (the live view of
-brokers and partitions), ``ownership`` (a group's membership, rebalance and
-partition ownership), ``offsets`` (a group's committed offsets).
+* paths.py: the node layout;
+* zk.py: connecting (connect strings with a chroot, a client that keeps retrying);
+* bulk_read.py: many nodes read at once (multiRead);
+* registry.py: a broker's registration;
+* cluster.py: the live view of brokers and partitions;
+* ownership.py: a group's membership, rebalance and partition ownership;
+* offsets.py: a group's committed offsets;
+* named_cluster.py: a cluster named (NAME=ZOOKEEPER), the one type every
+  service names a cluster with.
 """

@@ -9,6 +9,9 @@
   them, as Java processes, with kill/restart of one member.
 * kazoo_faults.py (imported on its own, it needs kazoo): drop a kazoo
   client's connection or expire its session, for coordination tests.
+* lying_proxy.py: a proxy before a broker that drops and duplicates produced
+  messages while the producers see success (what the audit must catch).
+* postgres.py: a real PostgreSQL server for the audit's tests and the lab.
 
 Nothing here is imported by the broker itself.
 """

@@ -1,6 +1,7 @@
 """The lag service: a loop that evaluates every group of every configured
 cluster (broker/lag/monitor.py) each ``interval_s``, and one HTTP
-server that serves the last evaluation.
+server that serves the last evaluation (the service kit's, started by
+``start()``: broker/service_kit/metrics_http.py).
 
 HTTP (JSON shaped like Burrow's v3 API):
 
@@ -29,19 +30,18 @@ evaluation (and says so in ``errors``); the others go on.
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlparse
+from http import HTTPStatus
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from broker.lag.monitor import GroupStatus, LagMonitor
 from broker.coordination.zk import make_client, start_client
+from broker.service_kit.json_http import JSONHTTPServer, Request, Response, json_response
+from broker.service_kit.metrics_http import serve_metrics
 
 from .config import LagServiceConfig
 
@@ -61,21 +61,20 @@ class LagService:
         self._monitors: dict[str, LagMonitor] = {}
         self._clients = {}
         self._group_filter = re.compile(config.groups)
-        registry = CollectorRegistry()
-        registry.register(_Collector(self))
-        self._registry = registry
-        self._http = ThreadingHTTPServer((config.http_host, config.http_port), _handler(self))
+        self._http: JSONHTTPServer | None = None
         self._threads: list[threading.Thread] = []
 
     @property
     def port(self) -> int:
-        return self._http.server_address[1]
+        """The HTTP port, once started."""
+        return self._http.port
 
     def start(self) -> "LagService":
-        for target, name in ((self._loop, "lag-evaluate"), (self._http.serve_forever, "lag-http")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        thread = threading.Thread(target=self._loop, name="lag-evaluate", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        self._http = serve_metrics(self.config.http_host, self.config.http_port,
+                                   _Collector(self), answer=self.answer, name="lag")
         log.info("lag service on http://%s:%d/ evaluating %s every %.1f s", self.config.http_host,
                  self.port, ", ".join(c.name for c in self.config.clusters),
                  self.config.interval_s)
@@ -83,8 +82,8 @@ class LagService:
 
     def stop(self) -> None:
         self._stop.set()
-        self._http.shutdown()
-        self._http.server_close()
+        if self._http is not None:
+            self._http.stop()
         for thread in self._threads:
             thread.join(timeout=10)
         for monitor in self._monitors.values():
@@ -144,6 +143,42 @@ class LagService:
             return ({c: dict(g) for c, g in self._status.items()}, dict(self._cycle_seconds),
                     dict(self._errors), dict(self._last_error))
 
+    def answer(self, request: Request) -> Response:
+        """The JSON of a GET (every path but /metrics): Burrow's v3 shapes."""
+        path = request.segments
+        status, _seconds, _errors, last_error = self.snapshot()
+        if path == ["healthz"]:
+            ready = self._ready.is_set()
+            return json_response({"ready": ready},
+                                 HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE)
+        if path[:2] != ["v3", "kafka"]:
+            return _not_found("see /v3/kafka, /metrics")
+        if len(path) == 2:
+            return json_response({"error": False, "clusters": sorted(status)})
+        cluster = path[2]
+        if cluster not in status:
+            return _not_found(f"no cluster {cluster!r}")
+        if len(path) == 4 and path[3] == "consumer":
+            return json_response({"error": False, "consumers": sorted(status[cluster]),
+                                  "last_error": last_error.get(cluster)})
+        if len(path) == 6 and path[3] == "consumer" and path[5] in ("status", "lag"):
+            group = status[cluster].get(path[4])
+            if group is None:
+                return _not_found(f"no group {path[4]!r} in {cluster}")
+            body = group.to_json()
+            if path[5] == "status":
+                body.pop("all_partitions")
+            else:
+                body["partitions"] = body.pop("all_partitions")
+            body["cluster"] = cluster
+            return json_response({"error": False, "status": body,
+                                  "last_error": last_error.get(cluster)})
+        return _not_found("see /v3/kafka, /metrics")
+
+
+def _not_found(message: str) -> Response:
+    return json_response({"error": True, "message": message}, HTTPStatus.NOT_FOUND)
+
 
 class _Collector:
     def __init__(self, service: LagService) -> None:
@@ -187,55 +222,3 @@ class _Collector:
             failed.add_metric([cluster], n)
         yield from (group_status, group_lag, part_status, part_lag, part_seconds, part_alive,
                     cycle, failed)
-
-
-def _handler(service: LagService):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, fmt, *args) -> None:      # access logs at DEBUG
-            log.debug("%s " + fmt, self.address_string(), *args)
-
-        def _send(self, code: int, body: bytes, kind: str = "application/json") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _json(self, code: int, obj) -> None:
-            self._send(code, json.dumps(obj, indent=1).encode())
-
-        def do_GET(self) -> None:   # noqa: N802 - the http.server API
-            path = [unquote(p) for p in urlparse(self.path).path.strip("/").split("/") if p]
-            status, _seconds, _errors, last_error = service.snapshot()
-            if path == ["metrics"]:
-                self._send(200, generate_latest(service._registry),
-                           "text/plain; version=0.0.4; charset=utf-8")
-            elif path == ["healthz"]:
-                ready = service._ready.is_set()
-                self._json(200 if ready else 503, {"ready": ready})
-            elif path[:2] == ["v3", "kafka"] and len(path) == 2:
-                self._json(200, {"error": False, "clusters": sorted(status)})
-            elif path[:2] == ["v3", "kafka"] and len(path) >= 3 and path[2] not in status:
-                self._json(404, {"error": True, "message": f"no cluster {path[2]!r}"})
-            elif path[:2] == ["v3", "kafka"] and len(path) == 4 and path[3] == "consumer":
-                self._json(200, {"error": False, "consumers": sorted(status[path[2]]),
-                                 "last_error": last_error.get(path[2])})
-            elif path[:2] == ["v3", "kafka"] and len(path) == 6 and path[3] == "consumer" \
-                    and path[5] in ("status", "lag"):
-                group = status[path[2]].get(path[4])
-                if group is None:
-                    self._json(404, {"error": True, "message": f"no group {path[4]!r} in "
-                                                               f"{path[2]}"})
-                    return
-                body = group.to_json()
-                if path[5] == "status":
-                    body.pop("all_partitions")
-                else:
-                    body["partitions"] = body.pop("all_partitions")
-                body["cluster"] = path[2]
-                self._json(200, {"error": False, "status": body,
-                                 "last_error": last_error.get(path[2])})
-            else:
-                self._json(404, {"error": True, "message": "see /v3/kafka, /metrics"})
-
-    return Handler

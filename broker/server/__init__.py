@@ -1,0 +1,11 @@
+"""The broker process.
+
+* server.py: the Samsa protocol on one asyncio event loop: the listener, the
+  connections, the dispatch of requests, the life cycle;
+* produce.py: the produce path (append, flush policy, acks);
+* fetch.py: the fetch long-poll (the parked fetches and their waking);
+* connection.py: one client connection (framing in, ordered replies, sendfile);
+* flusher.py: the thread that fsyncs logs (group commit);
+* memory_pool.py: the broker-wide budget of request bytes being read;
+* metrics.py: the broker's counters and their Prometheus collector.
+"""

@@ -1,8 +1,10 @@
-"""Broker metrics, exposed in Prometheus text format over HTTP.
+"""Broker metrics, exposed in Prometheus text format over HTTP (served by
+broker/service_kit/metrics_http.py).
 
 The hot path only bumps plain integers (a prometheus_client Counter takes a
 lock per increment, too dear at a million messages a second); a custom
-collector turns them into metric families when Prometheus scrapes.
+collector (``BrokerCollector``) turns them into metric families when
+Prometheus scrapes.
 
 Metrics (all prefixed ``samsa_``):
   messages_in_total{topic}, bytes_in_total{topic}     appended by produce
@@ -28,9 +30,10 @@ import bisect
 from collections import defaultdict
 from typing import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily)
+
+from broker.service_kit.metrics_http import serve_metrics as _serve
 
 FLUSH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -62,7 +65,10 @@ class BrokerMetrics:
         self.flush_buckets[bisect.bisect_left(FLUSH_BUCKETS, seconds)] += 1
 
 
-class _Collector:
+class BrokerCollector:
+    """The metric families of a BrokerMetrics and of the partitions'
+    logs (``partitions()``: (topic, partition, log) triples), read at scrape."""
+
     def __init__(self, metrics: BrokerMetrics,
                  partitions: Callable[[], Iterable[tuple[str, int, object]]]) -> None:
         self.metrics = metrics
@@ -178,10 +184,8 @@ class _Collector:
 def serve_metrics(metrics: BrokerMetrics,
                   partitions: Callable[[], Iterable[tuple[str, int, object]]],
                   host: str, port: int):
-    """Start the /metrics HTTP server on a daemon thread; returns (server, port)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(metrics, partitions))
-    result = start_http_server(port, addr=host, registry=registry)
-    server = result[0] if isinstance(result, tuple) else None
-    actual = server.server_port if server is not None else port
-    return server, actual
+    """The old call of broker/server/server.py, kept until it calls
+    broker.service_kit.metrics_http.serve_metrics itself: /metrics on
+    ``host:port`` from a daemon thread; returns (server, port bound)."""
+    server = _serve(host, port, BrokerCollector(metrics, partitions), name="broker-metrics")
+    return server, server.port

@@ -6,7 +6,12 @@ any of them:
 
 * settings.py: frozen dataclasses read from a TOML table, overridden from the
   command line (``--set key=value``), checked when built.
+* cli.py: the command line every service shares (--config, --set,
+  --print-config, --log-level, --log-format; bad settings exit 2).
 * logging_setup.py: text or JSON lines, one set-up for every process.
 * process.py: the one way a child process is started, awaited, stopped,
   and known again by pid after its parent has gone.
+* json_http.py: the one small HTTP server of JSON (and page) answers.
+* metrics_http.py: the one way metrics are served: collectors in a
+  prometheus_client registry, at /metrics beside a service's answers.
 """

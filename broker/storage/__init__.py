@@ -1,0 +1,9 @@
+"""Partition logs on disk; imports nothing of the server or the clients.
+
+* segment.py: one segment file;
+* log.py: a partition log, its segments addressed by byte offset;
+* log_manager.py: every topic and partition log of a data directory;
+* log_config.py: per-log settings with Kafka's names;
+* page_cache.py: drop-behind, the page cache the broker's writes fill, bounded;
+* errors.py: the storage's errors.
+"""

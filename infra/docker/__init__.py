@@ -1,4 +1,9 @@
-"""Container images of the services, built offline (issue 17): a Docker
-engine the project starts itself (engine.py), a Debian base image made with
-debootstrap, and the service images on top of it (images.py, the
-Dockerfiles in the folders beside). See docs/containers.md."""
+"""Container images of the services, built offline (issue 17). See
+docs/containers.md.
+
+* engine.py: the Docker engine the project starts itself;
+* images.py: the Debian base image (debootstrap) and the service images, from
+  the Dockerfiles of analysis/, haproxy/, postgres/, samsa/, zookeeper/;
+* containers.py: containers started with testcontainers (tests, benchmark);
+* pipeline.py: the pipeline of a topology run as containers.
+"""

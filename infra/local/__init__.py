@@ -1,0 +1,15 @@
+"""The local lab: a topology (infra/topology.py) run on this machine.
+
+* lab.py: the lab itself, as processes of this checkout or as containers;
+* __main__.py: ``python -m infra.local up|status|down``;
+* topology.toml: the default topology;
+* haproxy.py: HAProxy before a datacenter's brokers;
+* container_runtime.py: the lab's processes as containers of the project's images;
+* daemon.py: one service of the local environment run detached;
+* airflow_stack.py: a real Airflow with the project's DAGs;
+* pipeline.py: the whole pipeline (``make demo``), datacenters to warehouse;
+* demo.py: the multi-datacenter part of ``make demo``;
+* traffic.py: audited Avro traffic for the demo and the drills;
+* drill.py: the pipeline under faults, nothing acknowledged lost (``make drill``);
+* drill_loss.py: a deliberate loss the audit must report (``make drill-loss``).
+"""

@@ -3,10 +3,21 @@ messages and bytes in by topic, requests by API, errors, flushes, log sizes
 and offsets per partition."""
 from __future__ import annotations
 
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
 from broker.client.consumer import Consumer
 from broker.client.producer import Producer
 
 from broker_helpers import connect, fetch, log_sizes, metric, scrape_metrics
+
+COUNTERS = ("messages_in", "bytes_in", "bytes_out", "messages_out", "requests", "request_errors",
+            "flushes", "page_cache_dropped_bytes", "sendfile_bytes", "validations_off_loop",
+            "produce_short_cuts", "connections_throttled", "connections_closed_idle",
+            "request_memory_waits")
+GAUGES = ("page_cache_budget_bytes", "connections", "request_memory_bytes", "log_size_bytes",
+          "log_segments", "log_end_offset", "log_flushed_offset", "log_quarantined_bytes")
 
 
 def test_metrics_after_traffic(broker, admin):
@@ -51,3 +62,19 @@ def test_error_results_are_counted_by_api_and_error(broker, admin):
     m = scrape_metrics(broker.metrics_port)
     assert metric(m, "samsa_request_errors_total", api="fetch",
                   error="UNKNOWN_TOPIC_OR_PARTITION") == 1
+
+
+def test_every_family_is_exposed_as_before(broker, admin):
+    """Issue 26, point 8: served by the service kit now, the text parses with
+    the same families, types and HELP as from prometheus_client's own server."""
+    admin.create_topic("clicks", 1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics",
+                                timeout=10) as r:
+        assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    assert {name: f.type for name, f in families.items()} == {
+        **{f"samsa_{n}": "counter" for n in COUNTERS}, **{f"samsa_{n}": "gauge" for n in GAUGES},
+        "samsa_flush_seconds": "histogram"}
+    assert families["samsa_requests"].documentation == "Requests handled, by API"
+    assert families["samsa_log_flushed_offset"].documentation == \
+        "Flushed end: consumers see messages below it"

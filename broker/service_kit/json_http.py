@@ -1,0 +1,132 @@
+"""The one small HTTP server of the services that answer GETs with JSON (and
+the odd page): the audit's web API, the lag service, and every /metrics
+endpoint (metrics_http.py).
+
+A service gives one function, ``answer(request) -> Response``; the server
+parses the URL into a ``Request`` (the path, its segments unquoted one by one,
+the query with the last value of a repeated name), calls it on a thread of
+its own per connection, and writes the ``Response`` with Content-Type,
+Content-Length and ``Cache-Control: no-store`` (every answer is the live
+state). ``BadRequest`` raised by the answer becomes 400 ``{"error": message}``;
+any other exception 500 ``{"error": "internal error"}``, logged.
+
+Threads: ``start()`` serves on one daemon thread, each
+request on a daemon thread of its own; ``answer`` must be thread-safe.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Mapping
+from urllib.parse import parse_qs, unquote, urlsplit
+
+log = logging.getLogger("samsa.http")
+
+JSON = "application/json"
+
+
+class BadRequest(ValueError):
+    """What the client asked is malformed: answered 400 with the message."""
+
+
+@dataclass(frozen=True)
+class Request:
+    path: str                              # the URL's path, as sent ("/v3/kafka")
+    segments: list[str]                    # its non-empty parts, each unquoted
+    query: dict[str, str]                  # name -> its last value
+    headers: Mapping[str, str] = field(default_factory=dict)
+    query_string: str = ""                 # as sent, for names given more than once
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = JSON
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def json_response(obj, status: int = HTTPStatus.OK) -> Response:
+    """``obj`` as JSON (indented by one, as every service has answered)."""
+    return Response(int(status), json.dumps(obj, indent=1).encode(), JSON)
+
+
+def parse_request(raw_path: str, headers: Mapping[str, str] | None = None) -> Request:
+    """The request line's target split into path, segments and query."""
+    url = urlsplit(raw_path)
+    return Request(url.path, [unquote(p) for p in url.path.split("/") if p],
+                   {k: v[-1] for k, v in parse_qs(url.query).items()}, headers or {}, url.query)
+
+
+Answer = Callable[[Request], Response]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "JSONHTTPServer"
+
+    def log_message(self, fmt: str, *args) -> None:      # access logs at DEBUG
+        log.debug("%s %s " + fmt, self.server.name, self.address_string(), *args)
+
+    @property
+    def server_version(self) -> str:                      # the Server header
+        return f"samsa-{self.server.name}"
+
+    def do_GET(self) -> None:   # noqa: N802 - the stdlib's name
+        try:
+            response = self.server.answer(parse_request(self.path, self.headers))
+        except BadRequest as exc:
+            response = json_response({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
+        except Exception:   # noqa: BLE001 - one bad request stops no other
+            log.exception("%s: answering GET %s failed", self.server.name, self.path)
+            response = json_response({"error": "internal error"},
+                                     HTTPStatus.INTERNAL_SERVER_ERROR)
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(response.body)))
+        self.send_header("Cache-Control", "no-store")
+        for name, value in response.headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(response.body)
+
+
+class JSONHTTPServer(ThreadingHTTPServer):
+    """Binds ``(host, port)`` when built (port 0: any free one); serves after
+    ``start()``; ``stop()`` shuts it down and closes the socket."""
+
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, answer: Answer, name: str) -> None:
+        self.answer = answer
+        self.name = name
+        self._thread: threading.Thread | None = None
+        self.address_family = _family(host, port)         # IPv6 hosts too ("::")
+        super().__init__((host, port), _Handler)
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def start(self) -> "JSONHTTPServer":
+        self._thread = threading.Thread(target=self.serve_forever, name=f"{self.name}-http",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self.shutdown()
+            self._thread.join()
+            self._thread = None
+        self.server_close()
+
+
+def _family(host: str, port: int) -> socket.AddressFamily:
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                               flags=socket.AI_PASSIVE)
+    return infos[0][0]
