@@ -64,9 +64,11 @@ class ClusterCounter:
         self._commit_pending = False
         self.metrics_port = None
         if config.metrics_port >= 0:
-            from audit.metrics import CounterMetrics, serve_metrics
-            self.metrics_port = serve_metrics(config.metrics_port,
-                                              CounterMetrics(self.counter, self.publisher))
+            from audit.metrics import CounterMetrics
+            from broker.service_kit.metrics_http import serve_metrics
+            self.metrics_port = serve_metrics("127.0.0.1", config.metrics_port,
+                                              CounterMetrics(self.counter, self.publisher),
+                                              name="audit-count").port
         log.info("counting cluster %s (%s) in group %s, windows of %d ms, publishing every "
                  "%d ms, counting kernel: %s, metrics port %s", config.cluster,
                  config.zookeeper, config.effective_group, config.window_ms,

@@ -21,7 +21,6 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from broker.service_kit.metrics_http import serve_metrics as _serve
 
 from audit.compare import summary
 
@@ -77,10 +76,3 @@ class ServiceMetrics:
         for state, count in summary(service.verdicts(None, begin, now)).items():
             windows.add_metric([state], count)
         yield windows
-
-
-def serve_metrics(port: int, *collectors) -> int:
-    """The old call of audit/cluster_counter.py, kept until it calls
-    broker.service_kit.metrics_http.serve_metrics itself: ``collectors`` on
-    127.0.0.1:``port`` (0: any free); the port bound."""
-    return _serve("127.0.0.1", port, *collectors, name="audit-count").port

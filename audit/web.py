@@ -20,7 +20,6 @@ these machines have no internet, and neither may the people who read them.
 """
 from __future__ import annotations
 
-import datetime as dt
 import html
 import time
 from http import HTTPStatus
@@ -31,7 +30,9 @@ from broker.service_kit.json_http import BadRequest, JSONHTTPServer, Request, Re
 from broker.service_kit.metrics_http import serve_metrics
 
 from audit.compare import LOST, READY, STATES, Verdict, outcome, summary
+from audit import times
 from audit.counting import TIERS
+from audit.times import iso
 from audit.metrics import ServiceMetrics
 
 COLOURS = {"complete": "#2e9e5b", "pending": "#c9a227", "lost": "#c8323c",
@@ -41,21 +42,11 @@ TIER_ORDER = TIERS
 
 
 def parse_time(text: str) -> int:
-    """ms since the epoch from ms or an ISO time (UTC unless it says otherwise)."""
-    text = text.strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
+    """audit/times.parse_time, a bad time answered 400."""
     try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadRequest(f"bad time {text!r}: ms since the epoch or ISO 8601") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return int(when.timestamp() * 1000)
-
-
-def iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+        return times.parse_time(text)
+    except times.BadTime as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def worst(states) -> str:

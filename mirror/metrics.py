@@ -32,7 +32,6 @@ from collections import defaultdict
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily)
 
-from broker.service_kit.metrics_http import serve_metrics as _serve
 
 AGE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 PartitionKey = tuple[str, str, str]        # (source, topic, broker-partition)
@@ -185,11 +184,3 @@ class MirrorMetrics:
                 cumulative.append((str(bound) if bound != float("inf") else "+Inf", running))
             hist.add_metric([source], cumulative, self.age_sum[source])
         yield hist
-
-
-def serve_metrics(metrics: MirrorMetrics, port: int, host: str = "127.0.0.1"):
-    """The old call of mirror/mirror.py, kept until it calls
-    broker.service_kit.metrics_http.serve_metrics itself: /metrics on
-    ``host:port`` from a daemon thread; returns (server, port bound)."""
-    server = _serve(host, port, metrics, name="mirror-metrics")
-    return server, server.port

@@ -16,10 +16,11 @@ import uuid
 
 from broker.lag.monitor import LagMonitor
 from broker.coordination.zk import make_client, start_client
+from broker.service_kit.metrics_http import serve_metrics
 
 from .config import MirrorConfig
 from .marks import exclusion_pattern, mirrored_topics
-from .metrics import MirrorMetrics, serve_metrics
+from .metrics import MirrorMetrics
 from .pipe import MirrorFailure, SourcePipe
 from .target import TargetCluster
 
@@ -59,8 +60,9 @@ class Mirror:
             raise
         port = config.metrics_port if metrics_port is None else metrics_port
         if port >= 0:
-            self._metrics_server, self.metrics_port = serve_metrics(self.metrics, port,
-                                                                  config.metrics_host)
+            self._metrics_server = serve_metrics(config.metrics_host, port, self.metrics,
+                                                 name="mirror-metrics")
+            self.metrics_port = self._metrics_server.port
         self._threads: list[threading.Thread] = []
 
     def _audit_counters(self) -> dict:
@@ -161,7 +163,7 @@ class Mirror:
         if self._audit_registry is not None:
             self._audit_registry.close()
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()
+            self._metrics_server.stop()
             self._metrics_server = None
 
     def __enter__(self) -> "Mirror":

@@ -33,7 +33,6 @@ from typing import Callable, Iterable
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily)
 
-from broker.service_kit.metrics_http import serve_metrics as _serve
 
 FLUSH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -179,13 +178,3 @@ class BrokerCollector:
             flushed.add_metric(labels, lg.flushed_end)
             quarantined.add_metric(labels, lg.quarantined_bytes)
         yield from (size, segs, end, flushed, quarantined)
-
-
-def serve_metrics(metrics: BrokerMetrics,
-                  partitions: Callable[[], Iterable[tuple[str, int, object]]],
-                  host: str, port: int):
-    """The old call of broker/server/server.py, kept until it calls
-    broker.service_kit.metrics_http.serve_metrics itself: /metrics on
-    ``host:port`` from a daemon thread; returns (server, port bound)."""
-    server = _serve(host, port, BrokerCollector(metrics, partitions), name="broker-metrics")
-    return server, server.port

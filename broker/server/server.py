@@ -47,7 +47,9 @@ from broker.storage.page_cache import PageCacheBudget, drop_behind_enabled
 from .connection import Connection, Reply
 from .fetch import FetchLongPoll
 from .memory_pool import RequestMemoryPool
-from .metrics import BrokerMetrics, serve_metrics
+from broker.service_kit.metrics_http import serve_metrics
+
+from .metrics import BrokerCollector, BrokerMetrics
 from .produce import ProducePath
 
 log = logging.getLogger(__name__)
@@ -127,9 +129,10 @@ class BrokerServer:
             backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
         if self.config.metrics_port >= 0:
-            self._metrics_server, self.metrics_port = serve_metrics(
-                self.metrics, self._partition_snapshot, self.config.host,
-                self.config.metrics_port)
+            self._metrics_server = serve_metrics(
+                self.config.host, self.config.metrics_port,
+                BrokerCollector(self.metrics, self._partition_snapshot), name="broker-metrics")
+            self.metrics_port = self._metrics_server.port
         if self.config.zookeeper:
             from broker.coordination.registry import BrokerRegistry
             self.registry = BrokerRegistry(self.config.zookeeper, self.config.broker_id,
@@ -188,8 +191,8 @@ class BrokerServer:
         for conn in list(self.connections):
             conn.close()
         if self._metrics_server is not None:
-            # shutdown() waits out the HTTP server's 0.5 s poll: do not hold up the exit
-            threading.Thread(target=self._metrics_server.shutdown, daemon=True).start()
+            # stop() waits out the HTTP server's 0.5 s poll: do not hold up the exit
+            threading.Thread(target=self._metrics_server.stop, daemon=True).start()
         log.info("stopped cleanly", extra={"event": "stopped"})
         self._stopped.set()
 

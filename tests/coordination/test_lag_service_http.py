@@ -12,7 +12,8 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.coordination.offsets import commit_offsets
-from broker.lag.config import LagServiceConfig, WatchedCluster
+from broker.coordination.named_cluster import NamedCluster
+from broker.lag.config import LagServiceConfig
 from broker.lag.service import LagService
 
 FAMILIES = {   # name: (type, HELP), as the service has always exposed them
@@ -46,7 +47,7 @@ def get_json(url: str) -> tuple[int, dict]:
 def test_every_path_answers_as_before(zookeeper, zk_client, zk_chroot):
     commit_offsets(zk_client, "watched", {("events", "0-0"): 1234, ("events", "0-1"): 99})
     service = LagService(LagServiceConfig(
-        clusters=(WatchedCluster("dc", zookeeper.connect_string(zk_chroot)),),
+        clusters=(NamedCluster("dc", zookeeper.connect_string(zk_chroot)),),
         http_port=0, interval_s=3600)).start()
     base = f"http://127.0.0.1:{service.port}"
     try:
