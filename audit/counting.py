@@ -3,7 +3,8 @@ events that carry the counts.
 
 One small module used by every tier: the audited producer, the cluster
 counters (``python -m audit count``), the mirror and the loader. It imports
-the client and the schemas; nothing of the client imports it.
+the schemas (when it makes a writer) and nothing of the client, which never
+imports it either: a producer reaches it through ``delivery_listener``.
 
 * ``TierCounter`` folds messages into tallies (audit/tally.py; its C twin
   when built) and ``drain()`` turns what was counted since the last drain
