@@ -42,12 +42,12 @@ from typing import Callable
 
 from audit import tally as _reference
 
+#: the tally kernel: audit/_tally.c where it was built, else audit/tally.py
+#: (the same functions: tally_values, tally_message_set, tally_messages, id_hash)
 try:
     from audit import _tally as kernel
 except ImportError:     # no C compiler: the reference, several times slower
     kernel = _reference
-#: the tally kernel: audit/_tally.c where it was built, else audit/tally.py
-#: (the same functions: tally_values, tally_message_set, tally_messages, id_hash)
 
 log = logging.getLogger(__name__)
 
