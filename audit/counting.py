@@ -3,7 +3,8 @@ events that carry the counts.
 
 One small module used by every tier: the audited producer, the cluster
 counters (``python -m audit count``), the mirror and the loader. It imports
-the client and the schemas; nothing of the client imports it.
+the schemas (when it makes a writer) and nothing of the client, which never
+imports it either: a producer reaches it through ``delivery_listener``.
 
 * ``TierCounter`` folds messages into tallies (audit/tally.py; its C twin
   when built) and ``drain()`` turns what was counted since the last drain
@@ -41,12 +42,12 @@ from typing import Callable
 
 from audit import tally as _reference
 
+#: the tally kernel: audit/_tally.c where it was built, else audit/tally.py
+#: (the same functions: tally_values, tally_message_set, tally_messages, id_hash)
 try:
     from audit import _tally as kernel
 except ImportError:     # no C compiler: the reference, several times slower
     kernel = _reference
-#: the tally kernel: audit/_tally.c where it was built, else audit/tally.py
-#: (the same functions: tally_values, tally_message_set, tally_messages, id_hash)
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ Events are read at least once (a consumer group on the audit topic whose
 offsets are acknowledged only after the events are committed to the
 database) and stored once (by event id), so neither a crash nor a
 publisher's resend counts anything twice. A value that is not a readable
-monitoring event is counted (``malformed_events``), logged, and skipped:
+monitoring event is counted (``malformed``; the metric
+samsa_audit_malformed_events_total), logged, and skipped:
 it never stops the service.
 """
 from __future__ import annotations

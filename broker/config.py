@@ -40,7 +40,8 @@ class BrokerConfig:
     auto_create_topics: bool = True
     """Create an unknown topic on its first produce (fetches never create)."""
     default_partitions: int = 2
-    """Partitions of an auto-created topic, and of `topics --create` without --partitions."""
+    """Partitions of a topic auto-created on its first produce (`topics --create`
+    sends its own --partitions, 1 by default)."""
     max_request_bytes: int = 64 << 20
     """Largest request frame accepted; a larger one closes the connection before
     its payload is read."""

@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_cluster_option(p, "the analysis cluster: NAME=ZOOKEEPER, or its ZooKeeper with "
                           "the chroot")
-    p.add_argument("--output", help="output root: a local path or file:// URI")
+    p.add_argument("--output", help="output root: a local path, or a file://, hdfs:// or "
+                                    "s3a:// URI")
     p.add_argument("--master", help="Spark master (default local[*])")
     p.add_argument("--whitelist", metavar="REGEX", help="topics to load (default .*)")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")

@@ -96,7 +96,8 @@ class WarehouseConfig:
     has passed (hadoop_loader/audit_wait.py)."""
     retries: int = 3
     retry_delay_s: float = 300.0
-    """First retry delay of the load; doubles each retry, up to max_retry_delay_s."""
+    """First retry delay of a failed task (every task of both DAGs but the
+    sensor, which never retries); doubles each retry, up to max_retry_delay_s."""
     max_retry_delay_s: float = 3600.0
     load_timeout_s: float = 3 * 3600.0
     spark_submit: str = ""

@@ -12,8 +12,8 @@ record.
 
 A value that is not an envelope (too short, wrong magic byte) is returned
 apart for the error output; a body that is not valid Avro of its schema is
-not detected here (the JVM reader fails on its file, and the job then
-decodes that file's records one by one to find it).
+not detected here: the JVM reader fails on its file, and with it the load,
+which then commits nothing (no step looks for the bad record).
 """
 from __future__ import annotations
 

@@ -5,10 +5,10 @@ Layout under the output root::
 
     _samsa/offsets/00000000000000000042.json   a commit: {"run": ..., "offsets": {...}}
 
-A commit is one new file, created only if absent (outputfs.py: a hard link
-of a written temporary file locally; a new object on S3); its sequence
-number is one more than the last. The
-newest commit is the loader's position; older ones are kept (a short
+A commit is one new file, created only if absent (outputfs.py's
+``create_new``: locally a hard link of a written temporary file, atomic;
+on HDFS and S3 a check, then a write); its sequence number is one more than
+the last. The newest commit is the loader's position; older ones are kept (a short
 history) and pruned beyond ``keep``. The offsets are keyed by
 ``"topic/broker_id-partition"`` (a broker-partition, as the consumer names
 it): where the next load starts reading each.

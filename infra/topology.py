@@ -541,8 +541,9 @@ def to_toml(topology: Topology) -> str:
 
 def mirror_config(topology: Topology, mirror: MirrorSpec | str, index: int) -> MirrorConfig:
     """The settings of process ``index`` of ``mirror``: its sources and target
-    as ZooKeeper connect strings with chroots, its group, filters and metrics
-    port, JSON logs, and the mirror's own ``settings`` on top."""
+    as named clusters (name, ZooKeeper connect string with chroot), its
+    group, filters, target partitions and metrics port, JSON logs, and the
+    mirror's own ``settings`` on top."""
     spec = topology.mirror(mirror if isinstance(mirror, str) else mirror.name)
     if not 0 <= index < spec.processes:
         raise ConfigError(f"mirror {spec.name!r} has processes 0..{spec.processes - 1}, "

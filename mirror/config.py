@@ -14,9 +14,11 @@ File format (TOML; every key but ``sources`` and ``target`` has a default)::
     name = "dc-b"
     zookeeper = "127.0.0.1:2181/dc-b"
 
-A cluster is named by its ZooKeeper connect string with chroot: two clusters
-are the same cluster when their ensembles share a server and their chroots
-are equal. The mirror refuses a target that is one of its sources.
+Each cluster is a ``NamedCluster`` (broker/coordination/named_cluster.py):
+a name and a ZooKeeper connect string with chroot. Two are the same cluster
+when their ensembles share a server and their chroots are equal; the mirror
+refuses a target that is one of its sources, and two sources that are one
+cluster.
 """
 from __future__ import annotations
 

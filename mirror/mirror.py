@@ -182,9 +182,10 @@ class Mirror:
         """Every LAG_INTERVAL_S, per source: the mirror group's lag on every
         partition of its topics, owned by this process, by another, or by
         nobody (a dead member's until the group rebalances), evaluated as
-        every group is (broker/lag/monitor.py); for the partitions
-        this process owns, from what the target acknowledged (ahead of the
-        last commit). Never 0 for a partition whose committed lag is not."""
+        every group is (broker/lag/monitor.py): from the group's commits,
+        except for the partitions this process owns, whose lag counts from
+        what the target acknowledged (ahead of the last commit). A partition
+        not owned here never drops out of the metric."""
         monitors = {}
         try:
             while not self._stopping.wait(LAG_INTERVAL_S):

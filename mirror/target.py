@@ -128,6 +128,6 @@ class TargetCluster:
             raise TargetUnavailable(str(exc)) from None
 
     def close(self, timeout: float = 5.0) -> None:
-        """Close the producers; what the target has not acknowledged by then is
+        """Close the producer; what the target has not acknowledged by then is
         not committed in the sources either, and is copied again after a restart."""
         self.producer.close(timeout)

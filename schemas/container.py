@@ -1,5 +1,6 @@
-"""Avro object container files (the format Hadoop tools read): what the
-project writes to disk in Avro (the loader's error output, test fixtures).
+"""Avro object container files (the format Hadoop tools read): whole files
+of records, written and read (the tests use it; the loader writes its own
+containers: hadoop_loader/frames.py, and pull.py's error output).
 
 Written with fastavro (deflate by default), readable by any Avro
 implementation; the tests read them back with Apache's reference ``avro``

@@ -7,7 +7,8 @@ varint, two length-prefixed strings, 16 bytes. ``event_header`` reads the
 time and the id from there, which is all the audit's counters need, at a
 fraction of the cost of decoding the record (no registry lookup: it relies
 on the header being the first field, which ``check_header_first`` verifies
-for a schema, and registration of event subjects enforces).
+for a schema; the tests hold every shipped event schema to it, but
+registration does not check it).
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """A blocking connection to one broker: pipelined requests, in-order responses.
 
 Uses only the codec (broker.protocol), never the server or the storage.
-Thread-safety: ``send`` may be called by one thread while another calls
-``receive`` (the producer's sender and reader); other use is single-threaded.
+Thread-safety: ``send``/``send_frames`` may be called by one thread while
+another calls ``receive`` (sends hold a lock); other use is single-threaded.
+(The producer's one sender thread does both itself.)
 """
 from __future__ import annotations
 

@@ -63,7 +63,9 @@ class GroupConsumerConfig:
     """Where a partition with no committed offset starts: "earliest" or "latest"."""
     auto_commit: bool = True
     auto_commit_interval_ms: int = 1000
-    """Commit what the application has taken this often (and on every rebalance)."""
+    """Commit what the application has taken this often, checked each time it
+    calls messages()/poll() (and before partitions are given up in a
+    rebalance, and at close(), whatever auto_commit says)."""
     explicit_acknowledgement: bool = False
     """False: a message counts as done once the application asks for the next
     (or calls commit()). True: only offsets given to ``acknowledge()`` count,
@@ -86,9 +88,10 @@ class GroupConsumerConfig:
     """messages()/poll() hand out RawChunks (a partition's fetched bytes,
     undecoded; see Consumer) where they can: the mirror's forwarding path."""
     on_corrupt: str = "raise"
-    """Corrupt data in a partition: "raise" stops that partition's fetching
-    and raises CorruptDataError from messages()/poll() once the intact
-    messages before it were handed out (nothing past it is committed);
+    """Corrupt data in a partition: "raise" stops fetching from that
+    partition's broker (the fetcher of every owned partition on it) and
+    raises CorruptDataError from messages()/poll() once the intact messages
+    before it were handed out (nothing past it is committed);
     "skip" skips it, logs a WARNING and counts it (``corrupt_skips``)."""
 
     def __post_init__(self) -> None:
@@ -247,7 +250,8 @@ class GroupConsumer:
 
     def poll(self, timeout_ms: int = 1000) -> list[Message]:
         """One chunk of messages (possibly empty after ``timeout_ms``).
-        Everything returned by earlier polls counts as taken."""
+        Everything returned by earlier polls counts as taken (unless
+        ``explicit_acknowledgement``: then only what ``acknowledge()`` got)."""
         self._app_thread = threading.get_ident()
         self._take_handed()
         self._maybe_auto_commit()
@@ -413,8 +417,9 @@ class GroupConsumer:
             self._start_fetchers()
 
     def _start_fetchers(self) -> None:
-        """Fetchers for every owned partition, from what the application has
-        taken (else the committed offset, else the reset policy)."""
+        """Fetchers for every owned partition, from the offset after the last
+        message handed to the application (else what it has taken or the
+        committed offset, else the reset policy)."""
         by_broker: dict[int, dict] = {}
         for topic, bp in self._owned:
             broker_id, partition = paths.parse_broker_partition(bp)
@@ -436,8 +441,8 @@ class GroupConsumer:
         self._paused.set()
 
     def _on_resume(self) -> None:
-        """The same session is back: fetch again from what the application
-        took (chunks dropped while paused are fetched anew)."""
+        """The session is back: fetch again from what was handed to the
+        application (chunks dropped while paused are fetched anew)."""
         with self._lock:
             self._stop_fetchers()
             self._start_fetchers()

@@ -17,9 +17,11 @@ and parses, one request at a time (~60 µs each). With multiRead, 20,000
 reads are 20 requests (bench/RESULTS.md, issue 16).
 
 Against a server without multiRead (ZooKeeper < 3.6: it answers
-UnimplementedError), the reads fall back to queuing one GetData per node and
-waking kazoo's connection thread once, and, where kazoo's internals differ
-from 2.x, to ``get_async``. Thread-safe as kazoo's own calls are.
+UnimplementedError), ``get_many`` falls back to queuing one GetData per node
+and waking kazoo's connection thread with one write, and, where kazoo's
+internals differ from 2.x (or the client is not connected), to
+``get_async``; ``children_many`` falls back to ``get_children_async``.
+Thread-safe as kazoo's own calls are.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ labels and URLs unescaped).
 
 On a command line a cluster is ``NAME=ZOOKEEPER``; ``ZOOKEEPER`` alone names
 the cluster after the last part of its chroot (``127.0.0.1:2181/analysis``
-is "analysis"); without a chroot the name must be given.
+is "analysis"); without a chroot the name must be given (``--cluster``),
+except through the older ``--zookeeper`` option, which names it "default".
 
 Two references are the same cluster when their ensembles share a server and
 their chroots are equal (``same_cluster``): the mirror refuses a target that
@@ -85,7 +86,8 @@ def add_cluster_option(parser, help: str, *, zookeeper_alias: bool = True,
                        zookeeper_flags: tuple[str, ...] = ("--zookeeper",)) -> None:
     """``--cluster NAME=ZOOKEEPER`` (or ZOOKEEPER with a chroot), the one way a
     command names the cluster it works on; ``--zookeeper ZOOKEEPER``, the older
-    spelling, stays as an alias of it."""
+    spelling, stays as an alias of it (a ZOOKEEPER without a chroot is then
+    named "default"; see ``cluster_from``)."""
     parser.add_argument("--cluster", metavar="NAME=ZOOKEEPER", help=help)
     if zookeeper_alias:
         parser.add_argument(*zookeeper_flags, dest="zookeeper", metavar="ZOOKEEPER",
@@ -95,7 +97,8 @@ def add_cluster_option(parser, help: str, *, zookeeper_alias: bool = True,
 
 def cluster_from(args) -> NamedCluster | None:
     """The cluster ``add_cluster_option``'s options name; None when neither
-    is given; ConfigError when both are, or either is malformed."""
+    is given; ConfigError when both are, or either is malformed. A
+    ``--zookeeper`` without a chroot names the cluster "default"."""
     given, alias = getattr(args, "cluster", None), getattr(args, "zookeeper", None)
     if given and alias:
         raise ConfigError("--cluster and --zookeeper name the same thing: give one")

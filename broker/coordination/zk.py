@@ -31,8 +31,8 @@ def split_connect_string(connect: str) -> tuple[str, str]:
 
 
 def make_client(connect: str, session_timeout_ms: int = 6000) -> KazooClient:
-    """A kazoo client for ``connect`` (chroot included), not started. The
-    chroot is created on first start if missing."""
+    """A kazoo client for ``connect`` (chroot included), not started: start
+    it with ``start_client``, which creates the chroot if missing."""
     hosts, chroot = split_connect_string(connect)
     return KazooClient(hosts=hosts + chroot, timeout=session_timeout_ms / 1000,
                        connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2),
@@ -64,9 +64,11 @@ def start_client(client: KazooClient, connect: str, timeout: float = 15.0,
 def start_in_background(client: KazooClient, connect: str, what: str,
                         on_started, stop_event: threading.Event,
                         first_timeout: float = 5.0) -> threading.Thread:
-    """Keep trying to start ``client`` until it connects or ``stop_event`` is
-    set, logging each failure once per attempt; then call ``on_started()``.
-    For a broker, which must serve even while ZooKeeper is down."""
+    """On a thread of its own, keep trying to start ``client`` until it
+    connects or ``stop_event`` is set, logging each failed attempt (the
+    attempt's timeout doubles from ``first_timeout`` up to 30 s); then call
+    ``on_started()``. For a broker, which must serve even while ZooKeeper is
+    down."""
     def run() -> None:
         delay = first_timeout
         while not stop_event.is_set():

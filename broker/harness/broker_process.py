@@ -1,9 +1,10 @@
 """Start and stop real broker processes (for the demo, the tests and the benchmarks).
 
 A ``BrokerProcess`` runs ``python -m broker`` with JSON logs as a
-``SupervisedProcess`` (process.py), waits for its "started" event (which
-carries the port it bound: pass port 0 for a free one), keeps its log in
-``<data dir>.log`` and stops it with SIGTERM (clean) or SIGKILL (crash).
+``SupervisedProcess`` (broker/service_kit/process.py), waits for its
+"started" event (which carries the port it bound: pass port 0 for a free
+one), keeps its log in ``<data dir>.log`` and stops it with SIGTERM (clean)
+or SIGKILL (crash).
 """
 from __future__ import annotations
 

@@ -3,10 +3,11 @@ read from outside the group (ZooKeeper and the brokers), as Burrow does.
 
 One cycle (``LagMonitor.evaluate``):
 
-1. From ZooKeeper, with kazoo's asynchronous reads issued together (never
-   one round trip after another): the groups under ``/consumers``, each
-   group's members (``ids``), owners and committed offsets (``offsets``:
-   the value and the node's modification time, which is the commit's time).
+1. From ZooKeeper, in bulk (broker/coordination/bulk_read.py: ZooKeeper's
+   multiRead, never one round trip per node): the groups under
+   ``/consumers``, each group's members (``ids``), owners and committed
+   offsets (``offsets``: the value and the node's modification time, which
+   is the commit's time).
 2. The partitions a group consumes: every broker-partition of every topic
    it has committed or owned, or that its live members' subscriptions
    match — owned or not, so a dead member's partitions stay in view.
@@ -14,7 +15,9 @@ One cycle (``LagMonitor.evaluate``):
    group (max_wait 0, 22 bytes each at the committed offset): the
    partition's high watermark (its log end, what consumers can read) and
    the header of the next message to consume, whose timestamp gives the
-   lag in seconds (now - that timestamp; 0 when caught up).
+   lag in seconds (now - that timestamp; 0 when caught up). A partition
+   never committed is read at offset 0, or, once retention deleted that, in
+   a second Fetch at its earliest offset.
 4. Each partition's window of commits grows when its offset node changed
    (a new modification time); broker/lag/evaluator.py judges it.
 

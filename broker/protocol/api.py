@@ -1,8 +1,10 @@
 """Requests and responses of the Samsa protocol (version 0), sans-IO.
 
-Every request and response is a frozen dataclass with ``encode()`` returning
-the frame payload (without the size prefix) and a ``decode`` function that
-reads one from bytes, raising only ``ProtocolError`` on malformed input.
+Every request and response is an immutable record (a frozen dataclass; a
+NamedTuple for the produce and fetch requests) whose ``encode_body()`` returns
+its body (the frame payload after the header), with a ``decode_*`` function
+that reads one from a ``Reader``, raising only ``ProtocolError`` on malformed
+input. ``encode_request``/``encode_response`` add the header and size prefix.
 
 Primitive types (big-endian)::
 

@@ -142,8 +142,9 @@ def validate_message_set(buf: bytes | bytearray | memoryview,
 
     Used by the broker on every produce: any bad CRC, bad magic, bad length,
     trailing partial message, nested compression, wrapper holding no message
-    or oversized message raises ``CorruptMessageError`` (``MessageTooLarge``
-    for size) and nothing of the set may be appended.
+    or oversized message raises ``CorruptMessageError`` (``MessageTooLargeError``
+    for size, ``DecompressionLimitError`` for a wrapper inflating beyond
+    ``max_decompressed_bytes``) and nothing of the set may be appended.
     """
     mv = memoryview(buf)
     end = len(mv)
@@ -245,8 +246,8 @@ def decode_message_set(buf: bytes | bytearray | memoryview, base_offset: int,
     ``base_offset`` is the byte offset of ``buf[0]`` in the partition. Returns
     the messages (wrappers opened) and the number of bytes they used; a
     partial message at the end of ``buf`` (a fetch cut it) is left for the
-    next fetch. A CRC mismatch or nested compression raises
-    ``CorruptMessageError``.
+    next fetch. A CRC mismatch, a malformed message or nested compression
+    raises ``CorruptMessageError``.
     """
     mv = memoryview(buf)
     end = len(mv)

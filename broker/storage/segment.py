@@ -11,7 +11,8 @@ else: no header, no index. The message at partition offset X lives at byte
 Invariants:
   * ``base_offset`` <= every offset inside the segment, and > every offset of
     an earlier segment; the next segment's base offset == this segment's
-    ``end_offset`` (segments tile the offset space with no gap).
+    ``end_offset`` (segments tile the offset space), except where recovery
+    found bytes missing: that gap is quarantined (see log.py).
   * ``size`` is the number of bytes written to the file by this process (or
     found valid by recovery); the file is never shorter than ``size``.
   * ``first_timestamp``/``max_timestamp`` are of the messages inside (-1 when

@@ -4,8 +4,10 @@
     consume   print messages of a partition (or all partitions of a topic)
     topics    create / list / describe / delete topics
     offsets   earliest / latest / before-a-time offsets of a partition
+    groups    consumer groups: list, describe (lag), status (Burrow's rules), reset offsets
 
-Every tool takes --bootstrap HOST:PORT (default 127.0.0.1:9092, or $SAMSA_BOOTSTRAP).
+Every tool but groups takes --bootstrap HOST:PORT (default 127.0.0.1:9092, or
+$SAMSA_BOOTSTRAP); groups takes --cluster NAME=ZOOKEEPER (or --zookeeper).
 Exit status: 0 on success, 1 on a broker error, 2 on bad usage.
 """
 from __future__ import annotations
@@ -454,10 +456,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", help="only this topic")
     p.add_argument("--all", action="store_true", help="with --status: every group")
     p.add_argument("--samples", type=int, default=1,
-                   help="with --status: look this many times, --interval apart; WARN and "
-                        "STALL need a full window of commits (10), so a single look only "
-                        "tells OK, STOP and REWIND (default 1; the lag service keeps "
-                        "windows: python -m broker.lag)")
+                   help="with --status: look this many times, --interval apart; REWIND "
+                        "needs two looks that saw different commits, WARN and STALL a full "
+                        "window of commits (10), so a single look only tells OK and STOP "
+                        "(default 1; the lag service keeps windows: python -m broker.lag)")
     p.add_argument("--interval", type=float, default=5.0,
                    help="with --samples: seconds between looks (default 5)")
     p.add_argument("--stop-after", type=float, default=10.0,
