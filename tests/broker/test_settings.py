@@ -1,4 +1,4 @@
-"""broker/settings.py: typed settings from TOML and --set overrides."""
+"""broker/service_kit/settings.py: typed settings from TOML and --set overrides."""
 from __future__ import annotations
 
 import tomllib
