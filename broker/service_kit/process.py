@@ -17,7 +17,7 @@ and the test fixtures.
   to whatever is left of the group. A process group is signalled only while
   it is known to be ours: the leader not yet reaped, or (for processes known
   only by pid, as the lab's are after a restart of its CLI) the pid's start
-  time unchanged.
+  time unchanged (broker/service_kit/detached.py keeps such processes).
 
 The pid-level helpers (``proc_stat``, ``group_members``,
 ``group_cpu_seconds``, ``signal_group``) read Linux's /proc.

@@ -41,4 +41,4 @@ def test_up_waits_until_the_service_answers_and_down_stops_it(tmp_path):
         assert s.connect_ex(("127.0.0.1", port)) != 0
     assert not (tmp_path / daemon.STATE_FILE).exists()
     assert daemon.down(str(tmp_path)) is False        # nothing left to stop
-    assert record["log"] == str(tmp_path / "logs" / "web.log")
+    assert record.log == str(tmp_path / "logs" / "web.log")
