@@ -39,7 +39,7 @@ from broker.service_kit.process import (  # noqa: E402
     group_cpu_seconds,
     group_members,
 )
-from broker.harness.zookeeper import free_ports  # noqa: E402
+from broker.service_kit.ports import free_ports  # noqa: E402
 
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"

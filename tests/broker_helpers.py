@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.client.connection import BrokerConnection, parse_address
-from broker.harness.zookeeper import free_ports
+from broker.service_kit.ports import free_ports
 from broker.protocol import api
 from broker.protocol.api import Acks
 from broker.protocol.message import Message, decode_message_set, encode_message_set

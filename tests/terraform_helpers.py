@@ -6,15 +6,13 @@ are free, and messages sent through it into the analysis cluster."""
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import subprocess
 
 from broker.client.producer import Producer
+from broker.service_kit import ports
 from broker_helpers import topic_values, wait_until
-from broker.harness.zookeeper import _ephemeral_port_range
-from infra.local.lab import Lab, busy_among
+from infra.local.lab import Lab
 from infra.topology import load_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,23 +57,11 @@ def environment_ports(base: int) -> list[tuple[int, str]]:
 
 def free_base_port() -> int:
     """A base port where every port of ``environment_ports`` is free now and
-    outside the ephemeral range (below it, else above it). In that range an
-    outgoing connection's source port (the mirror's, Airflow's, a client's)
-    can take one of them between this check and a later apply (a CI run lost
-    the third dc-a broker's metrics port so). Random bases, so that two runs
-    at once rarely race."""
-    low, high = _ephemeral_port_range()
-    span = max(port for port, _ in environment_ports(10_000)) - 10_000 + 1
-    bases = (range(10_000, low - span) if low - span - 10_000 >= 1000
-             else range(high + 1, 65_536 - span))
-    chooser = random.SystemRandom()
-    for _ in range(200):
-        base = chooser.choice(bases)
-        ports = environment_ports(base)
-        if not busy_among(ports):
-            return base
-    raise RuntimeError(f"no base port in {bases.start}-{bases.stop - 1} with every port of "
-                       "the environment free")
+    outside the ephemeral range (broker/service_kit/ports.py). In that range
+    an outgoing connection's source port (the mirror's, Airflow's, a
+    client's) can take one of them between this check and a later apply (a
+    CI run lost the third dc-a broker's metrics port so)."""
+    return ports.free_base_port(environment_ports)
 
 
 def send_through_mirror(outputs: dict, state_dir, values: set[bytes], analysis_brokers: int,

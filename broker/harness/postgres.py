@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 
 from broker.service_kit.process import SupervisedProcess, signal_group
-from broker.harness.zookeeper import free_ports
+from broker.service_kit.ports import free_ports
 
 INSTALL_HINT = "PostgreSQL is not installed: apt-get install postgresql (Debian)"
 

@@ -31,16 +31,16 @@ Where the jars come from (first found wins):
    jute, netty, slf4j and log4j2, configured by the ``log4j2.properties``
    written next to each ``zoo.cfg``).
 
-This module never picks a fixed port, never writes outside the directories
-it is given (or the temporary one it made), and never leaves a process it
-started running after ``stop()``.
+Ports not given are free_ports() of broker/service_kit/ports.py (outside
+the ephemeral range). This module never picks a fixed port, never writes
+outside the directories it is given (or the temporary one it made), and
+never leaves a process it started running after ``stop()``.
 """
 from __future__ import annotations
 
 import glob
 import importlib.util
 import os
-import random
 import re
 import shutil
 import socket
@@ -49,6 +49,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from broker.service_kit.ports import NoFreePorts, free_ports
 from broker.service_kit.process import SupervisedProcess, read_from, tail
 
 DEBIAN_JAVA_DIR = "/usr/share/java"
@@ -171,49 +172,6 @@ def server_mode(host: str, port: int, timeout: float = 1.0) -> str | None:
         return None
     match = re.search(r"^Mode: (\S+)", answer, re.MULTILINE)
     return match.group(1) if match else None
-
-
-def _ephemeral_port_range() -> tuple[int, int]:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low, high = (int(part) for part in f.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999          # Linux's default
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports free on ``host`` now, outside the ephemeral range.
-
-    Port 0 would hand out ephemeral ports, which the kernel also gives every
-    outgoing connection as its source port: between our check and Java's bind
-    a client (a kazoo client, a quorum peer) could take one and the server
-    would die with "Address already in use". Ports below that range are only
-    ever taken by a deliberate bind.
-    """
-    low, high = _ephemeral_port_range()
-    pool = range(10_000, low) if low - 10_000 >= 1000 else range(high + 1, 65_536)
-    chooser = random.SystemRandom()     # never the (test-seeded) global random
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(50 * count):
-            if len(sockets) == count:
-                break
-            port = chooser.choice(pool)
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                sock.bind((host, port))     # held until all are found: distinct ports
-            except OSError:
-                sock.close()
-                continue
-            sockets.append(sock)
-        if len(sockets) < count:
-            raise ZooKeeperError(f"found only {len(sockets)} of {count} free ports on {host} "
-                                 f"in {pool.start}-{pool.stop - 1}")
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 # --------------------------------------------------------------------------- one server
@@ -420,7 +378,10 @@ class ZooKeeperEnsemble:
                              f"port pairs, not {list(peer_ports)}")
         wanted = ((0 if client_ports is not None else self.size)
                   + (2 * self.size if quorum and peer_ports is None else 0))
-        free = iter(free_ports(wanted, self.host) if wanted else [])
+        try:
+            free = iter(free_ports(wanted, self.host) if wanted else [])
+        except NoFreePorts as exc:
+            raise ZooKeeperError(str(exc)) from None
         clients = list(client_ports) if client_ports is not None else \
             [next(free) for _ in range(self.size)]
         peers = (list(peer_ports) if peer_ports is not None else

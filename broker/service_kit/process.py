@@ -17,7 +17,7 @@ and the test fixtures.
   to whatever is left of the group. A process group is signalled only while
   it is known to be ours: the leader not yet reaped, or (for processes known
   only by pid, as the lab's are after a restart of its CLI) the pid's start
-  time unchanged.
+  time unchanged (broker/service_kit/detached.py keeps such processes).
 
 The pid-level helpers (``proc_stat``, ``group_members``,
 ``group_cpu_seconds``, ``signal_group``) read Linux's /proc.
@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 POLL_S = 0.05
+#: How long a process whose output ended is given to exit.
+EXIT_AFTER_OUTPUT_S = 5.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -161,7 +163,8 @@ class SupervisedProcess:
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.stop_notes: list[str] = []     # what the last stop had to do beyond the polite one
-        self._ready = threading.Event()
+        self._ready = threading.Event()       # the ready line seen, or the output ended
+        self._line_seen = threading.Event()   # the ready line seen
         self._reader: threading.Thread | None = None
 
     # ------------------------------------------------------------ state
@@ -201,7 +204,8 @@ class SupervisedProcess:
         if self._reader is not None:
             self._reader.join(timeout=10)     # the last run's output is all in the log
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
-        self._ready = ready = threading.Event()     # a fresh one: the old reader must not set it
+        # fresh ones: the old reader must not set them
+        self._ready, self._line_seen = ready, line_seen = threading.Event(), threading.Event()
         log = open(self.log_path, "ab")
         try:
             log.write(f"----- {self.name} started at {time.strftime('%Y-%m-%d %H:%M:%S')}: "
@@ -219,28 +223,34 @@ class SupervisedProcess:
             self._reader = None
         else:
             self._reader = threading.Thread(target=self._copy_output,
-                                            args=(self.proc, log, ready_line, ready),
+                                            args=(self.proc, log, ready_line, ready, line_seen),
                                             name=f"{self.name}-output", daemon=True)
             self._reader.start()
         return self
 
     @staticmethod
     def _copy_output(proc: subprocess.Popen, log, ready_line: Callable[[bytes], bool],
-                     ready: threading.Event) -> None:
+                     ready: threading.Event, line_seen: threading.Event) -> None:
         with log:
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
                 if not ready.is_set() and ready_line(line):
+                    line_seen.set()
                     ready.set()
-        ready.set()     # the output ended (the process exited): unblock wait_ready()
+        ready.set()     # the output ended (the process exits): unblock wait_ready()
 
     def wait_ready(self, timeout: float, ready: Callable[[], bool] | None = None) -> None:
         """Wait for the ready line (see start()) or, with ``ready``, until it
         answers true. ProcessStartError, with the log's tail, if the process
         exits first or is not ready in time; the process is then killed."""
         if ready is None:
-            ok = self._ready.wait(timeout) and self.poll() is None
+            ok = self._ready.wait(timeout) and self._line_seen.is_set() and self.poll() is None
+            if self._ready.is_set() and not self._line_seen.is_set():
+                try:            # the output ended first: its exit is a moment away
+                    self.proc.wait(EXIT_AFTER_OUTPUT_S)
+                except subprocess.TimeoutExpired:
+                    pass
         else:
             ok = wait_until(lambda: self.poll() is not None or ready(), timeout) \
                 and self.poll() is None

@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from broker.harness.zookeeper import free_ports, server_mode
+from broker.harness.zookeeper import server_mode
+from broker.service_kit.ports import free_ports
 from infra.docker.images import latest
 from infra.topology import Topology, mirror_config
 

@@ -1,8 +1,8 @@
 """python -m infra.local up|status|down: the multi-datacenter lab on this machine.
 
-The commands only parse options, call ``infra.local.lab.Lab`` and print; the
-lab's processes outlive them (``status`` and ``down`` find them again through
-the state directory).
+The commands only parse options, call ``infra.local.lab.Lab`` (up, down) or
+``infra.local.status`` (status) and print; the lab's processes outlive them
+(``status`` and ``down`` find them again through the state directory).
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import sys
 from broker.service_kit import settings
 from broker.service_kit.settings import ConfigError
 from infra.local.container_runtime import RUNTIMES
-from infra.local.lab import Lab, LabError
+from infra.local import status as environment_status
+from infra.local.lab import DEFAULT_TOPOLOGY, Lab, LabError
 from infra.topology import load_topology
 
-DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "topology.toml")
 DEFAULT_STATE_DIR = ".lab"
 
 
@@ -82,8 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Each process (alive, pid, ports), ZooKeeper's members, each cluster's "
                     "registered brokers and topics, each load balancer's backends (UP/DOWN, "
                     "connections), each mirror's lag in bytes (its group's committed offsets "
-                    "against the source brokers' latest offsets). Exit status 0 when every "
-                    "process runs and every broker is registered, 1 otherwise.")
+                    "against the source brokers' latest offsets). STATE_DIR is a lab's or "
+                    "Terraform's local environment's (.tf-local: each component in a "
+                    "directory of its own, with the audit service and Airflow). Exit status 0 "
+                    "when every process runs and every broker is registered, 1 otherwise.")
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     down = sub.add_parser(
@@ -105,20 +107,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.only:
         print(f"{args.only} is up: {len(lab.records)} processes, state in {lab.state_dir}")
     else:
-        print(render_status(lab.status()))
+        print(environment_status.render(lab.status()))
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    lab = Lab.open(args.dir)
-    status = lab.status()
-    if args.json:
-        print(json.dumps(status, indent=2))
-    else:
-        print(render_status(status))
-    healthy = status["running"] and all(
-        len(c["brokers"]) == c["brokers_expected"] for c in status["clusters"])
-    return 0 if healthy else 1
+    status = environment_status.report(environment_status.open_environment(args.dir))
+    print(json.dumps(status, indent=2) if args.json else environment_status.render(status))
+    return 0 if environment_status.healthy(status) else 1
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -137,71 +133,6 @@ def cmd_down(args: argparse.Namespace) -> int:
           + ("; removed " + lab.state_dir if args.purge else
              f"; logs and data kept in {lab.state_dir}"))
     return 0
-
-
-def render_status(status: dict) -> str:
-    """The status (Lab.status()) for people."""
-    out = [f"lab {status['lab']} in {status['state_dir']}: "
-           f"{'running' if status['running'] else 'NOT (fully) running'}"
-           f" (as {status.get('runtime', 'processes')})", "", "processes:"]
-    for p in status["processes"]:
-        ports = ", ".join(f"{k} {v}" for k, v in p["ports"].items())
-        container = ""
-        if p.get("container"):
-            container = f"  container {p['container']} {p.get('container_state', '')}".rstrip()
-            if p["alive"] and not p.get("client_alive", True):
-                container += " (its docker client is gone: `down` removes it)"
-        out.append(f"  {'up  ' if p['alive'] else 'DOWN'}  {p['name']:<26} pid {p['pid']:<8} "
-                   f"{ports}{container}")
-    if not status["processes"]:
-        out.append("  (none)")
-    zk = status["zookeeper"]
-    out += ["", f"zookeeper {zk['connect']}: " + ", ".join(
-        f"{s['address']} {s['mode'] or 'DOWN'}" for s in zk["servers"])]
-    for c in status["clusters"]:
-        out += ["", f"cluster {c['name']} ({c['kind']}, {c['zookeeper']}):"]
-        if "error" in c:
-            out.append(f"  error: {c['error']}")
-        registered = ", ".join(f"{b}={a}" for b, a in c["brokers"].items()) or "none"
-        out.append(f"  brokers registered {len(c['brokers'])}/{c['brokers_expected']}: "
-                   f"{registered}")
-        topics = ", ".join(f"{t} ({n} partitions)" for t, n in c["topics"].items())
-        out.append(f"  topics: {topics or 'none'}")
-        lb = c["load_balancer"]
-        if lb:
-            line = f"  load balancer {lb['address']}"
-            if lb.get("stats_url"):
-                line += f" (stats {lb['stats_url']})"
-            out.append(line + ":")
-            if "error" in lb:
-                out.append(f"    error: {lb['error']}")
-            for s in lb.get("backends", []):
-                out.append(f"    {s['server']:<10} {s['address']:<21} {s['status']:<8} "
-                           f"check {s['check'] or '-':<8} connections {s['sessions']}")
-    for m in status["mirrors"]:
-        out += ["", f"mirror {m['name']} ({', '.join(m['sources'])} -> {m['target']}, "
-                    f"group {m['group']}):"]
-        for p in m["processes"]:
-            if not p["started"]:
-                out.append(f"  -     {p['name']:<26} not started")
-                continue
-            metrics = ("metrics answering" if p["metrics"] else
-                       "metrics off" if p["metrics_port"] == -1 else "metrics NOT answering")
-            out.append(f"  {'up  ' if p['alive'] else 'DOWN'}  {p['name']:<26} {metrics}")
-        for source, lag in m["lag"].items():
-            if "error" in lag:
-                out.append(f"  lag from {source}: unknown ({lag['error']})")
-                continue
-            line = (f"  lag from {source}: {lag['lag_bytes']} bytes over {lag['partitions']} "
-                    f"partitions (committed offsets)")
-            if lag["uncommitted"]:
-                line += f", {lag['uncommitted']} without a committed offset"
-            if lag["errors"]:
-                line += f", {lag['errors']} unreadable"
-            if m["metrics_lag_bytes"] is not None:
-                line += f"; /metrics says {m['metrics_lag_bytes'].get(source, 0):.0f}"
-            out.append(line)
-    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:

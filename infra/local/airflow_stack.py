@@ -32,12 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import time
 import urllib.request
 
-from broker.service_kit.process import SupervisedProcess, proc_stat, signal_group
+from broker.service_kit import detached
+from broker.service_kit.detached import DetachedProcess
+from broker.service_kit.process import SupervisedProcess, tail, wait_until
+from infra.local.command import exit_status
 from infra.local.container_runtime import (IMAGES, RUNTIMES, ContainerError, Docker, Mount,
                                            container_name, engine_host)
 
@@ -124,18 +126,14 @@ def container_mounts(state_dir: str, warehouse_config: str) -> list[Mount]:
             if m.host != state_dir and not m.host.startswith(state_dir + os.sep)]
 
 
-def _alive(record: dict) -> bool:
-    stat = proc_stat(record["pid"])
-    return stat is not None and stat.start_ticks == record["start_ticks"] and \
-        stat.state not in "ZX"
-
-
-def read_state(state_dir: str) -> dict | None:
+def read(state_dir: str) -> tuple[dict, list[DetachedProcess]] | None:
+    """The state file of ``state_dir``: its fields (url, port, runtime,
+    docker_host, ...) and the records of the processes ``up`` started; None
+    when there is none."""
     try:
-        with open(os.path.join(state_dir, STATE_FILE)) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
+        return detached.read_state(os.path.join(os.path.abspath(state_dir), STATE_FILE))
+    except detached.StateFileError as exc:
+        raise AirflowStackError(str(exc)) from None
 
 
 def password(state_dir: str) -> str | None:
@@ -208,10 +206,13 @@ class _Runner:
 
 def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
        timeout: float = 180.0, say=print, runtime: str = "processes") -> dict:
+    """Start Airflow (see the module's docstring) and wait until its UI
+    answers and the DAGs are parsed; the state file's content (the
+    processes' records as dicts)."""
     import subprocess
     state_dir = os.path.abspath(state_dir)
-    existing = read_state(state_dir)
-    if existing and any(_alive(r) for r in existing["processes"]):
+    existing = read(state_dir)
+    if existing and any(r.alive() for r in existing[1]):
         raise AirflowStackError(f"an Airflow already runs from {state_dir} "
                                 f"(make airflow-down first)")
     if runtime not in RUNTIMES:
@@ -245,71 +246,58 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
         command = runner.command(name, [name] + (["--port", str(port), "--host", "127.0.0.1"]
                                                  if name == "api-server" else []))
         proc = SupervisedProcess(name, command, log_path, cwd=state_dir, env=runner.env).start()
-        stat = proc_stat(proc.pid)
-        records.append({"name": name, "pid": proc.pid, "command": command, "log": log_path,
-                        "start_ticks": stat.start_ticks if stat else -1,
-                        "container": runner.container(name)})
-    state = {"url": f"http://127.0.0.1:{port}", "port": port, "processes": records,
-             "warehouse_config": os.path.abspath(warehouse_config), "runtime": runtime,
-             "docker_host": docker.host if docker else None}
-    with open(os.path.join(state_dir, STATE_FILE), "w") as f:
-        json.dump(state, f, indent=1)
+        records.append(DetachedProcess.of(proc, container=runner.container(name)))
+    fields = {"url": f"http://127.0.0.1:{port}", "port": port,
+              "warehouse_config": os.path.abspath(warehouse_config), "runtime": runtime,
+              "docker_host": docker.host if docker else None}
+    detached.write_state(os.path.join(state_dir, STATE_FILE), records, **fields)
     deadline = time.monotonic() + timeout
+
+    def until(condition, what: str, interval: float) -> None:
+        """Wait, up to the deadline, until ``condition()``; every process
+        must keep running meanwhile."""
+        def met() -> bool:
+            for r in records:
+                if not r.alive():
+                    raise AirflowStackError(f"airflow {r.name} exited; the end of {r.log}:\n"
+                                            + tail(r.log, 30))
+            return condition()
+
+        if not wait_until(met, max(0.0, deadline - time.monotonic()), interval):
+            raise AirflowStackError(f"{what} in {timeout:.0f} s")
+
     try:
-        while _get(f"{state['url']}/api/v2/monitor/health") is None:
-            _check_alive(records)
-            if time.monotonic() > deadline:
-                raise AirflowStackError(f"the Airflow UI did not answer in {timeout:.0f} s")
-            time.sleep(0.5)
-        say(f"Airflow UI answering at {state['url']} ({time.monotonic() - t0:.1f} s)")
-        while not _dags_parsed(runner.cli(), runner.env):
-            _check_alive(records)
-            if time.monotonic() > deadline:
-                raise AirflowStackError(f"the DAGs were not parsed in {timeout:.0f} s: see "
-                                        f"{state_dir}/logs/dag-processor.log")
-            time.sleep(1.0)
+        until(lambda: _get(f"{fields['url']}/api/v2/monitor/health") is not None,
+              "the Airflow UI did not answer", 0.5)
+        say(f"Airflow UI answering at {fields['url']} ({time.monotonic() - t0:.1f} s)")
+        until(lambda: _dags_parsed(runner.cli(), runner.env),
+              f"the DAGs were not parsed (see {state_dir}/logs/dag-processor.log)", 1.0)
     except BaseException:
         down(state_dir, say=lambda *_: None)
         raise
     say(f"DAGs {', '.join(PROJECT_DAGS)} parsed ({time.monotonic() - t0:.1f} s)")
-    return state
-
-
-def _check_alive(records: list[dict]) -> None:
-    for r in records:
-        if not _alive(r):
-            from broker.service_kit.process import tail
-            raise AirflowStackError(f"airflow {r['name']} exited; the end of {r['log']}:\n"
-                                    + tail(r["log"], 30))
+    return dict(fields, processes=[r.to_json() for r in records])
 
 
 def down(state_dir: str, timeout: float = 30.0, say=print) -> int:
     """Stop every process ``up`` started (and remove its containers); how
     many were running."""
     state_dir = os.path.abspath(state_dir)
-    state = read_state(state_dir)
+    state = read(state_dir)
     if not state:
         say(f"no Airflow state in {state_dir}")
         return 0
-    docker = Docker(state["docker_host"]) if state.get("docker_host") else None
+    fields, records = state
+    docker = Docker(fields["docker_host"]) if fields.get("docker_host") else None
 
-    def send(record: dict, sig: int) -> None:
+    def send(record: DetachedProcess, sig: int) -> None:
         # to a container through the engine: its client cannot forward SIGKILL
-        if docker is not None and record.get("container") and \
-                docker.signal(record["container"], sig):
+        if docker is not None and record.container and docker.signal(record.container, sig):
             return
-        if _alive(record):
-            signal_group(record["pid"], sig)
+        record.signal(sig)
 
-    running = [r for r in state["processes"] if _alive(r)]
-    for r in running:
-        send(r, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while any(_alive(r) for r in running) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for r in running:
-        if _alive(r):
-            send(r, signal.SIGKILL)
+    running = [r for r in records if r.alive()]
+    detached.stop(running, timeout, send=send)
     if docker is not None:
         try:
             left = docker.remove_labelled(state_dir)
@@ -317,23 +305,21 @@ def down(state_dir: str, timeout: float = 30.0, say=print) -> int:
             raise AirflowStackError(str(exc)) from None
         if left:
             say(f"removed containers whose docker client had gone: {', '.join(left)}")
-        deadline = time.monotonic() + 10.0      # their clients exit with them
-        while any(_alive(r) for r in running) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        detached.wait_gone(running, 10.0)      # their clients exit with them
     say(f"stopped {len(running)} Airflow processes")
     return len(running)
 
 
 def status(state_dir: str) -> dict:
-    state = read_state(os.path.abspath(state_dir))
+    state = read(state_dir)
     if not state:
         return {"running": False}
-    return {"running": any(_alive(r) for r in state["processes"]), "url": state["url"],
-            "runtime": state.get("runtime", "processes"),
+    fields, records = state
+    return {"running": any(r.alive() for r in records), "url": fields["url"],
+            "runtime": fields.get("runtime", "processes"),
             "login": {"user": "admin", "password": password(state_dir)},
-            "processes": {r["name"]: ("running" if _alive(r) else "stopped")
-                          for r in state["processes"]},
-            "healthy": _get(f"{state['url']}/api/v2/monitor/health") is not None}
+            "processes": {r.name: ("running" if r.alive() else "stopped") for r in records},
+            "healthy": _get(f"{fields['url']}/api/v2/monitor/health") is not None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="processes (default): this checkout's Airflow; containers: the "
                         f"{IMAGES['analysis']} image's (its DAGs)")
     args = p.parse_args(argv)
-    try:
+
+    def run() -> None:
         if args.command == "up":
             state = up(args.dir, args.port, args.warehouse_config, args.db,
                        runtime=args.runtime)
@@ -360,10 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             down(args.dir)
         else:
             print(json.dumps(status(args.dir), indent=1))
-    except AirflowStackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+
+    return exit_status(run, AirflowStackError)
 
 
 if __name__ == "__main__":

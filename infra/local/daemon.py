@@ -28,15 +28,17 @@ leave.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
-import time
 import urllib.parse
 import urllib.request
+from typing import Callable
 
-from broker.service_kit.process import SupervisedProcess, proc_stat, signal_group, tail
+from broker.service_kit.detached import (DetachedProcess, StateFileError, read_state, stop,
+                                         wait_gone, write_state)
+from broker.service_kit.process import SupervisedProcess, tail, wait_until
+from infra.local.command import exit_status
 from infra.local.container_runtime import (IMAGES, RUNTIMES, ContainerError, Docker,
                                            container_name, engine_host)
 
@@ -45,12 +47,6 @@ STATE_FILE = "daemon.json"
 
 class DaemonError(RuntimeError):
     pass
-
-
-def _alive(record: dict) -> bool:
-    stat = proc_stat(record["pid"])
-    return stat is not None and stat.start_ticks == record["start_ticks"] and \
-        stat.state not in "ZX"
 
 
 def _answers(url: str) -> bool:
@@ -78,19 +74,34 @@ def health_check_env(ready_url: str) -> dict[str, str]:
     return {"SAMSA_HEALTH_PORT": str(port), "SAMSA_HEALTH_PATH": path}
 
 
+def read(state_dir: str) -> tuple[dict, list[DetachedProcess]] | None:
+    """The state file of ``state_dir``: its fields (ready_url, docker_host)
+    and the records of its one process; None when there is none."""
+    try:
+        state = read_state(os.path.join(os.path.abspath(state_dir), STATE_FILE))
+    except StateFileError as exc:
+        raise DaemonError(str(exc)) from None
+    if state is None:
+        return None
+    fields, records = state
+    if not records and "pid" in fields:     # a state file of before the "processes" list
+        records = [DetachedProcess.from_json(fields)]
+    if len(records) != 1:
+        raise DaemonError(f"not one process in {os.path.join(state_dir, STATE_FILE)}")
+    return fields, records
+
+
 def up(state_dir: str, name: str, command: list[str], ready_url: str = "",
-       timeout: float = 60.0, runtime: str = "processes", image: str | None = None) -> dict:
+       timeout: float = 60.0, runtime: str = "processes",
+       image: str | None = None) -> DetachedProcess:
     """Start ``command`` (in ``runtime``; see the module's docstring) and wait
     until ``ready_url`` answers; the record kept in the state file."""
     state_dir = os.path.abspath(state_dir)
-    path = os.path.join(state_dir, STATE_FILE)
-    if os.path.exists(path):
-        with open(path) as f:
-            old = json.load(f)
-        if _alive(old):
-            raise DaemonError(f"{old['name']} already runs from {state_dir} (pid {old['pid']})")
+    old = read(state_dir)
+    if old is not None and old[1][0].alive():
+        (record,) = old[1]
+        raise DaemonError(f"{record.name} already runs from {state_dir} (pid {record.pid})")
     log_path = os.path.join(state_dir, "logs", f"{name}.log")
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
     env, container, docker_host = None, None, None
     if runtime == "containers":
         try:
@@ -104,49 +115,57 @@ def up(state_dir: str, name: str, command: list[str], ready_url: str = "",
         command = docker.run_command(container, image or IMAGES["samsa"], command,
                                      state_dir=state_dir, env=health_check_env(ready_url))
     proc = SupervisedProcess(name, command, log_path, cwd=state_dir, env=env).start()
-    stat = proc_stat(proc.pid)
-    record = {"name": name, "pid": proc.pid, "start_ticks": stat.start_ticks if stat else -1,
-              "command": command, "log": log_path, "ready_url": ready_url,
-              "container": container, "docker_host": docker_host}
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=1)
-    os.replace(path + ".tmp", path)
-    deadline = time.monotonic() + timeout
-    while ready_url and not _answers(ready_url):
+    record = DetachedProcess.of(proc, container=container)
+    write_state(os.path.join(state_dir, STATE_FILE), [record], ready_url=ready_url,
+                docker_host=docker_host)
+    if ready_url:
+        answered = wait_until(lambda: proc.poll() is not None or _answers(ready_url), timeout,
+                              interval=0.2)
         if proc.poll() is not None:
             raise DaemonError(f"{name} {proc.exit_status()}; the end of {log_path}:\n"
                               + tail(log_path, 30))
-        if time.monotonic() > deadline:
+        if not answered:
             down(state_dir)
             raise DaemonError(f"{name}: {ready_url} did not answer in {timeout:.0f} s; the end "
                               f"of {log_path}:\n" + tail(log_path, 30))
-        time.sleep(0.2)
     return record
 
 
 def down(state_dir: str, timeout: float = 15.0) -> bool:
-    """Stop the service of ``state_dir``; whether it was running."""
-    path = os.path.join(os.path.abspath(state_dir), STATE_FILE)
-    try:
-        with open(path) as f:
-            record = json.load(f)
-    except FileNotFoundError:
+    """Stop the service of ``state_dir`` (SIGTERM, SIGKILL after
+    ``timeout``); whether it was running."""
+    return _end(state_dir, lambda record: stop([record], timeout))
+
+
+def kill(state_dir: str, timeout: float = 15.0) -> bool:
+    """Crash the service of ``state_dir``: SIGKILL to its process group,
+    waited for (up to ``timeout``); whether it was running. Like ``down``,
+    the state file is removed: ``up`` starts it again."""
+    def crash(record: DetachedProcess) -> None:
+        record.signal(signal.SIGKILL)
+        wait_gone([record], timeout)
+
+    return _end(state_dir, crash)
+
+
+def _end(state_dir: str, end: Callable[[DetachedProcess], object]) -> bool:
+    """``end(record)`` of the running service of ``state_dir``, then its
+    containers removed and its state file."""
+    state_dir = os.path.abspath(state_dir)
+    state = read(state_dir)
+    if state is None:
         return False
-    running = _alive(record)
+    fields, (record,) = state
+    running = record.alive()
     if running:
-        signal_group(record["pid"], signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(record) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(record):
-            signal_group(record["pid"], signal.SIGKILL)
-    if record.get("docker_host"):
+        end(record)
+    if fields.get("docker_host"):
         # SIGTERM reached the container through its client; a SIGKILL did not
         try:
-            Docker(record["docker_host"]).remove_labelled(os.path.dirname(path))
+            Docker(fields["docker_host"]).remove_labelled(state_dir)
         except ContainerError as exc:
             raise DaemonError(str(exc)) from None
-    os.remove(path)
+    os.remove(os.path.join(state_dir, STATE_FILE))
     return running
 
 
@@ -168,20 +187,19 @@ def main(argv: list[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:split])
     command = argv[split + 1:]
-    try:
+
+    def run() -> None:
         if args.action == "up":
             if not command:
                 p.error("up needs a command after --")
             record = up(args.dir, args.name, command, args.ready_url, args.timeout,
                         runtime=args.runtime, image=args.image)
-            print(f"{record['name']} is up (pid {record['pid']}), log {record['log']}")
+            print(f"{record.name} is up (pid {record.pid}), log {record.log}")
         else:
             was = down(args.dir, args.timeout)
             print("stopped" if was else f"nothing running from {args.dir}")
-    except DaemonError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+
+    return exit_status(run, DaemonError)
 
 
 if __name__ == "__main__":

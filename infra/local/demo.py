@@ -19,8 +19,8 @@ import time
 from broker.client.admin import AdminClient
 from broker.client.consumer import Consumer
 from broker.client.producer import Producer
-from infra.local.__main__ import DEFAULT_TOPOLOGY, render_status
-from infra.local.lab import Lab, free_topology
+from infra.local.lab import DEFAULT_TOPOLOGY, Lab, free_topology
+from infra.local.status import render
 from infra.topology import load_topology
 
 TOPIC = "page-views"
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.2)
             status = lab.status()
         print("[lab demo] lab status:")
-        print(render_status(status))
+        print(render(status))
         ok = copied >= wanted
     finally:
         lab.down()

@@ -123,17 +123,9 @@ class Drill:
 
     def kill_counter(self, cluster: str = "analysis") -> None:
         state = self.p.path(f"count-{cluster}")
-        with open(os.path.join(state, daemon.STATE_FILE)) as f:
-            record = json.load(f)
-
-        def kill():
-            os.killpg(record["pid"], signal.SIGKILL)
-            while daemon._alive(record):
-                time.sleep(0.05)
-            os.remove(os.path.join(state, daemon.STATE_FILE))
-
-        self._timed("counter kill -9", f"audit-count-{cluster}", kill,
-                    lambda: daemon.up(state, record["name"], record["command"]))
+        _fields, (record,) = daemon.read(state)
+        self._timed("counter kill -9", f"audit-count-{cluster}", lambda: daemon.kill(state),
+                    lambda: daemon.up(state, record.name, record.command))
 
     def kill_zookeeper(self) -> None:
         self._timed("ZooKeeper kill -9", "zookeeper-1", lambda: self.p.lab.kill_zookeeper(1),

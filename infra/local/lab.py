@@ -36,7 +36,8 @@ States of a state directory::
 
 A pid in the state file is trusted only together with the process start
 time recorded beside it (``/proc/<pid>/stat``), so a later process that got
-the same pid is never signalled.
+the same pid is never signalled (broker/service_kit/detached.py keeps the
+records, the state file and the stop). ``status`` is infra/local/status.py.
 
 State directory::
 
@@ -62,44 +63,32 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
-import random
 import shutil
 import signal
-import socket
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 from kazoo.exceptions import NoNodeError
 
-from broker.service_kit import settings
-from broker.lag.group_lag import AdminPool, partition_lags
-from broker.coordination import offsets as zk_offsets
 from broker.coordination import paths
-from broker.coordination.cluster import ClusterView
-from broker.coordination.ownership import Subscription
 from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_client
-from broker.service_kit.process import (
-    POLL_S,
-    SupervisedProcess,
-    group_members,
-    proc_stat,
-    signal_group,
-    tail,
-)
-from broker.harness.zookeeper import (SERVING_MODES, ZooKeeperEnsemble, ZooKeeperError,
-                                      _ephemeral_port_range, server_mode)
+from broker.harness.zookeeper import SERVING_MODES, ZooKeeperEnsemble, ZooKeeperError, server_mode
+from broker.service_kit import detached, settings
+from broker.service_kit.detached import DetachedProcess
+from broker.service_kit.ports import NoFreePorts, busy_among, free_base_port
+from broker.service_kit.process import SupervisedProcess, tail, wait_until
 from infra.local import haproxy
 from infra.local.container_runtime import (HAPROXY_CONFIG, IMAGES, RUNTIMES, ContainerError,
                                            Docker, Mount, container_name, engine_host)
+from infra.local.metrics import scrape
 from infra.topology import Topology, load_topology, mirror_config, to_toml
 
+#: the lab the README and `make lab-up` bring up (two DCs and the analysis cluster)
+DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "topology.toml")
 log = logging.getLogger(__name__)
 
 STATE_FILE = "lab.json"
@@ -114,66 +103,36 @@ class LabError(RuntimeError):
     """The lab could not do what was asked; the message says why and what to do."""
 
 
-@dataclass
-class ProcessRecord:
+@dataclass(kw_only=True)
+class ProcessRecord(DetachedProcess):
     """One process of the lab, as the state file keeps it."""
-    name: str
     role: str                      # "zookeeper", "broker", "haproxy" or "mirror"
-    pid: int
-    start_ticks: int               # its start time in /proc/<pid>/stat: its identity
-    command: list[str]
-    log: str
     ports: dict[str, int] = field(default_factory=dict)
     cluster: str | None = None
     index: int | None = None
     cwd: str | None = None
-    container: str | None = None   # the container the process (a docker client) runs
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ProcessRecord":
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
 
-# ------------------------------------------------------------------ processes
-
-def start_ticks(pid: int) -> int:
-    stat = proc_stat(pid)
-    return stat.start_ticks if stat else -1
-
+# ------------------------------------------------------------------ ports
 
 def free_topology(topology: Topology, attempts: int = 200) -> Topology:
     """``topology`` moved to a ``base_port`` where every one of its ports is free
     now (for tests and benchmarks that must not collide with anything), chosen
-    at random below the ephemeral range (which outgoing connections use)."""
-    low, _high = _ephemeral_port_range()
-    span = max(p for p, _ in topology.ports()) - topology.base_port + 1
-    chooser = random.SystemRandom()
-    for _ in range(attempts):
-        base = chooser.randrange(10_000, max(10_001, low - span))
-        candidate = dataclasses.replace(topology, base_port=base)
-        if not busy_ports(candidate):
-            return candidate
-    raise LabError(f"found no base port with {len(topology.ports())} free ports "
-                   f"after {attempts} attempts")
+    at random outside the ephemeral range, which outgoing connections use
+    (below it, else above it: broker/service_kit/ports.py)."""
+    def ports_at(base: int) -> list[tuple[int, str]]:
+        return dataclasses.replace(topology, base_port=base).ports()
+
+    try:
+        base = free_base_port(ports_at, topology.host, attempts)
+    except NoFreePorts as exc:
+        raise LabError(str(exc)) from None
+    return dataclasses.replace(topology, base_port=base)
 
 
 def busy_ports(topology: Topology) -> list[tuple[int, str]]:
     """The ports of ``topology`` something else listens on now."""
     return busy_among(topology.ports(), topology.host)
-
-
-def busy_among(ports: Iterable[tuple[int, str]], host: str = "127.0.0.1") -> list[tuple[int, str]]:
-    """The (port, what) of ``ports`` that something holds on ``host`` now."""
-    busy = []
-    for port, what in ports:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            # as the servers bind: a port in TIME_WAIT is free, a listening one is not
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((host, port))
-            except OSError:
-                busy.append((port, what))
-    return busy
 
 
 def _belongs(what: str, component: tuple[str, str]) -> bool:
@@ -226,6 +185,9 @@ class Lab:
                            f"start one with `python -m infra.local up --dir {state_dir}`")
         return cls(load_topology(path), state_dir)
 
+    def __repr__(self) -> str:
+        return f"Lab({self.topology.name!r}, {self.state_dir!r}, {len(self.records)} processes)"
+
     # ---------------------------------------------------------------- paths, addresses
 
     def path(self, *parts: str) -> str:
@@ -268,27 +230,21 @@ class Lab:
 
     def _read_state(self) -> None:
         try:
-            with open(self.path(STATE_FILE)) as f:
-                data = json.load(f)
-        except FileNotFoundError:
+            state = detached.read_state(self.path(STATE_FILE), ProcessRecord)
+        except detached.StateFileError as exc:
+            raise LabError(str(exc)) from None
+        if state is None:
             return
-        except (OSError, ValueError) as exc:
-            raise LabError(f"unreadable state file {self.path(STATE_FILE)}: {exc}") from None
-        self.records = {p["name"]: ProcessRecord.from_json(p) for p in data.get("processes", [])}
-        self.runtime = data.get("runtime", "processes")
-        self.docker_host = data.get("docker_host")
+        fields, records = state
+        self.records = {r.name: r for r in records}
+        self.runtime = fields.get("runtime", "processes")
+        self.docker_host = fields.get("docker_host")
 
     def _write_state(self) -> None:
-        os.makedirs(self.state_dir, exist_ok=True)
-        data = {"lab": self.topology.name, "state_dir": self.state_dir,
-                "topology": self.path(TOPOLOGY_FILE), "runtime": self.runtime,
-                "docker_host": self.docker_host,
-                "processes": [dataclasses.asdict(r) for r in self.records.values()]}
-        tmp = self.path(STATE_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, self.path(STATE_FILE))     # a reader never sees half a file
+        detached.write_state(self.path(STATE_FILE), self.records.values(),
+                             lab=self.topology.name, state_dir=self.state_dir,
+                             topology=self.path(TOPOLOGY_FILE), runtime=self.runtime,
+                             docker_host=self.docker_host)
 
     # ---------------------------------------------------------------- liveness
 
@@ -299,9 +255,7 @@ class Lab:
         child = self._children.get(name)
         if child is not None and child.pid == record.pid:
             return child.poll() is None
-        stat = proc_stat(record.pid)
-        return stat is not None and stat.start_ticks == record.start_ticks and \
-            stat.state not in "ZX"
+        return record.alive()
 
     def exit_status(self, name: str) -> str:
         child = self._children.get(name)
@@ -318,54 +272,27 @@ class Lab:
 
     def _leftovers(self, name: str) -> list[int]:
         """Processes of ``name``'s group still running (empty once it is all gone)."""
-        record = self.records[name]
-        if self.alive(name):
-            return [record.pid]
-        stat = proc_stat(record.pid)
-        if stat is not None and stat.start_ticks != record.start_ticks:
-            # Linux keeps a pid number while a process group of that id has
-            # members: reused, so our group emptied before; nothing is ours
-            return []
-        return group_members(record.pid)
+        return self.records[name].leftovers()
 
     def _signal(self, name: str, sig: int) -> None:
-        """``sig`` to ``name``'s process group, if the process is still ours;
+        self._send(self.records[name], sig)
+
+    def _send(self, record: ProcessRecord, sig: int) -> None:
+        """``sig`` to the process of ``record`` (see DetachedProcess.signal);
         for a container, to its main process through the engine (SIGKILL
         cannot be forwarded by its docker client)."""
-        record = self.records[name]
         if record.container and self._docker().signal(record.container, sig):
             return
-        if self.alive(name):
-            signal_group(record.pid, sig)     # its own session: pgid == pid
-            return
-        for pid in self._leftovers(name):      # the leader is gone: what it left
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        record.signal(sig)
 
     def _stop(self, names: list[str], timeout: float) -> list[str]:
         """SIGTERM ``names`` at once, SIGKILL what is left after ``timeout``;
         returns the names of which something still runs after that."""
-        for name in names:
-            self._signal(name, signal.SIGTERM)
-        pending = self._wait_gone(names, timeout)
-        if pending:
-            log.warning("still running %.0f s after SIGTERM, killing: %s", timeout,
-                        ", ".join(pending))
-            for name in pending:
-                self._signal(name, signal.SIGKILL)
-            pending = self._wait_gone(pending, 10.0)
-        return pending
+        left = detached.stop([self.records[n] for n in names], timeout, send=self._send)
+        return [r.name for r in left]
 
     def _wait_gone(self, names: list[str], timeout: float) -> list[str]:
-        deadline = time.monotonic() + timeout
-        pending = list(names)
-        while True:
-            pending = [n for n in pending if self._leftovers(n)]
-            if not pending or time.monotonic() >= deadline:
-                return pending
-            time.sleep(POLL_S)
+        return [r.name for r in detached.wait_gone([self.records[n] for n in names], timeout)]
 
     # ---------------------------------------------------------------- containers
 
@@ -380,17 +307,6 @@ class Lab:
             except ContainerError as exc:
                 raise LabError(str(exc)) from None
         return self._docker_cli
-
-    def _container_states(self) -> dict[str, str]:
-        """The engine's state of each container of the lab (none in the
-        processes runtime)."""
-        names = [r.container for r in self.records.values() if r.container]
-        if not names:
-            return {}
-        try:
-            return self._docker().states(names)
-        except LabError as exc:         # no docker client, no engine to be had
-            return {name: f"unknown: {exc}" for name in names}
 
     def container(self, name: str) -> str:
         """The name of the container that runs the lab's process ``name``."""
@@ -428,10 +344,8 @@ class Lab:
             env["DOCKER_HOST"] = self._docker().host
         proc = SupervisedProcess(name, command, log_path, cwd=cwd or self.state_dir, env=env)
         proc.start()
-        record = ProcessRecord(name=name, role=role, pid=proc.pid,
-                               start_ticks=start_ticks(proc.pid), command=command,
-                               log=log_path, ports=ports, cluster=cluster, index=index, cwd=cwd,
-                               container=container)
+        record = ProcessRecord.of(proc, role=role, ports=ports, cluster=cluster, index=index,
+                                  cwd=cwd, container=container)
         self._children[name] = proc
         self.records[name] = record
         self._write_state()
@@ -458,9 +372,9 @@ class Lab:
                     timeout: float, hint: Callable[[str], str] = lambda name: "") -> None:
         """Wait until ``ready(name)`` for every name; LabError naming the first
         process that died or was not ready in time."""
-        deadline = time.monotonic() + timeout
         pending = list(names)
-        while pending:
+
+        def all_ready() -> bool:
             for name in list(pending):
                 if not self.alive(name):
                     raise self._failure(name, f"{self.exit_status(name)} before it was ready",
@@ -468,11 +382,11 @@ class Lab:
                 if ready(name):
                     pending.remove(name)
                     log.info("%s is ready%s", name, _ports_text(self.records[name].ports))
-            if pending and time.monotonic() >= deadline:
-                raise self._failure(pending[0], f"was not ready after {timeout:.0f} s "
-                                    f"({what})", hint(pending[0]))
-            if pending:
-                time.sleep(POLL_S)
+            return not pending
+
+        if not wait_until(all_ready, timeout):
+            raise self._failure(pending[0], f"was not ready after {timeout:.0f} s ({what})",
+                                hint(pending[0]))
 
     # ---------------------------------------------------------------- up
 
@@ -654,11 +568,9 @@ class Lab:
             ports = {"client": server.client_port}
             if server.quorum_port:
                 ports.update(quorum=server.quorum_port, election=server.election_port)
-            self.records[name] = ProcessRecord(
-                name=name, role="zookeeper", pid=server.pid, start_ticks=start_ticks(server.pid),
-                command=server.command(ensemble.java, ensemble.classpath, ensemble.jvm_args),
-                log=server.log_path, ports=ports, index=server.server_id,
-                cwd=server.directory)
+            self.records[name] = ProcessRecord.of(server.process, name, role="zookeeper",
+                                                  ports=ports, index=server.server_id,
+                                                  cwd=server.directory)
             self._children[name] = server.process
 
     @contextlib.contextmanager
@@ -807,7 +719,7 @@ class Lab:
 
         def metrics_answer(name: str) -> bool:
             port = self.records[name].ports.get("metrics")
-            return port is None or _scrape(self.topology.host, port) is not None
+            return port is None or scrape(self.topology.host, port) is not None
 
         self._wait_ready("its /metrics", names, metrics_answer, timeout, hint=self._mirror_hint)
 
@@ -926,121 +838,10 @@ class Lab:
     # ---------------------------------------------------------------- status
 
     def status(self, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
-        """What runs and how it is doing, as plain data (``--json`` prints it):
-
-        * ``runtime``: processes or containers;
-        * ``processes``: name, role, cluster, pid, alive, ports, log, container
-          (its name in the containers runtime, else None); in containers also
-          container_state (the engine's: "running (healthy)", "exited",
-          "missing", ...) and client_alive (its docker client's process):
-          alive is the container running, which outlives a SIGKILLed client;
-        * ``zookeeper``: connect string and each member's mode;
-        * ``clusters``: per cluster, the brokers registered in ZooKeeper
-          (id -> address) against those expected, the topics (partition
-          count), and the load balancer's address and each backend broker's
-          state (UP/DOWN, last check, connections);
-        * ``mirrors``: per mirror, its processes and, per source, the lag in
-          bytes of its group's committed offsets behind the source brokers'
-          latest offsets (works while the mirror is down), and the lag its
-          running processes report on /metrics.
-        """
-        t = self.topology
-        out: dict[str, Any] = {"lab": t.name, "state_dir": self.state_dir,
-                               "runtime": self.runtime, "processes": [], "clusters": [],
-                               "mirrors": []}
-        states = self._container_states()
-        for name, r in self.records.items():
-            process = {"name": name, "role": r.role, "cluster": r.cluster, "pid": r.pid,
-                       "alive": self.alive(name), "ports": r.ports, "log": r.log,
-                       "container": r.container}
-            if r.container:
-                process["client_alive"] = process["alive"]
-                process["container_state"] = states.get(r.container, "missing")
-                process["alive"] = process["container_state"].startswith("running")
-            out["processes"].append(process)
-        alive = {p["name"]: p["alive"] for p in out["processes"]}
-        out["running"] = bool(self.records) and all(p["alive"] for p in out["processes"])
-        out["zookeeper"] = {"connect": t.zookeeper_connect(), "servers": [
-            {"address": f"{t.host}:{port}", "mode": server_mode(t.host, port)}
-            for port in t.zookeeper_client_ports()]}
-        reachable = any(s["mode"] for s in out["zookeeper"]["servers"])
-        views: dict[str, tuple[Any, ClusterView]] = {}
-        try:
-            for cluster in t.clusters():
-                entry: dict[str, Any] = {
-                    "name": cluster.name, "kind": t.kind(cluster.name),
-                    "zookeeper": t.zookeeper_connect(cluster.name),
-                    "brokers_expected": cluster.brokers, "brokers": {}, "topics": {},
-                    "load_balancer": None}
-                if reachable:
-                    try:
-                        client = make_client(entry["zookeeper"])
-                        start_client(client, entry["zookeeper"], timeout=zookeeper_timeout,
-                                     what="lab status")
-                        view = ClusterView(client)
-                        views[cluster.name] = (client, view)
-                        entry["brokers"] = {str(b): f"{h}:{p}"
-                                            for b, (h, p) in sorted(view.brokers().items())}
-                        entry["topics"] = {topic: len(view.partitions(topic))
-                                           for topic in view.topics()}
-                    except ZooKeeperUnavailable as exc:
-                        entry["error"] = str(exc)
-                else:
-                    entry["error"] = f"ZooKeeper at {t.zookeeper_connect()} does not answer"
-                if cluster.load_balancer is not None:
-                    lb: dict[str, Any] = {"address": self.lb_address(cluster.name)}
-                    stats_port = t.lb_stats_port(cluster.name)
-                    if stats_port is not None:
-                        lb["stats_url"] = f"http://{t.host}:{stats_port}/"
-                    try:
-                        lb["backends"] = self.lb_backends(cluster.name)
-                    except OSError as exc:
-                        lb["error"] = f"HAProxy's stats socket does not answer: {exc}"
-                    entry["load_balancer"] = lb
-                out["clusters"].append(entry)
-            for mirror in t.mirrors:
-                out["mirrors"].append(self._mirror_status(mirror, views, alive))
-        finally:
-            for client, _view in views.values():
-                client.stop()
-                client.close()
-        return out
-
-    def _mirror_status(self, mirror, views, alive_now: dict[str, bool]) -> dict[str, Any]:
-        """``alive_now``: each process's liveness as status() found it (a
-        container that outlived its client is alive, and scraped)."""
-        entry: dict[str, Any] = {"name": mirror.name, "group": mirror.mirror_group,
-                                 "sources": list(mirror.sources), "target": mirror.target,
-                                 "processes": [], "lag": {}, "metrics_lag_bytes": None}
-        scraped: dict[str, float] = {}
-        any_scraped = False
-        for i in range(mirror.processes):
-            name = f"{mirror.name}.mirror-{i}"
-            started = name in self.records
-            alive = started and alive_now.get(name, False)
-            port = self.topology.mirror_metrics_ports(mirror.name)[i]
-            proc: dict[str, Any] = {"name": name, "started": started, "alive": alive,
-                                    "metrics_port": port, "metrics": False}
-            if alive and port != -1:
-                samples = _scrape(self.topology.host, port)
-                if samples is not None:
-                    proc["metrics"] = True
-                    any_scraped = True
-                    for (sample, labels), value in samples.items():
-                        if sample == "samsa_mirror_lag_bytes":
-                            source = dict(labels).get("source", "?")
-                            scraped[source] = scraped.get(source, 0.0) + value
-            entry["processes"].append(proc)
-        if any_scraped:
-            entry["metrics_lag_bytes"] = scraped
-        subscription = Subscription(whitelist=mirror.whitelist, blacklist=mirror.blacklist or None)
-        for source in mirror.sources:
-            if source not in views:
-                entry["lag"][source] = {"error": "its ZooKeeper is unreachable"}
-                continue
-            client, view = views[source]
-            entry["lag"][source] = group_lag(client, view, mirror.mirror_group, subscription)
-        return entry
+        """What this lab runs and how it is doing: infra/local/status.py's
+        report of it (what ``status --json`` prints)."""
+        from infra.local import status     # it reads labs: imported when asked, not at the top
+        return status.report(status.Environment.of_lab(self), zookeeper_timeout)
 
     # ---------------------------------------------------------------- context manager
 
@@ -1050,43 +851,9 @@ class Lab:
     def __exit__(self, *exc) -> None:
         self.down()
 
-    def __repr__(self) -> str:
-        return f"Lab({self.topology.name!r}, {self.state_dir!r}, {len(self.records)} processes)"
-
-
-def group_lag(client, view: ClusterView, group: str, subscription: Subscription) -> dict[str, Any]:
-    """How far ``group`` is behind in the cluster of ``view``: over every
-    partition of the topics it subscribes to, the bytes between its committed
-    offset (the partition's earliest offset when it has committed none) and
-    the partition's latest offset (broker/lag/group_lag.py). Partitions
-    whose broker does not answer are counted in ``errors``."""
-    committed = zk_offsets.read_offsets(client, group)
-    wanted = [(topic, bp) for topic in view.topics() if subscription.matches(topic)
-              for bp in view.partitions(topic)]
-    with AdminPool("samsa-lab") as pool:
-        rows = partition_lags(view, wanted, committed, pool)
-    good = [r for r in rows if r.error is None]
-    return {"lag_bytes": sum(r.lag for r in good), "partitions": len(good),
-            "uncommitted": sum(r.uncommitted for r in good), "errors": len(rows) - len(good)}
-
-
-def _scrape(host: str, port: int, timeout: float = 2.0) -> dict[tuple[str, frozenset], float] | None:
-    """/metrics as {(sample, labels): value}, None when it does not answer."""
-    from prometheus_client.parser import text_string_to_metric_families
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
-            text = resp.read().decode(errors="replace")
-    except (OSError, urllib.error.URLError, ValueError):
-        return None
-    try:
-        return {(s.name, frozenset(s.labels.items())): s.value
-                for family in text_string_to_metric_families(text) for s in family.samples}
-    except ValueError:
-        return {}
-
 
 def _ports_text(ports: dict[str, int]) -> str:
     return (" (" + ", ".join(f"{k} {v}" for k, v in ports.items()) + ")") if ports else ""
 
 
-__all__ = ["Lab", "LabError", "ProcessRecord", "busy_ports", "free_topology", "group_lag"]
+__all__ = ["Lab", "LabError", "ProcessRecord", "busy_ports", "free_topology"]

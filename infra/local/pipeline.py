@@ -28,8 +28,7 @@ import time
 import urllib.request
 
 from infra.local import airflow_stack, daemon
-from infra.local.__main__ import DEFAULT_TOPOLOGY
-from infra.local.lab import Lab, LabError, free_topology
+from infra.local.lab import DEFAULT_TOPOLOGY, Lab, LabError, free_topology
 from audit.times import iso
 from infra.local.traffic import HOUR_MS, TrafficConfig, produce, progress_bar
 from infra.topology import load_topology

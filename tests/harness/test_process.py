@@ -63,6 +63,15 @@ def test_a_process_that_exits_before_it_is_ready_fails_the_start_with_its_log(tm
     assert "cannot bind port 1" in str(err.value)
 
 
+def test_output_that_ends_without_the_ready_line_is_no_readiness(tmp_path):
+    # the reader marks the end of the output before the process has exited:
+    # that was taken for readiness when the exit came a moment later
+    proc = bash(tmp_path, "echo going; exec >&- 2>&-; sleep 0.3; exit 3")
+    proc.start(ready_line=lambda line: b"READY" in line)
+    with pytest.raises(ProcessStartError, match="exited with status 3 before it was ready"):
+        proc.wait_ready(10)
+
+
 def test_a_process_not_ready_in_time_is_killed(tmp_path):
     proc = bash(tmp_path, "exec sleep 60").start()
     with pytest.raises(ProcessStartError, match="was not ready after 0 s"):

@@ -27,9 +27,9 @@ def test_a_daemon_comes_down_when_its_engine_is_gone(tmp_path):
     state = tmp_path / "audit"
     state.mkdir()
     (state / daemon.STATE_FILE).write_text(
-        '{"name": "audit", "pid": 999999999, "start_ticks": -1, "command": [], '
-        f'"log": "{state}/logs/audit.log", "ready_url": "", '
-        f'"container": "audit-x", "docker_host": "{DEAD}"}}')
+        f'{{"ready_url": "", "docker_host": "{DEAD}", "processes": [{{"name": "audit", '
+        f'"pid": 999999999, "start_ticks": -1, "command": [], '
+        f'"log": "{state}/logs/audit.log", "container": "audit-x"}}]}}')
     assert daemon.down(str(state)) is False             # nothing ran any more
     assert not (state / daemon.STATE_FILE).exists()
 

@@ -41,4 +41,18 @@ def test_up_waits_until_the_service_answers_and_down_stops_it(tmp_path):
         assert s.connect_ex(("127.0.0.1", port)) != 0
     assert not (tmp_path / daemon.STATE_FILE).exists()
     assert daemon.down(str(tmp_path)) is False        # nothing left to stop
-    assert record["log"] == str(tmp_path / "logs" / "web.log")
+    assert record.log == str(tmp_path / "logs" / "web.log")
+
+
+def test_kill_is_a_crash_and_up_starts_the_service_again(tmp_path):
+    # the drill's counter kill -9 (infra/local/drill.py)
+    port = unused_port()
+    command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    first = daemon.up(str(tmp_path), "web", command, ready_url=f"http://127.0.0.1:{port}/")
+    assert daemon.kill(str(tmp_path)) is True
+    assert not first.alive() and daemon.read(str(tmp_path)) is None
+    again = daemon.up(str(tmp_path), "web", command, ready_url=f"http://127.0.0.1:{port}/")
+    try:
+        assert again.pid != first.pid and again.alive()
+    finally:
+        assert daemon.down(str(tmp_path)) is True

@@ -1,7 +1,8 @@
 """infra/terraform: `terraform fmt`, and the local environment applied for
 real: `terraform init`, `validate`, `apply` (ZooKeeper, two datacenters behind
 HAProxy, the analysis cluster, the mirror, the audit service, Airflow, each a
-resource that starts real processes), messages produced through an output
+resource that starts real processes), `python -m infra.local status` reading
+all of them from the state directory, messages produced through an output
 load balancer address read back in the analysis cluster, a second apply with
 3 brokers per datacenter (the datacenters are replaced, nothing else), and
 `destroy` leaving no process; the `runtime` variable validated and carried
@@ -13,16 +14,19 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import urllib.request
+from collections import Counter
+from dataclasses import dataclass
 
 import pytest
 
 from broker.coordination.zk import make_client, start_client
+from broker.service_kit.ports import ephemeral_port_range
 from infra.local.lab import Lab
 from infra.topology import load_topology
 from lab_helpers import processes_mentioning, topic_values
-from broker.harness.zookeeper import _ephemeral_port_range
 from terraform_helpers import (ROOT, environment_ports, free_base_port, local_environment,
                                send_through_mirror, terraform)
 
@@ -37,7 +41,7 @@ def test_the_environment_is_placed_outside_the_ephemeral_range():
     # A CI run failed the 2 -> 3 brokers apply below: the base port had been
     # picked in the ephemeral range with only the 2-broker ports checked, and
     # an outgoing connection's source port took dc-a broker 2's metrics port.
-    low, high = _ephemeral_port_range()
+    low, high = ephemeral_port_range()
     for _ in range(20):
         ports = environment_ports(free_base_port())
         assert not [port for port, _ in ports if low <= port <= high], ports
@@ -89,14 +93,25 @@ def test_every_component_runs_in_the_runtime(initialised, runtime):
                             else "/venv/bin/python -m audit serve "), audit
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_the_local_environment_applies_changes_and_destroys(tmp_path):
+@dataclass
+class Applied:
+    env_dir: str
+    state: object               # the state directory (a pathlib.Path)
+    variables: list[str]
+    outputs: dict
+
+
+@pytest.fixture(scope="module")
+def applied(tmp_path_factory):
+    """The local environment applied (this checkout's processes, 2 brokers
+    per datacenter), once for the tests of this module that read it; they
+    run in file order, the one that changes and destroys it last. Destroyed
+    at the end, if that test did not."""
+    tmp_path = tmp_path_factory.mktemp("applied")
     env_dir = local_environment(tmp_path)
     state = tmp_path / "state"
-    base = free_base_port()
     variables = ["-var", f"python={sys.executable}",
-                 "-var", f"state_dir={state}", "-var", f"base_port={base}",
+                 "-var", f"state_dir={state}", "-var", f"base_port={free_base_port()}",
                  "-var", f"project_dir={ROOT}"]
     assert terraform(env_dir, "init", "-input=false").returncode == 0
     out = terraform(env_dir, "validate")
@@ -106,7 +121,54 @@ def test_the_local_environment_applies_changes_and_destroys(tmp_path):
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
         outputs = {k: v["value"] for k, v in json.loads(
             terraform(env_dir, "output", "-json").stdout).items()}
+        yield Applied(env_dir, state, variables, outputs)
+    finally:
+        terraform(env_dir, "destroy", "-auto-approve", "-input=false", *variables)
 
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_status_reads_what_terraform_started(applied):
+    # `status --dir .tf-local` read only a lab.json at the top, where Terraform
+    # writes none: it reported no processes, HAProxy's stats socket missing
+    # and the mirrors not started, while all of them ran (each component's
+    # lab.json is in a directory of its own, the audit's daemon.json and
+    # Airflow's airflow-state.json beside them)
+    out = subprocess.run([sys.executable, "-m", "infra.local", "status", "--json",
+                          "--dir", str(applied.state)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    status = json.loads(out.stdout)
+    topology = load_topology(str(applied.state / "topology.toml"))
+    assert status["running"] is True and status["runtime"] == "processes"
+    assert all(p["alive"] for p in status["processes"]), status["processes"]
+    assert Counter(p["role"] for p in status["processes"]) == {
+        "zookeeper": topology.zookeeper.size,
+        "broker": sum(c.brokers for c in topology.clusters()),
+        "haproxy": 2, "mirror": 2, "service": 1, "airflow": 4}
+    for cluster in status["clusters"]:
+        assert len(cluster["brokers"]) == cluster["brokers_expected"], cluster
+        if cluster["kind"] == "datacenter":
+            lb = cluster["load_balancer"]
+            assert "error" not in lb, lb
+            assert [b["status"] for b in lb["backends"]] == ["UP"] * cluster["brokers_expected"]
+    (mirror,) = status["mirrors"]
+    assert [(p["started"], p["alive"], p["metrics"]) for p in mirror["processes"]] == \
+        [(True, True, True)] * 2
+    assert set(mirror["lag"]) == {"dc-a", "dc-b"}
+    assert not [lag for lag in mirror["lag"].values() if "error" in lag], mirror["lag"]
+    text = subprocess.run([sys.executable, "-m", "infra.local", "status", "--dir",
+                           str(applied.state)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120).stdout
+    assert "DOWN" not in text and "not started" not in text and "error" not in text, text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_local_environment_applies_changes_and_destroys(applied):
+    env_dir, state, variables, outputs = (applied.env_dir, applied.state, applied.variables,
+                                          applied.outputs)
+    try:
         # the outputs are the addresses the topology model computes for the
         # rendered topology (one source of truth for the port layout)
         topology = load_topology(str(state / "topology.toml"))

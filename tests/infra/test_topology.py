@@ -12,7 +12,8 @@ from broker.service_kit import settings
 from broker.service_kit.settings import ConfigError
 from infra.topology import (ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology, load_topology,
                             mirror_config, to_toml)
-from mirror.config import load_mirror_config
+from broker.service_kit.settings import load
+from mirror.config import MirrorConfig
 
 DEFAULT = os.path.join(os.path.dirname(__file__), "..", "..", "infra", "local", "topology.toml")
 
@@ -145,7 +146,7 @@ def test_mirror_checks(tmp_path, extra, message):
     ({"datacenters.dc-a.broker_settings": "max_fetch_wait_ms=70000"},
      "must exceed the brokers' max_fetch_wait_ms (70000)"),
     ({"datacenters.dc-a.broker_settings": "port=9092"}, "port come from the topology"),
-    ({"datacenters.dc-a.broker_settings": "log.flush_ms"}, "--set takes key=value"),
+    ({"datacenters.dc-a.broker_settings": "log.flush_ms"}, "--set wants KEY=VALUE"),
     ({"datacenters.dc-a.broker_settings": "log.nope=1"}, "unknown setting 'log.nope'"),
     ({"datacenters.dc-a.broker_settings": "log.flush_ms=-5"}, "flush.ms must be >= 0"),
     ({"datacenters.dc-a.default_partitions": "0"}, "default_partitions must be 1..10000"),
@@ -186,7 +187,7 @@ def test_mirror_config_is_what_the_mirror_reads(tmp_path):
         # the file the lab writes for the process reads back the same
         path = tmp_path / f"m{i}.toml"
         path.write_text(settings.to_toml(config))
-        assert load_mirror_config(str(path)) == config
+        assert load(MirrorConfig, str(path)) == config
     with pytest.raises(ConfigError, match="processes 0..1, not 2"):
         mirror_config(t, "to-analysis", 2)
 
