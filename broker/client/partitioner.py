@@ -37,7 +37,10 @@ class StickyPartitioner:
     random, so producers started together do not all begin on partition 0.
 
     The caller asks ``partition(topic, count)``, sends, and tells the batch
-    the message joined with ``joined(topic, partition, batch)``.
+    the message joined with ``joined(topic, partition, batch)``. A hot path
+    may read ``current[topic]`` = (partition, batch) itself and, while that
+    batch is ``accepting``, send to that partition without asking (the
+    answer ``partition()`` would give) nor telling (nothing changed).
 
     Thread-safety: no lock (dict reads and writes are atomic). Two threads
     racing may both move a topic on (a partition is skipped once) or one
@@ -45,13 +48,13 @@ class StickyPartitioner:
     same partition): the spread is uneven for a moment, nothing more."""
 
     def __init__(self) -> None:
-        self._current: dict[str, tuple[int, Batch | None]] = {}
+        self.current: dict[str, tuple[int, Batch | None]] = {}
 
     def partition(self, topic: str, count: int) -> int:
-        current = self._current.get(topic)
+        current = self.current.get(topic)
         if current is None:
             p = random.randrange(count)
-            self._current[topic] = (p, None)
+            self.current[topic] = (p, None)
             return p
         p, batch = current
         if p >= count:                      # the topic has fewer partitions now
@@ -60,12 +63,12 @@ class StickyPartitioner:
             return p
         else:
             p = (p + 1) % count
-        self._current[topic] = (p, None)
+        self.current[topic] = (p, None)
         return p
 
     def joined(self, topic: str, partition: int, batch: Batch) -> None:
         """A message sent to ``partition`` (as ``partition()`` answered)
         joined ``batch``."""
-        current = self._current.get(topic)
+        current = self.current.get(topic)
         if current is None or current[0] != partition or current[1] is not batch:
-            self._current[topic] = (partition, batch)
+            self.current[topic] = (partition, batch)
