@@ -4,9 +4,12 @@ It watches the brokers and their partitions (ClusterView) and sends each
 message to a broker-partition of the topic: ``crc32(key) % partitions`` over
 the cluster's sorted broker-partitions for a keyed message (so one key goes
 to one partition from every producer while the cluster does not change);
-a key-less one sticks to one broker-partition until the batch it joined
-leaves that broker's accumulator, then goes to the next one, round-robin
-(partitioner.StickyPartitioner over the sorted broker-partitions). One
+a key-less one, as ``partitioner`` says: "sticky" (default) sticks to one
+broker-partition until the batch it joined leaves that broker's
+accumulator, then goes to the next one, round-robin
+(partitioner.StickyPartitioner over the sorted broker-partitions);
+"random", a random broker-partition per message; "any", a random broker
+holding the topic, which picks its partition. One
 ``Producer`` per broker does the batching and sending; producers of brokers
 that left are flushed and closed, new brokers are used as soon as they
 register.
@@ -178,10 +181,16 @@ class ClusterProducer:
         which batch it joined; else None)."""
         partitions = self.cluster.partitions(topic)
         if partitions:
+            mode = self.config.partitioner
             if key is not None:
                 index, sticky = key_partition(key, len(partitions)), None
-            else:
+            elif mode == "sticky":
                 index = sticky = self._sticky.partition(topic, len(partitions))
+            elif mode == "random":
+                index, sticky = random.randrange(len(partitions)), None
+            else:                       # "any": a holder of the topic picks
+                broker_id, _partition = paths.parse_broker_partition(random.choice(partitions))
+                return broker_id, api.ANY_PARTITION, None
             return (*paths.parse_broker_partition(partitions[index]), sticky)
         brokers = sorted(self.cluster.brokers())
         if not brokers:

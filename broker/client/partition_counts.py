@@ -18,11 +18,11 @@ A topic is asked again:
     until the answer) or ``refresh()`` (every topic, when the producer's
     connection was lost: behind a load balancer it may now reach another
     broker; the counts stay in use until the answers);
-  * ``retry_ms`` after the broker said it does not know the topic (it may
-    be auto-created by the first message, sent to "any partition");
-  * after a back-off (doubling up to ``retry_max_ms``) when asking failed:
-    no broker, or one that does not answer metadata requests (then the
-    count stays what it was, or unknown).
+  * ``retry_max_ms`` after the broker said it does not know the topic (it
+    may be auto-created by the first message, sent to "any partition");
+  * after a back-off (from ``retry_ms``, doubling up to ``retry_max_ms``)
+    when asking failed: no broker, or one that does not answer metadata
+    requests (then the count stays what it was, or unknown).
 
 Behind a load balancer the metadata connection may reach another broker
 than the producer's: the brokers must agree on a topic's partition count
@@ -55,7 +55,7 @@ class PartitionCounts:
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.max_age = max_age_ms / 1000
-        self.retry = retry_max_ms / 1000
+        self.unknown_retry = retry_max_ms / 1000     # after "no such topic"
         self._backoff = Backoff(retry_ms, retry_max_ms)
         self._counts: dict[str, int] = {}
         self._due: dict[str, float] = {}          # topic -> when to ask next (monotonic)
@@ -96,15 +96,16 @@ class PartitionCounts:
             self._schedule(list(self._due), forget=False)
 
     def close(self) -> None:
+        """Stop asking: the thread ends (closing the connection wakes it if
+        it waits for an answer) and the connection is closed."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        admin = self._admin
+        if admin is not None:
+            admin.close()
         if self._thread is not None:
-            self._thread.join(timeout=self.request_timeout + 1)
-        with self._asking:
-            if self._admin is not None:
-                self._admin.close()
-                self._admin = None
+            self._thread.join(timeout=5)
 
     # ------------------------------------------------------------ internals
 
@@ -145,7 +146,7 @@ class PartitionCounts:
                     self._due[info.name] = now + self.max_age
                 else:
                     self._counts.pop(info.name, None)
-                    self._due[info.name] = now + self.retry
+                    self._due[info.name] = now + self.unknown_retry
             self._start_asker()      # to ask these again when due
 
     def _run(self) -> None:
@@ -167,6 +168,8 @@ class PartitionCounts:
                     self._ask(topics)
                 self._backoff.reset()
             except (SamsaError, BrokerConnectionError, OSError) as exc:
+                if self._closed:
+                    return
                 delay = self._backoff.next_delay_ms() / 1000
                 log.warning("cannot learn the partition counts of %s from %s (%s); sending "
                             "to any partition meanwhile, asking again in %.1f s",

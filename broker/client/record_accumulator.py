@@ -29,7 +29,7 @@ already has ``max_in_flight_per_partition`` requests unanswered (nor one
 behind a held-back batch of its partition).
 
 Locking: one lock, ``lock``, guards every field. The ``append*`` methods
-take it (send() contends for nothing else); ``cond`` is a condition over
+take it (the one lock every send() takes); ``cond`` is a condition over
 the same lock, on which the sender waits in ``drain()`` and flush() and
 back-pressured senders wait. Nobody is notified unless someone waits
 (``sender_idle``, ``waiters``): a notify costs more than the append itself.
@@ -407,8 +407,9 @@ class RecordAccumulator:
     # ------------------------------------------------------------ flush and close
 
     def wait_until_empty(self, timeout: float | None) -> None:
-        """Make every open batch ready and wait until no message is left
-        (TimeoutError after ``timeout`` seconds)."""
+        """Wait until no message is left (done or failed); meanwhile the
+        sender's ``drain()`` readies every open batch, lingering or not.
+        TimeoutError after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
             self.flushing += 1

@@ -54,10 +54,12 @@ def test_one_key_goes_to_one_partition_of_the_whole_cluster(shared_cluster, clus
     assert all(stored[bp] for bp in partitions)       # keys reach every partition of every broker
 
 
-def test_unkeyed_messages_spread_over_the_brokers(shared_cluster, cluster_producers, topic):
+@pytest.mark.parametrize("partitioner", ["sticky", "random", "any"])
+def test_unkeyed_messages_spread_over_the_brokers(shared_cluster, cluster_producers, topic,
+                                                  partitioner):
     partitions = shared_cluster.create_topic(topic, 2)
     producer = cluster_producers(shared_cluster.connect, acks="flushed", linger_ms=1,
-                                 batch_size=10)
+                                 batch_size=10, partitioner=partitioner)
     for i in range(600):
         producer.send(topic, b"m%d" % i)
     producer.flush(timeout=30)
