@@ -13,7 +13,15 @@ itself with ``--worker``). Sustained by default: one broker process
 
   produce batch 50 / batch 1   acks=none; throughput = N / (first send -> the
                                broker's latest (flushed) offset == N*222 bytes);
-                               N / (first send -> flush() returned) kept too
+                               N / (first send -> flush() returned) kept too.
+                               These send to partition=0 (figures comparable
+                               with earlier runs); each is followed, on the
+                               same broker, by the common call, send() with
+                               no partition (the producer picks it), on a new
+                               one-partition topic (keys *_common: the A/B
+                               of naming the partition or not), and batch 1
+                               also on a topic of the broker's default
+                               partition count (produce_batch1_common_multi)
   consume                      drain the batch-50 run's N messages from earliest,
                                200 KB fetches, CRC checks on; msg/s and MB/s;
                                broker CPU seconds (utime+stime) per GB consumed
@@ -42,8 +50,23 @@ import time
 from bench.common import (DISTINCT_VALUES, FETCH_BYTES, HERE, MESSAGE_BYTES, ROOT, VALUE_SIZE,
                           Window, git_state, log, machine_info, parse_result, percentile,
                           random_values, summarize, wait_for_quiet, write_section)
+from broker.config import BrokerConfig
 
 TOPIC = "bench"
+DEFAULT_PARTITIONS = BrokerConfig().default_partitions   # an auto-created topic's count
+# raw/summary keys of the produce figures, and how the log names them
+PRODUCE_LABELS = {
+    "produce_batch50": "produce batch 50",
+    "produce_batch1": "produce batch 1",
+    "produce_batch50_send": "produce batch 50, send() per message",
+    "produce_batch50_common": "produce batch 50, no partition named",
+    "produce_batch1_common": "produce batch 1, no partition named",
+    "produce_batch1_common_multi": f"produce batch 1, no partition named, "
+                                   f"{DEFAULT_PARTITIONS} partitions",
+}
+PRODUCE_KEYS = tuple(PRODUCE_LABELS)
+TESTS = ("produce50", "consume", "produce1", "latency", "produce50send", "produce50_common",
+         "produce1_common", "produce1_common_multi")
 
 TARGETS = {     # figure: (target, the paper's figure); issue 14's, sustained
     "produce_batch50": (2_000_000, 400_000),
@@ -61,14 +84,23 @@ MARK_END = "<!-- broker-bench:end -->"
 # Each runs in its own process and prints one line "RESULT <json>" on stdout.
 
 def worker_produce(p: dict) -> dict:
+    """``partition``: 0 (default) names it in every call; None leaves it to
+    the producer (the common call). ``partitions``: the topic's count, whose
+    latest offsets together must reach the bytes sent."""
     from broker.client.admin import AdminClient
     from broker.client.producer import Producer, ProducerConfig
     n, topic = p["n"], p["topic"]
+    partition = p.get("partition", 0)
+    named = {} if partition is None else {"partition": partition}
     values = random_values()
     mask = DISTINCT_VALUES - 1
     expected_end = n * MESSAGE_BYTES
     admin = AdminClient(p["bootstrap"])
-    start_offset = admin.latest_offset(topic, 0)
+    partitions = range(p.get("partitions", 1))
+
+    def latest_offset() -> int:
+        return sum(admin.latest_offset(topic, q) for q in partitions)
+    start_offset = latest_offset()
     expected_end += start_offset
     producer = Producer(ProducerConfig(bootstrap=p["bootstrap"], acks="none",
                                        batch_size=p["batch_size"], linger_ms=p["linger_ms"]))
@@ -83,26 +115,30 @@ def worker_produce(p: dict) -> dict:
     t0 = time.perf_counter()
     if api == "send_many":
         for k in range(n // bs):
-            send_many(topic, chunks[k & mask], partition=0)
+            send_many(topic, chunks[k & mask], **named)
         for i in range(n - n % bs, n):
-            send(topic, values[i & mask], partition=0)
+            send(topic, values[i & mask], **named)
+    elif named:
+        for i in range(n):
+            send(topic, values[i & mask], partition=partition)
     else:
         for i in range(n):
-            send(topic, values[i & mask], partition=0)
+            send(topic, values[i & mask])
     t_sent = time.perf_counter()
     producer.flush()
     t_flush = time.perf_counter()
     cpu_flush = time.process_time()
     deadline = t_flush + p.get("timeout_s", 300)
-    latest = admin.latest_offset(topic, 0)
+    latest = latest_offset()
     while latest < expected_end and time.perf_counter() < deadline:
         time.sleep(0.002)
-        latest = admin.latest_offset(topic, 0)
+        latest = latest_offset()
     t_all = time.perf_counter()
     failed = producer.failed_batches
     producer.close()
     admin.close()
     out = {"n": n, "batch_size": p["batch_size"], "linger_ms": p["linger_ms"], "api": api,
+           "partition": partition, "partitions": len(partitions),
            "send_loop_s": t_sent - t0, "flush_s": t_flush - t0, "all_in_broker_s": t_all - t0,
            "msgs_per_s_flush": n / (t_flush - t0), "client_cpu_s": cpu_flush - cpu0,
            "latest_offset": latest, "expected_offset": expected_end, "failed_batches": failed}
@@ -281,17 +317,19 @@ class Bench:
         b.start()
         return b
 
-    def acquire(self, test: str, run: int, metrics_port: int = -1):
-        """The broker for one test and the topic (new, one partition) it
-        writes: the held broker when the run is sustained (--prefill-gb > 0),
-        else a fresh broker in a new directory. Give both to ``release``."""
+    def acquire(self, test: str, run: int, metrics_port: int = -1, create: bool = True):
+        """The broker for one test and the topic (new, one partition, unless
+        not ``create``d) it writes: the held broker when the run is sustained
+        (--prefill-gb > 0), else a fresh broker in a new directory. Give
+        both to ``release``."""
         topic = f"{test}-run{run}"
         if self.held is not None:
             b, workdir = self.held, None
         else:
             workdir = tempfile.mkdtemp(prefix="samsa-bench-")
             b = self.broker(workdir, "broker", metrics_port=metrics_port)
-        create_topic(b.address, topic)
+        if create:
+            create_topic(b.address, topic)
         return b, workdir, topic
 
     def release(self, b, workdir: str | None) -> None:
@@ -354,37 +392,63 @@ class Bench:
             self.stop_profiler(prof)
             if cons.get("bytes"):
                 cons["broker_cpu_s_per_gb"] = cpu / (cons["bytes"] / 1e9)
+            batch50 = {"n": a.n_batch50, "batch_size": 50, "linger_ms": a.linger_ms}
             if "produce50send" in a.tests and a.producer_api != "send":
                 # the same batch-50 test with one send() call per message, for comparison
-                quiet = wait_for_quiet(a.wait_quiet)
-                w = Window(b.proc.pid)
-                send_topic = f"produce50send-run{run}"
-                create_topic(b.address, send_topic)
-                per_msg = self.run_worker("produce", {"bootstrap": b.address, "topic": send_topic,
-                                                      "n": a.n_batch50, "batch_size": 50,
-                                                      "linger_ms": a.linger_ms, "api": "send"})
-                w.close(per_msg, per_msg.get("client_cpu_total_s"))
-                per_msg.update(quiet)
-                prod["per_message_send"] = per_msg
+                prod["per_message_send"] = self.produce_on(
+                    b, f"produce50send-run{run}", {**batch50, "api": "send"})
+            if "produce50_common" in a.tests:
+                # the same, the producer choosing the partition (of one)
+                prod["common_call"] = self.produce_on(
+                    b, f"produce50common-run{run}",
+                    {**batch50, "api": a.producer_api, "partition": None})
             return prod, cons
         finally:
             self.release(b, workdir)
 
-    def run_produce1(self, run: int) -> dict:
+    def produce_on(self, b, topic: str, params: dict, partitions: int = 1,
+                   profile_name: str | None = None) -> dict:
+        """One produce worker on broker ``b`` into a new topic of
+        ``partitions`` partitions, after waiting for the machine to be quiet;
+        its figures with the broker's CPU over the test window."""
+        create_topic(b.address, topic, partitions)
+        quiet = wait_for_quiet(self.args.wait_quiet)
+        prof = self.start_profiler(b.proc.pid, f"broker-{profile_name}") if profile_name \
+            else None
+        w = Window(b.proc.pid)
+        result = self.run_worker("produce", {"bootstrap": b.address, "topic": topic,
+                                             "partitions": partitions, **params},
+                                 profile_name=profile_name and f"client-{profile_name}")
+        w.close(result, result.get("client_cpu_total_s"))
+        result.update(quiet)
+        self.stop_profiler(prof)
+        return result
+
+    def run_produce1(self, run: int) -> dict[str, dict]:
+        """Batch 1 with partition=0 (``produce_batch1``), and on the same
+        broker the common call, no partition, into a one-partition topic
+        (``produce_batch1_common``) and into one of the broker's default
+        partition count (``produce_batch1_common_multi``), as --tests asks.
+        The order alternates with the run, so neither side always goes
+        first on a broker holding less."""
         a = self.args
-        b, workdir, topic = self.acquire("produce1", run)
+        b, workdir, _topic = self.acquire("produce1", run, create=False)
+        batch1 = {"n": a.n_batch1, "batch_size": 1, "linger_ms": 0, "api": "send"}
+        tests = []
+        if "produce1" in a.tests:
+            tests.append(("produce_batch1", lambda: self.produce_on(
+                b, f"produce1-run{run}", batch1, profile_name=f"produce1-run{run}")))
+        if "produce1_common" in a.tests:
+            tests.append(("produce_batch1_common", lambda: self.produce_on(
+                b, f"produce1common-run{run}", {**batch1, "partition": None})))
+        if "produce1_common_multi" in a.tests:
+            tests.append(("produce_batch1_common_multi", lambda: self.produce_on(
+                b, f"produce1multi-run{run}", {**batch1, "partition": None},
+                partitions=DEFAULT_PARTITIONS)))
+        if run % 2 == 0:
+            tests.reverse()
         try:
-            quiet = wait_for_quiet(a.wait_quiet)
-            prof = self.start_profiler(b.proc.pid, f"broker-produce1-run{run}")
-            w = Window(b.proc.pid)
-            prod = self.run_worker("produce", {"bootstrap": b.address, "topic": topic,
-                                               "n": a.n_batch1, "batch_size": 1, "linger_ms": 0,
-                                               "api": "send"},
-                                   profile_name=f"client-produce1-run{run}")
-            w.close(prod, prod.get("client_cpu_total_s"))
-            prod.update(quiet)
-            self.stop_profiler(prof)
-            return prod
+            return {key: test() for key, test in tests}
         finally:
             self.release(b, workdir)
 
@@ -441,9 +505,7 @@ class Bench:
     def run(self) -> dict:
         a = self.args
         tests = a.tests
-        raw: dict[str, list] = {k: [] for k in
-                                ("produce_batch50", "consume", "produce_batch1", "latency",
-                                 "produce_batch50_send")}
+        raw: dict[str, list] = {k: [] for k in ("consume", "latency", *PRODUCE_KEYS)}
 
         def record(key: str, run: int, result: dict) -> None:
             result["run"], result["code"] = run, self.code
@@ -471,19 +533,23 @@ class Bench:
                 log(f"run {run}/{a.runs}: produce batch=50 acks=none, N={a.n_batch50:,} ...")
                 prod, cons = self.run_produce_consume(run)
                 per_msg = prod.pop("per_message_send", None)
+                common = prod.pop("common_call", None)
                 record("produce_batch50", run, prod)
                 log("  produce batch 50: " + fmt_produce(prod))
                 if per_msg is not None:
                     record("produce_batch50_send", run, per_msg)
                     log("  produce batch 50, send() per message: " + fmt_produce(per_msg))
+                if common is not None:
+                    record("produce_batch50_common", run, common)
+                    log("  produce batch 50, no partition named: " + fmt_produce(common))
                 record("consume", run, cons)
                 log("  consume (200 KB fetches, CRC on): " + fmt_consume(cons))
-            if "produce1" in tests:
+            if tests & {"produce1", "produce1_common", "produce1_common_multi"}:
                 log(f"run {run}/{a.runs}: produce batch=1 linger=0 acks=none, "
                     f"N={a.n_batch1:,} ...")
-                prod = self.run_produce1(run)
-                record("produce_batch1", run, prod)
-                log("  produce batch 1: " + fmt_produce(prod))
+                for key, prod in self.run_produce1(run).items():
+                    record(key, run, prod)
+                    log(f"  {PRODUCE_LABELS[key]}: " + fmt_produce(prod))
             if "latency" in tests:
                 log(f"run {run}/{a.runs}: end-to-end latency at {a.latency_rate:,} msg/s for "
                     f"{a.latency_seconds} s ...")
@@ -514,10 +580,10 @@ def flush_metrics(port: int | None) -> dict:
     return out
 
 
-def create_topic(address: str, topic: str = TOPIC) -> None:
+def create_topic(address: str, topic: str = TOPIC, partitions: int = 1) -> None:
     from broker.client.admin import AdminClient
     with AdminClient(address) as admin:
-        admin.create_topic(topic, 1)
+        admin.create_topic(topic, partitions)
 
 
 def flush_delta(before: dict, after: dict) -> dict:
@@ -538,14 +604,17 @@ def config_of(a: argparse.Namespace) -> dict:
             "latency_producer": "batch_size=1 linger_ms=0 acks=none",
             "prefill_gb": a.prefill_gb, "prefill_topics": a.prefill_topics,
             "broker_settings": dict(a.set or []) or "defaults",
-            "producer_api": a.producer_api, "nice": a.nice, "wait_quiet_s": a.wait_quiet}
+            "producer_api": a.producer_api, "nice": a.nice, "wait_quiet_s": a.wait_quiet,
+            "partition_named": "0 (produce_batch50, produce_batch1, produce_batch50_send); "
+                               "none, the producer picks (*_common)",
+            "common_multi_partitions": DEFAULT_PARTITIONS}
 
 
 def summary_of(raw: dict) -> dict:
     def ok(runs):
         return [r for r in runs if "error" not in r]
     s: dict = {}
-    for key in ("produce_batch50", "produce_batch1", "produce_batch50_send"):
+    for key in PRODUCE_KEYS:
         good = ok(raw.get(key, []))
         s[key] = {"msgs_per_s": summarize([r["msgs_per_s"] for r in good]),
                   "msgs_per_s_flush": summarize([r["msgs_per_s_flush"] for r in good]),
@@ -646,7 +715,11 @@ def render_section(result: dict, json_rel: str) -> str:
              f"{c['batch50_linger_ms']} ms) / {c['n_batch1']:,} (batch 1, linger 0); "
              "throughput = N / time from the first send until the broker's latest offset "
              "(flushed, visible to consumers) reaches N x 222 bytes. The figure at "
-             "`flush()` return (socket writes done) is shown too.",
+             "`flush()` return (socket writes done) is shown too. These name `partition=0`; "
+             "the same tests with no partition named (the common call: the producer picks "
+             f"it) run on the same broker into a new one-partition topic, and batch 1 also "
+             f"into a topic of {c.get('common_multi_partitions', DEFAULT_PARTITIONS)} partitions "
+             "(the broker's default), under Other figures.",
              f"* *Consume*: one consumer drains the batch-50 run's N messages from earliest "
              f"with {FETCH_BYTES // 1024} KB fetches, CRC checks on, decoding every message. "
              "Broker CPU = utime+stime from /proc/<pid>/stat across the consume test, "
@@ -685,6 +758,10 @@ def render_section(result: dict, json_rel: str) -> str:
     if s.get("produce_batch50_send", {}).get("msgs_per_s"):
         lines.append(other("Produce batch 50 with one send() call per message (all in broker)",
                            s["produce_batch50_send"]["msgs_per_s"], unit=" msg/s"))
+    for key in ("produce_batch50_common", "produce_batch1_common", "produce_batch1_common_multi"):
+        if s.get(key, {}).get("msgs_per_s"):
+            lines.append(other(f"{PRODUCE_LABELS[key].capitalize()} (all in broker)",
+                               s[key]["msgs_per_s"], unit=" msg/s"))
     lines.append(other("Produce batch 50, until flush() returned", s["produce_batch50"]
                        ["msgs_per_s_flush"], unit=" msg/s"))
     lines.append(other("Produce batch 1, until flush() returned", s["produce_batch1"]
@@ -704,7 +781,10 @@ def render_section(result: dict, json_rel: str) -> str:
     lines += ["", "Per run (for judging noise): broker CPU / client CPU / other processes' CPU "
               "(estimate) in seconds over the test window, and the machine's busy fraction "
               "just before the test:", ""]
-    for key in ("produce_batch50", "consume", "produce_batch1"):
+    for key in ("produce_batch50", "consume", "produce_batch1", "produce_batch50_common",
+                "produce_batch1_common", "produce_batch1_common_multi"):
+        if not raw.get(key):
+            continue
         cells = []
         for r in raw[key]:
             if "window_s" not in r:
@@ -745,9 +825,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(default; the paper producer API) or send() per message")
     p.add_argument("--latency-rate", type=int, default=10_000, help="msg/s (default 10,000)")
     p.add_argument("--latency-seconds", type=float, help="default 10 (2 with --quick)")
-    p.add_argument("--tests", default="produce50,consume,produce1,latency,produce50send",
-                   help="comma-separated subset of produce50,consume,produce1,latency,"
-                        "produce50send (batch 50 with send() per message)")
+    p.add_argument("--tests", default=",".join(TESTS),
+                   help=f"comma-separated subset of {','.join(TESTS)} (produce50send: batch 50 "
+                        "with send() per message; *_common: no partition named, the producer "
+                        "picks it; produce50_common and produce50send run with produce50 or "
+                        "consume; produce1_common_multi: into a topic of the broker's default "
+                        "partition count)")
     p.add_argument("--prefill-gb", type=float, help="sustained figures: one broker for every "
                    "test, first filled with this many GB (default 4; 0 with --quick; 0 = a "
                    "fresh broker per test, the method before issue 14)")
@@ -780,7 +863,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if a.prefill_gb is None:
         a.prefill_gb = 0.0 if a.quick else 4.0
     a.tests = {t.strip() for t in a.tests.split(",") if t.strip()}
-    unknown = a.tests - {"produce50", "consume", "produce1", "latency", "produce50send"}
+    unknown = a.tests - set(TESTS)
     if unknown:
         p.error(f"unknown tests: {', '.join(sorted(unknown))}")
     return a
@@ -811,6 +894,10 @@ def main(argv: list[str] | None = None) -> int:
             target = TARGETS[key][0]
             log(f"  {key:16s} {st['median']:>12,.0f} msg/s  (target {target:,}: "
                 f"{'met' if st['median'] >= target else 'MISSED'})")
+    for key in ("produce_batch50_common", "produce_batch1_common", "produce_batch1_common_multi"):
+        st = s[key]["msgs_per_s"]
+        if st:
+            log(f"  {key:16s} {st['median']:>12,.0f} msg/s  ({PRODUCE_LABELS[key]})")
     if s["consume"]["broker_cpu_s_per_gb"]:
         log(f"  broker CPU per GB consumed: {s['consume']['broker_cpu_s_per_gb']['median']:.2f} s")
     if s["latency"]["p50_ms"]:

@@ -3,10 +3,16 @@
 It watches the brokers and their partitions (ClusterView) and sends each
 message to a broker-partition of the topic: ``crc32(key) % partitions`` over
 the cluster's sorted broker-partitions for a keyed message (so one key goes
-to one partition from every producer while the cluster does not change),
-a random one otherwise. One ``Producer`` per broker does the batching and
-sending; producers of brokers that left are flushed and closed, new brokers
-are used as soon as they register.
+to one partition from every producer while the cluster does not change);
+a key-less one, as ``partitioner`` says: "sticky" (default) sticks to one
+broker-partition until the batch it joined leaves that broker's
+accumulator, then goes to the next one, round-robin
+(partitioner.StickyPartitioner over the sorted broker-partitions);
+"random", a random broker-partition per message; "any", a random broker
+holding the topic, which picks its partition. One
+``Producer`` per broker does the batching and sending; producers of brokers
+that left are flushed and closed, new brokers are used as soon as they
+register.
 
 A topic not yet known in ZooKeeper is sent to a random live broker with
 "any partition" (auto-created there), as Kafka 0.7 did.
@@ -16,8 +22,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import zlib
 from dataclasses import replace
+from typing import Callable
 
 from broker.coordination import paths
 from broker.coordination.cluster import ClusterView
@@ -26,6 +32,7 @@ from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.message import route_by_key
 
+from .partitioner import StickyPartitioner, key_partition
 from .producer import Batch, Producer, ProducerConfig
 
 log = logging.getLogger(__name__)
@@ -45,6 +52,7 @@ class ClusterProducer:
         self._producers: dict[int, Producer] = {}
         self._closed = False
         self._delivery_listener = None
+        self._sticky = StickyPartitioner()
         self.cluster.add_listener(self._brokers_changed)
 
     @property
@@ -61,15 +69,13 @@ class ClusterProducer:
 
     def send(self, topic: str, value: bytes, key: bytes | None = None,
              timestamp: int | None = None) -> Batch:
-        broker_id, partition = self._choose(topic, key)
-        return self._producer(broker_id).send(topic, value, key=key, partition=partition,
-                                              timestamp=timestamp)
+        return self._routed(topic, key, lambda producer, partition: producer.send(
+            topic, value, key=key, partition=partition, timestamp=timestamp))
 
     def send_many(self, topic: str, values: list[bytes], key: bytes | None = None,
                   timestamp: int | None = None) -> Batch:
-        broker_id, partition = self._choose(topic, key)
-        return self._producer(broker_id).send_many(topic, values, key=key, partition=partition,
-                                                   timestamp=timestamp)
+        return self._routed(topic, key, lambda producer, partition: producer.send_many(
+            topic, values, key=key, partition=partition, timestamp=timestamp))
 
     def send_records(self, topic: str, values: list[bytes], timestamps: list[int],
                      keys: list[bytes | None] | None = None) -> list[Batch]:
@@ -87,10 +93,10 @@ class ClusterProducer:
         if keys is None or keys.count(None) == len(keys):
             groups = {unkeyed: (values, timestamps, None)}
         else:
-            crc32, n = zlib.crc32, len(partitions)
+            n = len(partitions)
             routed: dict[str, tuple[list, list, list]] = {}
             for value, ts, key in zip(values, timestamps, keys):
-                bp = partitions[crc32(key) % n] if key is not None else unkeyed
+                bp = partitions[key_partition(key, n)] if key is not None else unkeyed
                 group = routed.get(bp)
                 if group is None:
                     group = routed[bp] = ([], [], [])
@@ -159,14 +165,33 @@ class ClusterProducer:
 
     # ------------------------------------------------------------ routing
 
-    def _choose(self, topic: str, key: bytes | None) -> tuple[int, int]:
+    def _routed(self, topic: str, key: bytes | None,
+                send: Callable[[Producer, int], Batch]) -> Batch:
+        """``send(producer of the chosen broker, partition on it)``; a
+        key-less message's batch is told to the sticky partitioner."""
+        broker_id, partition, sticky = self._choose(topic, key)
+        batch = send(self._producer(broker_id), partition)
+        if sticky is not None:
+            self._sticky.joined(topic, sticky, batch)
+        return batch
+
+    def _choose(self, topic: str, key: bytes | None) -> tuple[int, int, int | None]:
+        """(broker id, partition on it, and for a key-less message its index
+        among the sorted broker-partitions, to tell the sticky partitioner
+        which batch it joined; else None)."""
         partitions = self.cluster.partitions(topic)
         if partitions:
+            mode = self.config.partitioner
             if key is not None:
-                bp = partitions[zlib.crc32(key) % len(partitions)]
-            else:
-                bp = random.choice(partitions)
-            return paths.parse_broker_partition(bp)
+                index, sticky = key_partition(key, len(partitions)), None
+            elif mode == "sticky":
+                index = sticky = self._sticky.partition(topic, len(partitions))
+            elif mode == "random":
+                index, sticky = random.randrange(len(partitions)), None
+            else:                       # "any": a holder of the topic picks
+                broker_id, _partition = paths.parse_broker_partition(random.choice(partitions))
+                return broker_id, api.ANY_PARTITION, None
+            return (*paths.parse_broker_partition(partitions[index]), sticky)
         brokers = sorted(self.cluster.brokers())
         if not brokers:
             raise SamsaError(ErrorCode.UNKNOWN, f"no broker is registered in ZooKeeper at "
@@ -175,7 +200,7 @@ class ClusterProducer:
             raise SamsaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"topic {topic!r} has no partitions in the cluster: create it "
                              f"before sending keyed messages")
-        return random.choice(brokers), api.ANY_PARTITION
+        return random.choice(brokers), api.ANY_PARTITION, None
 
     def _producer(self, broker_id: int) -> Producer:
         producer = self._producers.get(broker_id)

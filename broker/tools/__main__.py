@@ -370,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bootstrap(p)
     p.add_argument("--topic", "-t", required=True)
     p.add_argument("--partition", type=int, default=None,
-                   help="partition to write (default: by key hash, else the broker picks)")
+                   help="partition to write (default: by key hash, else sticky per batch)")
     p.add_argument("--key-separator", metavar="SEP",
                    help="split each line at the first SEP into key and value")
     p.add_argument("--acks", choices=["none", "written", "flushed"], default="written",

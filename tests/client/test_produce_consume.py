@@ -1,5 +1,6 @@
 """End to end through a real broker process: the Producer's acks modes, batch
-sizes, partitioning (by key, or "any partition" round-robin) and compression;
+sizes, partitioning (by key; without one, sticky per batch or "any
+partition", both round-robin per batch) and compression;
 the Consumer reads everything back in order with the right offsets, keys,
 values and timestamps, and seeks by offset, to earliest/latest and by time."""
 from __future__ import annotations
@@ -44,30 +45,38 @@ def assert_contiguous(messages: list[Message], start: int = 0) -> None:
         offset = m.next_offset
 
 
+@pytest.mark.parametrize("partitioner", ["sticky", "any"])
 @pytest.mark.parametrize("batch_size", [1, 50])
 @pytest.mark.parametrize("acks", ["none", "written", "flushed"])
-def test_unkeyed_batches_go_round_robin_and_come_back_in_order(broker, admin, acks, batch_size):
+def test_unkeyed_batches_go_round_robin_and_come_back_in_order(broker, admin, acks, batch_size,
+                                                               partitioner):
     admin.create_topic("events", 3)
     n = 120
     values = [f"{acks}/{batch_size}/{i}".encode() for i in range(n)]
     # A long linger: batches close on size or flush only, so their bounds are known.
     with Producer(bootstrap=broker.address, acks=acks, batch_size=batch_size,
-                  linger_ms=60_000) as producer:
+                  linger_ms=60_000, partitioner=partitioner) as producer:
+        assert producer.partition_count("events") == 3
         futures = [producer.send("events", v, timestamp=NOW_MS + i)
                    for i, v in enumerate(values)]
         producer.flush(timeout=30)
     batches = list(dict.fromkeys(futures))          # one future per batch, in send order
     assert len(batches) == -(-n // batch_size)
     results = [f.result(timeout=0) for f in batches]
-    if acks == "none":
-        assert results == [(-1, -1)] * len(batches)  # fire and forget: no offsets come back
+    if acks == "none" and partitioner == "any":
+        assert results == [(-1, -1)] * len(batches)  # the broker's choice is not told
+        where = [j % 3 for j in range(len(batches))]  # its cursor starts at 0
     else:
+        # sticky: the producer moves on with each batch, from a random start;
         # "any partition": the broker deals the requests out round-robin
-        assert [p for p, _base in results] == [j % 3 for j in range(len(batches))]
+        where = [p for p, _base in results]
+        assert where == [(where[0] + j) % 3 for j in range(len(batches))]
+    if acks == "none":
+        assert [base for _p, base in results] == [-1] * len(batches)  # no offsets come back
 
     got = consume(broker.address, "events", 3, n)
     for p in range(3):
-        mine = [i for i in range(n) if (i // batch_size) % 3 == p]
+        mine = [i for i in range(n) if where[i // batch_size] == p]
         assert [m.value for m in got[p]] == [values[i] for i in mine]
         assert [m.timestamp for m in got[p]] == [NOW_MS + i for i in mine]
         assert all(m.key is None and m.topic == "events" for m in got[p])

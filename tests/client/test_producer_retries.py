@@ -1,6 +1,7 @@
 """Issue 9, defects 5 and 6 (producer side): retries keep the order within a
 partition, wait a back-off after an error response, and a batch given up on
-is dropped loudly.
+is dropped loudly. Also (issue 26): a broker that answers no metadata
+request, as an older one, gets key-less messages for "any partition".
 
 The broker here is a small fake that speaks the real protocol (the codec in
 broker/protocol/api.py) so a test can choose which request fails: a real
@@ -22,11 +23,14 @@ from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.framing import FrameDecoder
 from broker.protocol.message import decode_message_set
 
+from broker_helpers import wait_until
+
 
 class FakeBroker:
     """Accepts produce requests; ``fail(n, code)`` answers the next n of them
     with that per-entry error. Records what it accepted, in order, and when
-    each request arrived."""
+    each request arrived, and to which partitions. Refuses metadata requests
+    (UNSUPPORTED_VERSION, as a broker without that API would)."""
 
     def __init__(self) -> None:
         self.sock = socket.socket()
@@ -35,6 +39,8 @@ class FakeBroker:
         self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
         self.accepted: list[bytes] = []
         self.arrivals: list[tuple[float, list[bytes], int]] = []   # time, values, error
+        self.partitions: list[int] = []          # of every produce entry, in order
+        self.metadata_requests = 0
         self._failures: list[int] = []
         self._end = 0
         self._lock = threading.Lock()
@@ -62,6 +68,12 @@ class FakeBroker:
                     return
                 for frame in decoder.feed(data):
                     header, request = api.decode_request(bytes(frame))
+                    if isinstance(request, api.MetadataRequest):
+                        with self._lock:
+                            self.metadata_requests += 1
+                        conn.sendall(api.encode_error_response(
+                            header.correlation_id, ErrorCode.UNSUPPORTED_VERSION, "no metadata"))
+                        continue
                     conn.sendall(self._answer(header.correlation_id, request))
 
     def _answer(self, cid: int, request) -> bytes:
@@ -69,6 +81,7 @@ class FakeBroker:
         for topic, partition, message_set in request.entries:
             values = [m.value for m in decode_message_set(message_set, 0)[0]]
             with self._lock:
+                self.partitions.append(partition)
                 error = self._failures.pop(0) if self._failures else 0
                 self.arrivals.append((time.monotonic(), values, error))
                 if error:
@@ -143,3 +156,21 @@ def test_a_batch_given_up_on_is_dropped_loudly(fake_broker, caplog):
     assert isinstance(error, SamsaError) and error.code == ErrorCode.STORAGE_ERROR
     assert "DROPPED a batch of 3 messages" in caplog.text
     assert len(fake_broker.arrivals) == 3                  # 1 + 2 retries, then given up
+
+
+def test_without_metadata_keyless_messages_go_to_any_partition(fake_broker):
+    """The partition count cannot be learned: key-less messages go to "any
+    partition" (the broker places them) and the producer keeps asking in
+    the background; a keyed message, whose partition needs the count, fails
+    at send()."""
+    with Producer(bootstrap=fake_broker.address, acks="written", batch_size=1,
+                  linger_ms=0, retry_backoff_ms=10) as producer:
+        futures = [producer.send("t", b"v%d" % i) for i in range(20)]
+        producer.flush(timeout=30)
+        assert all(f.exception() is None for f in futures)
+        with pytest.raises(SamsaError) as refused:
+            producer.send("t", b"keyed", key=b"k")
+        assert refused.value.code == ErrorCode.UNSUPPORTED_VERSION
+        wait_until(lambda: fake_broker.metadata_requests >= 4,
+                   what="the producer to keep asking for the partition count")
+    assert fake_broker.partitions == [api.ANY_PARTITION] * 20

@@ -103,10 +103,8 @@ def test_a_lost_connection_requeues_later_runs_behind_the_failed_one(monkeypatch
         p.send("t", b"a", partition=0)              # gathered (singles)
         p.send("t", b"b", key=b"k", partition=0)    # keyed: readies the group, then itself
         p.send("t", b"c", partition=0)              # a new group behind them
-        with p._lock:
-            batches = list(p._ready) + list(p._open.values())
-            p._ready.clear()
-            p._open.clear()
+        with p.accumulator.lock:
+            batches = p.accumulator.take_all()
         assert [b.singles for b in batches] == [True, False, True]
         writes = []
 
@@ -117,10 +115,10 @@ def test_a_lost_connection_requeues_later_runs_behind_the_failed_one(monkeypatch
         monkeypatch.setattr(producer_module.time, "sleep", lambda s: None)
         p._send(batches)
         assert len(writes) == 1                     # nothing written after the failure
-        assert list(p._ready) == batches            # all back, in their order
+        assert list(p.accumulator.ready) == batches  # all back, in their order
     finally:
         parked.set()
-        with p._lock:
-            p._ready.clear()
-            p._queued = 0
+        with p.accumulator.lock:
+            p.accumulator.ready.clear()
+            p.accumulator.queued = 0
         p.close(timeout=1)

@@ -54,10 +54,12 @@ def test_one_key_goes_to_one_partition_of_the_whole_cluster(shared_cluster, clus
     assert all(stored[bp] for bp in partitions)       # keys reach every partition of every broker
 
 
-def test_unkeyed_messages_spread_over_the_brokers(shared_cluster, cluster_producers, topic):
+@pytest.mark.parametrize("partitioner", ["sticky", "random", "any"])
+def test_unkeyed_messages_spread_over_the_brokers(shared_cluster, cluster_producers, topic,
+                                                  partitioner):
     partitions = shared_cluster.create_topic(topic, 2)
     producer = cluster_producers(shared_cluster.connect, acks="flushed", linger_ms=1,
-                                 batch_size=10)
+                                 batch_size=10, partitioner=partitioner)
     for i in range(600):
         producer.send(topic, b"m%d" % i)
     producer.flush(timeout=30)
@@ -67,6 +69,27 @@ def test_unkeyed_messages_spread_over_the_brokers(shared_cluster, cluster_produc
         sorted(b"m%d" % i for i in range(600))
     assert {paths.parse_broker_partition(bp)[0] for bp, values in stored.items()
             if values} == {0, 1, 2}
+
+
+def test_unkeyed_batches_stick_to_a_broker_partition_then_move_on(shared_cluster,
+                                                                  cluster_producers, topic):
+    """Sticky partitioning over the cluster: each batch whole on one
+    broker-partition, the next batch on the next one (sorted order)."""
+    partitions = shared_cluster.create_topic(topic, 2)          # 3 brokers x 2
+    producer = cluster_producers(shared_cluster.connect, acks="flushed", linger_ms=60_000,
+                                 batch_size=10)
+    values = [b"m%02d" % i for i in range(60)]
+    futures = [producer.send(topic, v) for v in values]
+    producer.flush(timeout=30)
+    assert producer.failed_batches == 0
+    batches = list(dict.fromkeys(futures))
+    assert [b.size() for b in batches] == [10] * 6
+    stored = _stored(shared_cluster, topic, partitions)
+    holder = {v: bp for bp, vs in stored.items() for v in vs}
+    where = [holder[b.values[0]] for b in batches]
+    assert all({holder[v] for v in b.values} == {bp} for b, bp in zip(batches, where))
+    first = partitions.index(where[0])
+    assert where == [partitions[(first + j) % 6] for j in range(6)]
 
 
 def test_a_topic_unknown_to_zookeeper(shared_cluster, cluster_producers, topic):
