@@ -202,3 +202,27 @@ def spec_of(name: str):
         return importlib.util.find_spec(name)
     finally:
         sys.path.pop(0)
+
+
+#: private attributes of other libraries' objects that we read on purpose,
+#: each with its reason in the code: kazoo's client (its request queue for
+#: multiRead, its session timeout and state), Enum and NamedTuple internals
+THIRD_PARTY_PRIVATE = {"client._call", "client._session_timeout", "client._state",
+                       "ErrorCode._value2member_map_", "ZnodeStat._make"}
+
+
+def test_no_object_of_ours_is_reached_into_from_outside():
+    """``obj._name`` only on self or cls: a module asks another module's
+    objects through their public names (``conn.take_correlation_ids()``,
+    not ``conn._next_correlation_id``)."""
+    breaches = []
+    for path in source_files():
+        if path.relative_to(ROOT).parts[0] == "bench":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id not in ("self", "cls") and private(node.attr)
+                    and f"{node.value.id}.{node.attr}" not in THIRD_PARTY_PRIVATE):
+                breaches.append(f"{path.relative_to(ROOT)}:{node.lineno} "
+                                f"{node.value.id}.{node.attr}")
+    assert not breaches, "private names are private:\n" + "\n".join(breaches)

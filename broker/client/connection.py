@@ -93,10 +93,16 @@ class BrokerConnection:
 
     # ------------------------------------------------------------ sending
 
+    def take_correlation_ids(self, count: int = 1) -> int:
+        """Reserve ``count`` consecutive correlation ids (they wrap at 2**31)
+        for frames the caller encodes itself; the first of them."""
+        first = (self._next_correlation_id + 1) & 0x7FFFFFFF
+        self._next_correlation_id = (first + count - 1) & 0x7FFFFFFF
+        return first
+
     def encode(self, request, expect_response: bool = True) -> tuple[int, bytes]:
         """Assign a correlation id and encode ``request`` as a frame."""
-        self._next_correlation_id = (self._next_correlation_id + 1) & 0x7FFFFFFF
-        cid = self._next_correlation_id
+        cid = self.take_correlation_ids()
         return cid, api.encode_request(request, cid, self.client_id)
 
     def send_frames(self, frames: list[bytes], expected: list[tuple[int, int]]) -> None:

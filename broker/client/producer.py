@@ -438,7 +438,7 @@ class Producer:
                 ms = encode_message_set(zip(b.keys, b.values, b.timestamps))
             if self._codec:
                 ms = compress_message_set(ms, self._codec, max(b.timestamps))
-            conn._next_correlation_id = cid = (conn._next_correlation_id + 1) & 0x7FFFFFFF
+            cid = conn.take_correlation_ids()
             frame = encode_frame(cid, b.topic, b.partition, ms)
             frames.append(frame)
             size += len(frame)
@@ -506,8 +506,7 @@ class Producer:
         conn = self.conn
         for i in range(0, len(values), _SINGLES_PER_WRITE):
             chunk = values[i:i + _SINGLES_PER_WRITE]
-            cid = (conn._next_correlation_id + 1) & 0x7FFFFFFF
-            conn._next_correlation_id = (cid + len(chunk) - 1) & 0x7FFFFFFF
+            cid = conn.take_correlation_ids(len(chunk))
             data = self._encoder.single_frames(cid, topic, partition, chunk,
                                                stamps[i:i + _SINGLES_PER_WRITE])
             if not self._write([data], [], requeue):
