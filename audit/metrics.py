@@ -18,6 +18,8 @@ Of the audit service (``python -m audit serve``, its /metrics), ``ServiceMetrics
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -50,11 +52,10 @@ class CounterMetrics:
             yield family
 
 
+@dataclass(frozen=True)
 class ServiceMetrics:
     """Read at scrape time from an AuditService (audit/service.py)."""
-
-    def __init__(self, service) -> None:
-        self.service = service
+    service: Any
 
     def collect(self):
         service = self.service

@@ -31,13 +31,17 @@ EXIT_BAD_SETTINGS = 2
 
 
 def add_settings_options(parser: argparse.ArgumentParser, *, config_help: str,
-                         set_example: str = "", log_defaults: tuple[str, str] = ("INFO", "text"),
+                         set_example: str = "", log_defaults: tuple[str, str] | None = ("INFO", "text"),
+                         config_flags: tuple[str, ...] = ("--config",),
                          ) -> argparse.ArgumentParser:
-    """Add --config, --log-level, --log-format, --set and --print-config."""
-    level, fmt = log_defaults
-    parser.add_argument("--config", metavar="FILE", help=config_help)
-    parser.add_argument("--log-level", help=f"DEBUG, INFO, WARNING, ERROR (default {level})")
-    parser.add_argument("--log-format", choices=["text", "json"], help=f"default {fmt}")
+    """Add --config (or ``config_flags``), --log-level, --log-format (unless
+    ``log_defaults`` is None: a command that logs its own way), --set and
+    --print-config."""
+    parser.add_argument(*config_flags, dest="config", metavar="FILE", help=config_help)
+    if log_defaults is not None:
+        level, fmt = log_defaults
+        parser.add_argument("--log-level", help=f"DEBUG, INFO, WARNING, ERROR (default {level})")
+        parser.add_argument("--log-format", choices=["text", "json"], help=f"default {fmt}")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override any setting" + (f", e.g. {set_example}" if set_example
                                                         else "") + " (repeatable)")

@@ -478,15 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     try:
         return args.func(args)
-    except SamsaError as exc:
+    except (ConfigError, SamsaError, BrokerConnectionError, ValueError, ConnectionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (BrokerConnectionError, ValueError, ConnectionError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ConfigError) else 1
     except BrokenPipeError:
         return 0
 

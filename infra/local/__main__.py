@@ -12,12 +12,12 @@ import logging
 import os
 import sys
 
-from broker.service_kit import settings
+from broker.service_kit import cli, settings
 from broker.service_kit.settings import ConfigError
 from infra.local.container_runtime import RUNTIMES
 from infra.local import status as environment_status
 from infra.local.lab import DEFAULT_TOPOLOGY, Lab, LabError
-from infra.topology import load_topology
+from infra.topology import Topology
 
 DEFAULT_STATE_DIR = ".lab"
 
@@ -54,12 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "answering). If anything fails, what was started is taken down and the "
                     "error shows the tail of the failing process's log. Refused when a lab "
                     "already runs in the state directory.")
-    up.add_argument("--topology", default=DEFAULT_TOPOLOGY, metavar="FILE",
-                    help="topology file (TOML; default infra/local/topology.toml)")
-    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a topology setting, dotted; a table of an array by its name: "
-                         "--set base_port=29000 --set datacenters.dc-a.brokers=3 "
-                         "--set mirrors.to-analysis.processes=1 (repeatable)")
+    cli.add_settings_options(
+        up, config_flags=("--topology", "--config"), log_defaults=None,
+        config_help="topology file (TOML; default infra/local/topology.toml)",
+        set_example="--set base_port=29000 --set datacenters.dc-a.brokers=3 "
+                    "--set mirrors.to-analysis.processes=1 (an array's table by its name)")
+    up.set_defaults(config=DEFAULT_TOPOLOGY)
     up.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                     help="how long each step may take to be ready (default 60)")
     up.add_argument("--no-mirrors", action="store_true",
@@ -101,7 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    topology = load_topology(args.topology, settings.parse_overrides(args.set))
+    values = cli.settings_values(args)
+    if args.print_config:
+        cli.print_config(Topology, values)
+        return 0
+    topology = settings.build(Topology, values)
     lab = Lab(topology, args.dir, runtime=args.runtime)
     lab.up(timeout=args.timeout, mirrors=not args.no_mirrors, only=args.only)
     if args.only:
@@ -146,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("broker.coordination").setLevel(logging.WARNING)
     try:
         return {"up": cmd_up, "status": cmd_status, "down": cmd_down}[args.command](args)
-    except (LabError, ConfigError) as exc:
+    except ConfigError as exc:
+        return cli.fail(exc)
+    except LabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -63,3 +63,15 @@ def test_every_service_refuses_the_same_bad_cluster_names(command):
         done = run_module(*command, bad, "--print-config")
         assert done.returncode == 2, (bad, done.stdout)
         assert b"NAME=ZOOKEEPER" in done.stderr, (bad, done.stderr)
+
+
+def test_the_lab_reads_its_topology_with_the_same_kit(tmp_path):
+    done = run_module("infra.local", "up", "--print-config", "--set", "base_port=29000")
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "topology.toml"
+    path.write_text(done.stdout.decode())
+    again = run_module("infra.local", "up", "--topology", str(path), "--print-config")
+    assert again.returncode == 0 and again.stdout == done.stdout
+    assert tomllib.loads(again.stdout.decode())["base_port"] == 29000
+    bad = run_module("infra.local", "up", "--set", "no_such_setting=1")
+    assert bad.returncode == 2 and b"no_such_setting" in bad.stderr
