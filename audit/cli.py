@@ -112,12 +112,14 @@ def main(argv: list[str] | None = None) -> int:
         from audit.config import CountConfig
         return cli.run_service(CountConfig, args, run_count, table="count",
                                flags=("datacenter", "registry", "metrics_port"),
-                               overrides=counted_cluster)
+                               overrides=counted_cluster,
+                               clusters={"cluster": "dc-a", "zookeeper": "127.0.0.1:2181/dc-a"})
     if args.command == "serve":
         from audit.config import ServeConfig
         return cli.run_service(ServeConfig, args, run_serve, table="serve",
                                flags=("db_url", "registry", "http_port"),
-                               overrides=analysis_cluster)
+                               overrides=analysis_cluster,
+                               clusters={"zookeeper": "127.0.0.1:2181/analysis"})
     if args.command == "report":
         return run_report(args)
     if args.command == "db":

@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return cli.run_service(LoaderConfig, args, lambda config: run(config, args), table="loader",
                            flags=("output", "master", "whitelist"),
-                           overrides=analysis_cluster)
+                           overrides=analysis_cluster,
+                           clusters={"zookeeper": "127.0.0.1:2181/analysis"})
 
 
 def run(config, args) -> int:

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 
-from broker.coordination.named_cluster import parse_cluster
+from broker.coordination.named_cluster import NamedCluster, parse_cluster
 from broker.service_kit import cli
 
 from .config import MirrorConfig
@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 FLAGS = ("group", "whitelist", "blacklist", "metrics_port")
+EXAMPLE_SOURCE = NamedCluster("dc-a", "127.0.0.1:2181/dc-a")
+EXAMPLE_TARGET = NamedCluster("analysis", "127.0.0.1:2181/analysis")
 
 
 def clusters_named(args) -> dict:
@@ -66,7 +68,8 @@ def clusters_named(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     return cli.run_service(MirrorConfig, build_parser().parse_args(argv), run, flags=FLAGS,
-                           overrides=clusters_named, cluster_fields=("sources", "target"))
+                           overrides=clusters_named,
+                           clusters={"sources": [EXAMPLE_SOURCE], "target": EXAMPLE_TARGET})
 
 
 def run(config: MirrorConfig) -> int:

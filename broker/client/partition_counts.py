@@ -103,9 +103,16 @@ class PartitionCounts:
             self._cond.notify_all()
         admin = self._admin
         if admin is not None:
-            admin.close()
+            admin.close()           # wakes the thread if it waits for an answer
         if self._thread is not None:
             self._thread.join(timeout=5)
+        # an ask in progress ends before this lock is ours, and none starts
+        # after (both check _closed under it): the connection it may have
+        # opened, or reopened, is closed here
+        with self._asking:
+            if self._admin is not None:
+                self._admin.close()
+                self._admin = None
 
     # ------------------------------------------------------------ internals
 
@@ -131,6 +138,8 @@ class PartitionCounts:
     def _ask(self, topics: list[str]) -> None:
         """One metadata request for ``topics``; records the answers. Called
         with ``_asking``; raises when the request fails."""
+        if self._closed:
+            raise BrokerConnectionError("the producer is closed: no partition counts to ask")
         if self._admin is None:
             self._admin = AdminClient(self.bootstrap, self.client_id, self.request_timeout)
         response = self._admin.metadata(topics)

@@ -98,7 +98,9 @@ def add_cluster_option(parser, help: str, *, zookeeper_alias: bool = True,
 def cluster_from(args) -> NamedCluster | None:
     """The cluster ``add_cluster_option``'s options name; None when neither
     is given; ConfigError when both are, or either is malformed. A
-    ``--zookeeper`` without a chroot names the cluster "default"."""
+    ``--zookeeper`` is taken as it always was, whatever its chroot: the
+    cluster is named after the chroot's last part where that is a valid name,
+    else "default" (the commands that take the alias use no name)."""
     given, alias = getattr(args, "cluster", None), getattr(args, "zookeeper", None)
     if given and alias:
         raise ConfigError("--cluster and --zookeeper name the same thing: give one")
@@ -108,6 +110,7 @@ def cluster_from(args) -> NamedCluster | None:
             _, chroot = split_connect_string(hosts_chroot)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        name = (chroot or "").rstrip("/").rpartition("/")[2] or "default"
-        return parse_cluster(f"{name}={hosts_chroot}")
+        name = (chroot or "").rstrip("/").rpartition("/")[2]
+        return parse_cluster(f"{name if NAME_PATTERN.fullmatch(name) else 'default'}="
+                             f"{hosts_chroot}")
     return parse_cluster(given) if given else None

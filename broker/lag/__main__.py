@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 
-from broker.coordination.named_cluster import parse_cluster
+from broker.coordination.named_cluster import NamedCluster, parse_cluster
 from broker.service_kit import cli
 
 from .config import LagServiceConfig
@@ -51,7 +51,8 @@ def clusters_named(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     return cli.run_service(LagServiceConfig, build_parser().parse_args(argv), run, flags=FLAGS,
-                           overrides=clusters_named, cluster_fields=("clusters",))
+                           overrides=clusters_named,
+                           clusters={"clusters": [NamedCluster("dc-a", "127.0.0.1:2181/dc-a")]})
 
 
 def run(config: LagServiceConfig) -> int:

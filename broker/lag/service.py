@@ -70,11 +70,13 @@ class LagService:
         return self._http.port
 
     def start(self) -> "LagService":
+        """Bind the HTTP port (OSError when it is taken: nothing has started
+        then), then start evaluating."""
+        self._http = serve_metrics(self.config.http_host, self.config.http_port,
+                                   _Collector(self), answer=self.answer, name="lag")
         thread = threading.Thread(target=self._loop, name="lag-evaluate", daemon=True)
         thread.start()
         self._threads.append(thread)
-        self._http = serve_metrics(self.config.http_host, self.config.http_port,
-                                   _Collector(self), answer=self.answer, name="lag")
         log.info("lag service on http://%s:%d/ evaluating %s every %.1f s", self.config.http_host,
                  self.port, ", ".join(c.name for c in self.config.clusters),
                  self.config.interval_s)

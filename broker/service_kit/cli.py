@@ -77,42 +77,57 @@ def load_settings(cls, args: argparse.Namespace, table: str | None = None,
 
 
 def print_config(cls, values: dict[str, Any], table: str | None = None, out=None,
-                 cluster_fields: tuple[str, ...] = ()) -> None:
-    """The settings as TOML. When they are not complete (a setting without a
-    default, or one of ``cluster_fields``, is not given), what there is, with
-    what is missing as comments; a wrong value is ConfigError all the same."""
+                 clusters: dict[str, Any] | None = None) -> None:
+    """The settings as TOML. When the clusters are not named yet (the
+    settings of ``clusters``, or a setting without a default, not given):
+    what there is, each missing setting as a comment. Every other setting
+    is checked all the same, with ``clusters``' examples standing in for
+    the missing ones: a wrong value is ConfigError, never printed."""
     out = out or sys.stdout
+    clusters = clusters or {}
     try:
         out.write(settings.to_toml(settings.build(cls, values), table))
         return
     except ConfigError as exc:
-        incomplete = settings.missing(cls, values) or [f for f in cluster_fields
-                                                       if not values.get(f)]
-        if not incomplete:
-            raise
         problem = str(exc)
-    text = settings.to_toml(settings.sketch(cls, values), table)
+        absent = [name for name in clusters if not values.get(name)]
+        absent += [name for name in settings.missing(cls, values) if name not in absent]
+        if not absent or any(name not in clusters for name in absent):
+            raise
+    settings.build(cls, {**values, **{name: clusters[name] for name in absent}})
+    sketched = settings.sketch(cls, values)
+    for name in absent:                 # shown as comments, not as empty values
+        object.__setattr__(sketched, name, None)
+    text = settings.to_toml(sketched, table)
     header, body = text.split("\n", 1) if table else ("", text)
-    required = "".join(f"# {name} = ...   (required)\n" for name in settings.missing(cls, values))
+    required = "".join(f"# {name} = ...   (required; for example {_example(clusters[name])})\n"
+                       for name in absent)
     out.write(f"# not complete yet: {problem}\n" + (header + "\n" if table else "")
               + required + body)
+
+
+def _example(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_example(v) for v in value)
+    return str(value) if not isinstance(value, str) else f'"{value}"'
 
 
 def run_service(cls, args: argparse.Namespace, run: Callable[[Any], int], *,
                 table: str | None = None, flags: tuple[str, ...] | dict[str, str] = (),
                 overrides: Callable[[argparse.Namespace], dict[str, Any]] | None = None,
-                cluster_fields: tuple[str, ...] = ()) -> int:
+                clusters: dict[str, Any] | None = None) -> int:
     """Build the settings, answer --print-config, set up logging, ``run(config)``.
 
     ``overrides(args)`` adds settings the options imply in ways a flag name
     cannot say (a cluster given as NAME=ZOOKEEPER); it may raise ConfigError.
-    ``cluster_fields`` name the settings that say which clusters: until they
-    are given, --print-config shows the rest (``print_config``).
+    ``clusters`` maps the settings that say which clusters to an example
+    value of each: until they are given, --print-config shows the rest
+    (``print_config``).
     """
     try:
         values = settings_values(args, table, flags, overrides(args) if overrides else None)
         if getattr(args, "print_config", False):
-            print_config(cls, values, table, cluster_fields=cluster_fields)
+            print_config(cls, values, table, clusters=clusters)
             return 0
         config = settings.build(cls, values)
     except ConfigError as exc:

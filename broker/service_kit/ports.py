@@ -46,10 +46,18 @@ def ephemeral_port_range() -> tuple[int, int]:
 def base_ports(span: int = 1) -> range:
     """The ports ``base`` for which ``base .. base + span - 1`` all lie
     outside the ephemeral range: below it when that leaves at least
-    MIN_CHOICES bases, else above it."""
+    MIN_CHOICES bases, else above it when that does. When the ephemeral
+    range leaves room on neither side (a host that made it 1024-65535), the
+    whole of FIRST_PORT..LAST_PORT: a bind may then race an outgoing
+    connection, which is the host's choice."""
     low, high = ephemeral_port_range()
     below = range(FIRST_PORT, low - span + 1)
-    return below if len(below) >= MIN_CHOICES else range(high + 1, LAST_PORT - span + 2)
+    if len(below) >= MIN_CHOICES:
+        return below
+    above = range(high + 1, LAST_PORT - span + 2)
+    if len(above) >= MIN_CHOICES:
+        return above
+    return range(FIRST_PORT, LAST_PORT - span + 2)
 
 
 def busy_among(ports: Iterable[tuple[int, str]], host: str = "127.0.0.1") -> list[tuple[int, str]]:

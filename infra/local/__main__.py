@@ -150,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("broker.coordination").setLevel(logging.WARNING)
     try:
         return {"up": cmd_up, "status": cmd_status, "down": cmd_down}[args.command](args)
-    except ConfigError as exc:
-        return cli.fail(exc)
-    except LabError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (LabError, ConfigError) as exc:
+        if isinstance(exc, ConfigError) and args.command == "up":
+            return cli.fail(exc)        # the settings given to up: exit 2, as every service
+        print(f"error: {exc}", file=sys.stderr)   # a lab's state that cannot be read: 1
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

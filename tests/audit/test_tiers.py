@@ -217,7 +217,7 @@ def test_the_mirror_tier_counts_what_it_copied_per_source(clusters):
     events (published in the analysis cluster) match each DC's producer
     events, which reach analysis too (the audit topic is mirrored)."""
     from broker.coordination.named_cluster import NamedCluster
-from mirror.config import MirrorConfig
+    from mirror.config import MirrorConfig
     from mirror.mirror import Mirror
     dcs = {name: clusters(name) for name in ("dc-a", "dc-b")}
     analysis = clusters("analysis")

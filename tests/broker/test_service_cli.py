@@ -75,3 +75,30 @@ def test_the_lab_reads_its_topology_with_the_same_kit(tmp_path):
     assert tomllib.loads(again.stdout.decode())["base_port"] == 29000
     bad = run_module("infra.local", "up", "--set", "no_such_setting=1")
     assert bad.returncode == 2 and b"no_such_setting" in bad.stderr
+
+
+#: a value each service's own checks refuse (checks across settings, not types)
+WRONG_VALUES = {
+    ("broker",): "log.flush_ms=-5",
+    ("mirror",): "whitelist=(",
+    ("broker.lag",): "interval_s=0",
+    ("audit", "count"): "publish_interval_ms=0",
+    ("audit", "serve"): "grace_ms=-1",
+    ("hadoop_loader",): "on_retention_gap=maybe",
+}
+
+
+@pytest.mark.parametrize("command, table, clusters", SERVICES, ids=IDS)
+def test_a_wrong_value_is_refused_also_before_a_cluster_is_named(command, table, clusters):
+    setting = WRONG_VALUES[command]
+    for named in ((), clusters):
+        done = run_module(*command, *named, "--print-config", "--set", setting)
+        assert done.returncode == 2, (named, done.stdout)
+        assert done.stderr.decode().startswith("error: ") and not done.stdout
+
+
+@pytest.mark.parametrize("command, table, clusters", SERVICES[1:], ids=IDS[1:])
+def test_what_is_missing_is_shown_as_a_comment(command, table, clusters):
+    text = run_module(*command, "--print-config").stdout.decode()
+    required = [line for line in text.splitlines() if line.endswith(")") and "(required" in line]
+    assert required and all(line.startswith("# ") for line in required), text

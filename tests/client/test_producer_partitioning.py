@@ -163,3 +163,33 @@ def test_partitioner_any_leaves_the_choice_to_the_broker(module_broker, admin, t
         partitions = [producer.send(topic, b"v").result(timeout=10)[0] for _ in range(6)]
     # the broker deals requests out round-robin from where its cursor was
     assert partitions == [(partitions[0] + j) % 3 for j in range(6)]
+
+
+def open_sockets() -> int:
+    import os
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:             # the listing's own descriptor, gone
+            pass
+    return found
+
+
+def test_closing_while_the_count_is_asked_leaves_no_connection(module_broker, admin, topic):
+    """close() may come while the background ask opens its connection: the
+    connection is closed all the same, and no ask starts after close."""
+    import threading
+    from broker.client.connection import BrokerConnectionError
+    from broker.client.partition_counts import PartitionCounts
+    admin.create_topic(topic, partitions=2)
+    before = open_sockets()
+    for _ in range(30):
+        counts = PartitionCounts(module_broker.address, "test", 5.0, 300_000, 100, 1000)
+        counts.count(topic)                        # the background ask starts
+        counts.close()
+        with pytest.raises(BrokerConnectionError):
+            counts.count_now(topic + "-other")
+    assert not [t for t in threading.enumerate() if t.name == "samsa-producer-metadata"
+                and t.is_alive()]
+    assert open_sockets() <= before

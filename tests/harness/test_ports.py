@@ -54,3 +54,14 @@ def test_a_listening_port_is_busy_and_a_free_one_is_not():
         held.bind(("127.0.0.1", free))
         held.listen()
         assert ports.busy_among([(free, "held"), (other, "free")]) == [(free, "held")]
+
+
+def test_a_host_whose_ephemeral_range_leaves_no_room_still_gets_ports(monkeypatch):
+    """ip_local_port_range = 1024 65535 (containers, tuned hosts): neither side
+    has room, so the ports come from the whole range rather than from nothing."""
+    monkeypatch.setattr(ports, "ephemeral_port_range", lambda: (1024, 65_535))
+    assert ports.base_ports(700)[0] == ports.FIRST_PORT
+    found = ports.free_ports(5)
+    assert len(set(found)) == 5 and all(bindable(p) for p in found)
+    assert ports.free_base_port(lambda base: [(base, "first"), (base + 300, "last")]) >= \
+        ports.FIRST_PORT
