@@ -14,6 +14,7 @@ service compares the tiers with the producers (see docs/audit.md).
 * report.py: verdicts of a period from the database (``python -m audit report``);
 * remote.py: the service's HTTP API as its clients use it;
 * gate.py: is an hour ready to load? (the warehouse's wait);
+* times.py: times as the audit reads and shows them (ms or ISO 8601; UTC);
 * config.py: the processes' settings; cli.py, __main__.py: ``python -m audit``.
 
 Uses the client, the schemas and the service kit; never broker.server or broker.storage.

@@ -1,6 +1,6 @@
 """Real processes for the demo, the tests, the benchmarks and the lab.
 
-* ``SupervisedProcess`` (broker/service_kit/process.py, re-exported here):
+* ``SupervisedProcess`` (the service kit's process module, re-exported here):
   the one way child processes are started (a session each, output to a log, readiness by a line or a
   callable) and stopped (polite, then TERM and KILL to the group), used by
   everything below, the lab, the benchmarks and the test fixtures.

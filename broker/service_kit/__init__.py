@@ -9,8 +9,11 @@ any of them:
 * cli.py: the command line every service shares (--config, --set,
   --print-config, --log-level, --log-format; bad settings exit 2).
 * logging_setup.py: text or JSON lines, one set-up for every process.
-* process.py: the one way a child process is started, awaited, stopped,
-  and known again by pid after its parent has gone.
+* process.py: the one way a child process is started, awaited and stopped;
+* detached.py: a process that outlives the command that started it: its
+  record in a JSON state file, known again by pid and start time, stopped
+  (TERM to its group, then KILL) by a later command;
+* ports.py: the one port allocator (free ports outside the ephemeral range).
 * json_http.py: the one small HTTP server of JSON (and page) answers.
 * metrics_http.py: the one way metrics are served: collectors in a
   prometheus_client registry, at /metrics beside a service's answers.

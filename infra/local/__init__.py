@@ -1,6 +1,11 @@
 """The local lab: a topology (infra/topology.py) run on this machine.
 
-* lab.py: the lab itself, as processes of this checkout or as containers;
+* lab.py: the lab itself, as processes of this checkout or as containers
+  (up, down, faults);
+* status.py: what an environment runs and how it is doing (a lab's, or
+  Terraform's local environment's), and its text;
+* metrics.py: reading a process's Prometheus /metrics;
+* command.py: how the local services' commands end (errors, exit status);
 * __main__.py: ``python -m infra.local up|status|down``;
 * topology.toml: the default topology;
 * haproxy.py: HAProxy before a datacenter's brokers;
