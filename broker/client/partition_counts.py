@@ -1,6 +1,9 @@
 """The partition count of each topic a producer sends to, learned from a
 broker's metadata (a MetadataRequest, through an AdminClient on a
-connection of its own to ``bootstrap``) and cached.
+connection of its own to ``bootstrap``, opened for the ask and closed after
+it: between asks a producer holds only its own connection, which is what a
+load balancer's session counts and a broker's connection limits see) and
+cached.
 
 ``count(topic)`` — asked by send() for every key-less message — never waits
 on the network: it returns the cached count, or None while none is known
@@ -106,13 +109,10 @@ class PartitionCounts:
             admin.close()           # wakes the thread if it waits for an answer
         if self._thread is not None:
             self._thread.join(timeout=5)
-        # an ask in progress ends before this lock is ours, and none starts
-        # after (both check _closed under it): the connection it may have
-        # opened, or reopened, is closed here
+        # an ask in progress ends (and closes its connection) before this
+        # lock is ours, and none starts after: both check _closed under it
         with self._asking:
-            if self._admin is not None:
-                self._admin.close()
-                self._admin = None
+            pass
 
     # ------------------------------------------------------------ internals
 
@@ -140,9 +140,12 @@ class PartitionCounts:
         with ``_asking``; raises when the request fails."""
         if self._closed:
             raise BrokerConnectionError("the producer is closed: no partition counts to ask")
-        if self._admin is None:
-            self._admin = AdminClient(self.bootstrap, self.client_id, self.request_timeout)
-        response = self._admin.metadata(topics)
+        self._admin = AdminClient(self.bootstrap, self.client_id, self.request_timeout)
+        try:
+            response = self._admin.metadata(topics)
+        finally:                     # close() may have closed it already: closing is idempotent
+            self._admin.close()
+            self._admin = None
         now = time.monotonic()
         with self._cond:
             self.requests += 1

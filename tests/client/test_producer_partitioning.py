@@ -193,3 +193,19 @@ def test_closing_while_the_count_is_asked_leaves_no_connection(module_broker, ad
     assert not [t for t in threading.enumerate() if t.name == "samsa-producer-metadata"
                 and t.is_alive()]
     assert open_sockets() <= before
+
+
+def test_between_asks_a_producer_holds_one_connection(module_broker, admin, topic):
+    """Behind a load balancer a producer is one session: the metadata ask has
+    a connection of its own only while it asks (tests/infra/test_lb_failover.py
+    kills the broker that holds the producer's one session)."""
+    admin.create_topic(topic, 2)
+    before = open_sockets()
+    with Producer(bootstrap=module_broker.address, acks="flushed", batch_size=10,
+                  linger_ms=1) as producer:
+        futures = [producer.send(topic, b"%d" % i) for i in range(100)]
+        producer.flush(timeout=30)
+        assert producer.partition_count(topic) == 2
+        wait_until(lambda: {f.result(timeout=0)[0] for f in futures} and
+                   open_sockets() == before + 1, 10,
+                   what="the producer's own connection only")

@@ -31,7 +31,7 @@ from broker.client.producer import Producer
 from broker.service_kit.process import proc_stat
 from broker_helpers import run_module, topic_values, wait_until
 from container_helpers import health
-from infra.local import container_runtime
+from infra.local import container_runtime, daemon
 from infra.local.container_runtime import STATE_LABEL
 from infra.local.lab import Lab, LabError, free_topology
 from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology, to_toml
@@ -218,7 +218,8 @@ def test_terraform_applies_and_destroys_the_environment_as_containers(docker_hos
         # the docker clients the components' up commands left running
         pids += [pid for component in ("zookeeper", "dc-a", "analysis", "mirror")
                  for pid in Lab.open(str(state / component)).pids().values()]
-        pids.append(json.loads((state / "audit" / "daemon.json").read_text())["pid"])
+        _fields, audit_records = daemon.read(str(state / "audit"))
+        pids += [record.pid for record in audit_records]
         assert all(running(pid) for pid in pids)
     finally:
         out = terraform(env_dir, "destroy", "-auto-approve", "-input=false", *variables)
