@@ -52,7 +52,7 @@ class BrokerMetrics:
         self.connections = 0
         self.sendfile_bytes = 0
         self.validations_off_loop = 0
-        self.produce_short_cuts = 0        # the batch-1 path's appends (server.handle_frames)
+        self.produce_short_cuts = 0        # batch-1 appends (ProducePath.append_no_ack_run)
         self.connections_throttled = 0     # reading paused: too many queued requests
         self.connections_closed_idle = 0
         self.memory_pool = None            # RequestMemoryPool, set by the server

@@ -2,7 +2,7 @@
 write them, flush them (group commit) and answer the acks.
 
 One read of a connection (``BrokerServer.handle_frames``) goes:
-  ``produce`` (or ``append_no_ack_repeat``) for each produce request: validate
+  ``produce`` (or ``append_no_ack_run``) for each produce request: validate
   and append each message set to its log's in-memory buffer (its offset is the
   byte position in the log: base = the log's end when appended, end = base +
   size) -> ``write_dirty_logs`` once the read is handled: one write per log
@@ -120,7 +120,7 @@ class ProducePath:
         """Append each entry (topic, partition, message set, info) to its log's
         buffer; the reply (unless acks is NONE) waits for the write, and for
         the flush with acks FLUSHED. ``no_ack_logs`` (for
-        ``append_no_ack_repeat``) gets the logs an acks=none entry was
+        ``append_no_ack_run``) gets the logs an acks=none entry was
         appended to."""
         if self.stopping:
             if acks == Acks.NONE:
@@ -150,40 +150,58 @@ class ProducePath:
         self._produce_waits.append(ProduceWait(conn, reply, correlation_id, acks, results,
                                                timeout_ms))
 
-    def append_no_ack_repeat(self, conn: Connection, payload: bytes, entry: tuple,
-                             no_ack_logs: dict, now: int) -> bool:
-        """The paper's batch-1 case, short cut: an acks=none produce of one
-        message set (``entry`` as the C frame decoder gives it: topic,
-        partition, start, stop, count, first_ts, max_ts) to a partition that
-        ``produce`` appended an acks=none set to earlier in this read
-        (``no_ack_logs``) goes straight to the log. False when it does not
-        apply (the caller takes the full path); True when the request was
-        handled (appended, or failed and the connection set to close)."""
-        topic, partition, start, stop, count, first_ts, max_ts = entry
-        lg = no_ack_logs.get((topic, partition))
-        if lg is None or not count or self._failed_logs or self.stopping:
-            return False
+    def append_no_ack_run(self, conn: Connection, frames: list, i: int, no_ack_logs: dict,
+                          now: int, c_frame, max_message_bytes: int) -> tuple[int, tuple | None]:
+        """The paper's batch-1 case, short cut: from ``frames[i]`` on, every
+        acks=none produce of one message set to a partition that ``produce``
+        appended an acks=none set to earlier in this read (``no_ack_logs``)
+        goes straight to the log. Returns the index of the first frame not
+        taken, and that frame's C parse when it was parsed here (so that the
+        caller does not parse it again; None otherwise). A run of such
+        requests is one call: at batch 1 this loop is the broker's work per
+        message. A failed append sets the connection to close and ends the
+        run after its frame."""
         metrics = self.metrics
-        metrics.requests["produce"] += 1
-        try:
-            lg.append(payload[start:stop], count, first_ts, max_ts, now)
-        except StorageError as exc:
-            self._storage_failed(lg, exc, True)
-            log.warning("produce (acks=none) from %s to %s/%s failed: %s; closing the "
-                        "connection", conn.peer, topic, partition, exc)
-            conn.close_after_flush = True
-            no_ack_logs.clear()
-            return True
-        except Exception:   # a bug: as _append does, fail this one, go on
-            log.exception("error appending to %s/%s", quote_name(topic), partition)
-            metrics.errors[("produce", "UNKNOWN")] += 1
-            conn.close_after_flush = True
-            no_ack_logs.clear()
-            return True
-        metrics.messages_in[topic] += count
-        metrics.bytes_in[topic] += stop - start
-        metrics.produce_short_cuts += 1
-        return True
+        requests, messages_in, bytes_in = metrics.requests, metrics.messages_in, metrics.bytes_in
+        taken = 0
+        for i in range(i, len(frames)):
+            payload = frames[i]
+            raw = c_frame(payload, max_message_bytes)
+            if raw is None or raw[1] != 0 or len(raw[3]) != 1:
+                break
+            topic, partition, start, stop, count, first_ts, max_ts = raw[3][0]
+            lg = no_ack_logs.get((topic, partition))
+            if lg is None or not count or self._failed_logs or self.stopping:
+                break
+            requests["produce"] += 1
+            try:
+                lg.append(payload[start:stop], count, first_ts, max_ts, now)
+            except StorageError as exc:
+                self._storage_failed(lg, exc, True)
+                log.warning("produce (acks=none) from %s to %s/%s failed: %s; closing the "
+                            "connection", conn.peer, topic, partition, exc)
+                return self._end_run(conn, no_ack_logs, taken, i)
+            except Exception:   # a bug: as _append does, fail this one, go on
+                log.exception("error appending to %s/%s", quote_name(topic), partition)
+                metrics.errors[("produce", "UNKNOWN")] += 1
+                return self._end_run(conn, no_ack_logs, taken, i)
+            messages_in[topic] += count
+            bytes_in[topic] += stop - start
+            taken += 1
+        else:
+            metrics.produce_short_cuts += taken
+            return len(frames), None
+        metrics.produce_short_cuts += taken
+        return i, raw
+
+    def _end_run(self, conn: Connection, no_ack_logs: dict, taken: int,
+                 i: int) -> tuple[int, None]:
+        """A short-cut append failed at ``frames[i]``: close the connection
+        once its replies are out, take no more short cuts in this read."""
+        self.metrics.produce_short_cuts += taken
+        conn.close_after_flush = True
+        no_ack_logs.clear()
+        return i + 1, None
 
     def _append(self, topic_name: str, partition: int, message_set, info, now: int,
                 no_ack: bool) -> list:

@@ -280,13 +280,15 @@ class BrokerServer:
         # deleted between two produces must not be appended to).
         c_frame = api.produce_frame_c
         no_ack_logs: dict[tuple[str, int], Log] = {}
+        taken_until = 0
         for i, payload in enumerate(frames):
+            if i < taken_until:         # appended by the short cut below
+                continue
             raw = None
             if no_ack_logs:
-                raw = c_frame(payload, max_message_bytes)
-                if raw is not None and raw[1] == 0 and len(raw[3]) == 1 and \
-                        produce_path.append_no_ack_repeat(conn, payload, raw[3][0],
-                                                          no_ack_logs, now):
+                taken_until, raw = produce_path.append_no_ack_run(
+                    conn, frames, i, no_ack_logs, now, c_frame, max_message_bytes)
+                if taken_until > i:     # the first frame not taken is parsed again
                     continue
             # a frame the short cut parsed but could not take is not parsed again
             produce = (api.produce_of_c_frame(payload, raw) if raw is not None
