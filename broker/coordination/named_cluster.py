@@ -62,6 +62,13 @@ class NamedCluster:
         return f"{self.name}={self.zookeeper}"
 
 
+def chroot_name(zookeeper: str) -> str:
+    """The last part of the connect string's chroot ("" without one);
+    ValueError when the connect string is malformed."""
+    _, chroot = split_connect_string(zookeeper)
+    return (chroot or "").rstrip("/").rpartition("/")[2]
+
+
 def parse_cluster(text: str) -> NamedCluster:
     """A cluster as given on a command line: ``NAME=ZOOKEEPER``, or
     ``ZOOKEEPER`` with a chroot (named after its last part). ConfigError
@@ -72,8 +79,7 @@ def parse_cluster(text: str) -> NamedCluster:
     name, zookeeper = name.strip(), zookeeper.strip()
     try:
         if not name:
-            _, chroot = split_connect_string(zookeeper)
-            name = (chroot or "").rstrip("/").rpartition("/")[2]
+            name = chroot_name(zookeeper)
             if not name:
                 raise ValueError(f"{zookeeper!r} has no chroot to name the cluster after: "
                                  f"give it as {COMMAND_LINE_FORM}")
@@ -107,10 +113,9 @@ def cluster_from(args) -> NamedCluster | None:
     if alias:
         hosts_chroot = alias.strip()
         try:
-            _, chroot = split_connect_string(hosts_chroot)
+            name = chroot_name(hosts_chroot)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        name = (chroot or "").rstrip("/").rpartition("/")[2]
         return parse_cluster(f"{name if NAME_PATTERN.fullmatch(name) else 'default'}="
                              f"{hosts_chroot}")
     return parse_cluster(given) if given else None

@@ -31,7 +31,8 @@ EXIT_BAD_SETTINGS = 2
 
 
 def add_settings_options(parser: argparse.ArgumentParser, *, config_help: str,
-                         set_example: str = "", log_defaults: tuple[str, str] | None = ("INFO", "text"),
+                         set_example: str = "",
+                         log_defaults: tuple[str, str] | None = ("INFO", "text"),
                          config_flags: tuple[str, ...] = ("--config",),
                          ) -> argparse.ArgumentParser:
     """Add --config (or ``config_flags``), --log-level, --log-format (unless
