@@ -8,6 +8,7 @@
     python -m schemas [--registry URL] bootstrap          # the shipped schemas, default topics
     python -m schemas [--registry URL] sync --to URL      # copy subjects to another registry
     python -m schemas shipped                              # the schemas that ship with Samsa
+    python -m schemas [--registry URL] serve [--port 8081]  # Confluent's REST API over it
 
 The registry is ``--registry``, else ``$SAMSA_SCHEMA_REGISTRY``, else
 ``zookeeper://127.0.0.1:2181`` (a local ZooKeeper's root):
@@ -17,7 +18,7 @@ The registry is ``--registry``, else ``$SAMSA_SCHEMA_REGISTRY``, else
 
 Exit status: 0 done; 1 refused (an incompatible schema, or check found problems);
 2 bad usage, a bad schema, an unknown subject, version or id; 3 the store is
-unreachable or unreadable.
+unreachable or unreadable; (serve) 4 its port is taken.
 """
 from __future__ import annotations
 
@@ -84,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--to", required=True, metavar="URL")
 
     sub.add_parser("shipped", help="list the schemas that ship with Samsa")
+
+    # the one sub-command that is a service (schemas/service.py uses the service kit)
+    from schemas.service import add_serve_parser
+    add_serve_parser(sub)
     return p
 
 
@@ -94,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
             topics = [t for t, n in catalog.TOPIC_SCHEMAS.items() if n == name]
             print(name + (f"   (topic {', '.join(topics)})" if topics else ""))
         return 0
+    if args.command == "serve":
+        from schemas.service import serve
+        return serve(args, args.registry, ENV)
     url = args.registry or os.environ.get(ENV) or DEFAULT_REGISTRY
     try:
         registry = SchemaRegistry.open(url, args.timeout)

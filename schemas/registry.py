@@ -19,8 +19,9 @@ id) never depends on them.
 
 **Compatibility** is checked at registration against the subject's latest
 version (or all of them, for the ``*_TRANSITIVE`` levels): see
-compatibility.py. Registering a schema the subject already has is a no-op
-that returns its version.
+compatibility.py. A subject's level is its own when set, else the
+registry's (``set_default_compatibility``), else BACKWARD. Registering a
+schema the subject already has is a no-op that returns its version.
 """
 from __future__ import annotations
 
@@ -177,8 +178,17 @@ class SchemaRegistry:
         return list(data["versions"]) if data else []
 
     def compatibility(self, subject: str) -> str:
+        """The level that applies to ``subject``: its own, else the registry's."""
+        return self.subject_compatibility(subject) or self.default_compatibility()
+
+    def subject_compatibility(self, subject: str) -> str | None:
+        """``subject``'s own level; None when it has none (the registry's applies)."""
         data, _ = self.store.read_subject(check_subject(subject))
-        return (data or {}).get("compatibility") or compatibility.DEFAULT_LEVEL
+        return (data or {}).get("compatibility") or None
+
+    def default_compatibility(self) -> str:
+        """The level of every subject without one of its own (BACKWARD unless set)."""
+        return self.store.read_config().get("compatibility") or compatibility.DEFAULT_LEVEL
 
     def by_id(self, sid: int) -> Any:
         """The schema with id ``sid`` (SchemaNotFoundError if none)."""
@@ -250,7 +260,7 @@ class SchemaRegistry:
             ids = list(data["versions"])
             if sid in ids:
                 return RegisteredSchema(subject, ids.index(sid) + 1, sid, expanded)
-            level = data.get("compatibility") or compatibility.DEFAULT_LEVEL
+            level = data.get("compatibility") or self.default_compatibility()
             found = compatibility.check_new_schema(level, expanded,
                                                    [self.by_id(i) for i in ids])
             if found:
@@ -260,16 +270,27 @@ class SchemaRegistry:
                 return RegisteredSchema(subject, len(ids) + 1, sid, expanded)
         raise StoreError(f"subject {subject!r}: too many concurrent registrations")
 
-    def set_compatibility(self, subject: str, level: str) -> str:
+    def set_compatibility(self, subject: str, level: str | None) -> str | None:
+        """Set ``subject``'s own level (None: drop it, the registry's applies
+        again); the level set."""
         check_subject(subject)
-        level = compatibility.check_level(level)
+        if level is not None:
+            level = compatibility.check_level(level)
         for _ in range(100):
             data, token = self.store.read_subject(subject)
+            if data is None and level is None:
+                return None
             data = dict(data or {"compatibility": None, "versions": []})
             data["compatibility"] = level
             if self.store.write_subject(subject, data, token):
                 return level
         raise StoreError(f"subject {subject!r}: too many concurrent updates")
+
+    def set_default_compatibility(self, level: str) -> str:
+        """Set the level of every subject that has none of its own."""
+        level = compatibility.check_level(level)
+        self.store.write_config({**self.store.read_config(), "compatibility": level})
+        return level
 
     # ------------------------------------------------------------ between registries
 

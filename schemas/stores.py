@@ -1,22 +1,32 @@
 """Where a schema registry keeps its state: ZooKeeper (the default) or a file.
 
-Both hold the same two things:
+Both hold the same three things:
 
 * schemas by id: ``id -> normalized schema text``, written once, never
   changed (an id is the schema's fingerprint, see registry.py);
 * subjects: ``subject -> {"compatibility": level or null, "versions": [id, ...]}``,
   changed only by compare-and-set (``write_subject`` with the token that
   ``read_subject`` returned), so two registrations racing on one subject
-  cannot both pass their compatibility check against the same last version.
+  cannot both pass their compatibility check against the same last version;
+* the registry's own settings: ``{"compatibility": level}``, the level of
+  every subject that has none of its own (absent: BACKWARD). The last
+  writer wins.
 
 ZooKeeper layout, under the cluster's chroot (e.g. ``/samsa/dc-a``)::
 
     /schemas/ids/<id>              the schema's normalized JSON
     /schemas/subjects/<subject>    the subject's JSON; its znode version is the token
+    /schemas/config                the registry's settings (JSON), when set
 
 The file store keeps one JSON document, rewritten atomically (write a
 temporary file, fsync, rename) under an exclusive ``flock`` of a lock file
 beside it, so processes on one machine may share it.
+
+The REST store (``http://HOST:PORT``) is a client of a registry served by
+``python -m schemas serve`` (or any server of Confluent's Schema Registry
+API): what it stores is the server's. A registration is one POST, which the
+server checks and applies by its own compare-and-set; a schema is stored
+only with the subject version that holds it.
 
 Neither store imports anything of the broker: the registry stands alone.
 """
@@ -26,8 +36,10 @@ import contextlib
 import fcntl
 import json
 import os
+import urllib.error
+import urllib.request
 from typing import Any, Iterator, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 SubjectData = dict[str, Any]
 
@@ -47,6 +59,8 @@ class Store(Protocol):
     def write_subject(self, subject: str, data: SubjectData, token: Any) -> bool: ...
     def list_subjects(self) -> list[str]: ...
     def list_schema_ids(self) -> list[int]: ...
+    def read_config(self) -> dict[str, Any]: ...
+    def write_config(self, config: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -132,6 +146,14 @@ class FileStore:
 
     def list_schema_ids(self) -> list[int]:
         return sorted(int(i) for i in self._read()["schemas"])
+
+    def read_config(self) -> dict[str, Any]:
+        return dict(self._read().get("config") or {})
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        with self._locked() as data:
+            data["config"] = dict(config)
+            self._write(data)
 
     def close(self) -> None:
         pass
@@ -232,6 +254,23 @@ class ZooKeeperStore:
         return sorted(int(i) for i in self._call("list schemas", self.client.get_children,
                                                  f"{self.root}/ids"))
 
+    def read_config(self) -> dict[str, Any]:
+        from kazoo.exceptions import NoNodeError
+        try:
+            data, _ = self._call("read the settings", self.client.get, f"{self.root}/config")
+        except NoNodeError:
+            return {}
+        return json.loads(data) if data else {}
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        from kazoo.exceptions import NodeExistsError
+        path = f"{self.root}/config"
+        payload = json.dumps(config, sort_keys=True).encode()
+        try:
+            self._call("write the settings", self.client.create, path, payload)
+        except NodeExistsError:
+            self._call("write the settings", self.client.set, path, payload)
+
     def close(self) -> None:
         try:
             self.client.stop()
@@ -242,12 +281,140 @@ class ZooKeeperStore:
         return f"ZooKeeperStore({self.connect!r})"
 
 
+# --------------------------------------------------------------------------- REST
+
+class RestStore:
+    """The registry of a Confluent-API server (``python -m schemas serve``):
+    Samsa's subject ``S`` is the server's ``S-value`` (schemas/confluent_api.py).
+
+    ``write_subject`` carries out one change at a time as the server's API
+    can say it: a version appended (a POST of the schema ``add_schema`` was
+    given, which the server checks for compatibility itself) and the
+    subject's level set or dropped. The token is the subject as read; a
+    subject changed since is not written (False), as with the other stores."""
+
+    SUFFIX = "-value"
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._pending: dict[int, str] = {}      # add_schema()'s texts, until registered
+        self._request("GET", "/config")         # reachable, and speaks the API
+
+    def _request(self, method: str, path: str, body: Any = None,
+                 missing: tuple[int, ...] = ()) -> Any:
+        """The answer's JSON; None for an error code in ``missing``."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Content-Type": "application/vnd.schemaregistry.v1+json",
+            "Accept": "application/vnd.schemaregistry.v1+json, application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                return json.loads(answer.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            try:
+                error = json.loads(exc.read())
+            except ValueError:
+                error = {}
+            code = error.get("error_code") if isinstance(error, dict) else None
+            if code in missing:
+                return None
+            message = error.get("message") if isinstance(error, dict) else None
+            raise StoreError(f"schema registry at {self.url}: {method} {path}: HTTP {exc.code}"
+                             f"{f' (error {code})' if code else ''}: {message or exc.reason}") \
+                from None
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot reach the schema registry at {self.url}: {exc}") from None
+
+    def _subject_path(self, subject: str) -> str:
+        return "/subjects/" + quote(subject + self.SUFFIX, safe="")
+
+    def get_schema(self, schema_id: int) -> str | None:
+        found = self._request("GET", f"/schemas/ids/{schema_id}", missing=(40403,))
+        return None if found is None else found["schema"]
+
+    def add_schema(self, schema_id: int, text: str) -> None:
+        stored = self.get_schema(schema_id)
+        if stored is not None and json.loads(stored) != json.loads(text):
+            raise _collision(schema_id)
+        self._pending[schema_id] = text
+
+    def read_subject(self, subject: str) -> tuple[SubjectData | None, Any]:
+        path = self._subject_path(subject)
+        versions = self._request("GET", f"{path}/versions", missing=(40401,)) or []
+        ids = [self._request("GET", f"{path}/versions/{n}")["id"] for n in versions]
+        level = self._request("GET", "/config/" + quote(subject + self.SUFFIX, safe=""),
+                              missing=(40401, 40408))
+        level = level["compatibilityLevel"] if level else None
+        if not ids and level is None:
+            return None, None
+        data = {"compatibility": level, "versions": ids}
+        return data, json.dumps(data, sort_keys=True)
+
+    def write_subject(self, subject: str, data: SubjectData, token: Any) -> bool:
+        current, now = self.read_subject(subject)
+        if now != token:
+            return False
+        current = current or {"compatibility": None, "versions": []}
+        config = "/config/" + quote(subject + self.SUFFIX, safe="")
+        if data.get("compatibility") != current["compatibility"]:
+            if data.get("compatibility") is None:
+                self._request("DELETE", config, missing=(40401,))
+            else:
+                self._request("PUT", config, {"compatibility": data["compatibility"]})
+        added = list(data["versions"])[len(current["versions"]):]
+        if list(data["versions"])[:len(current["versions"])] != current["versions"] or \
+                len(added) > 1:
+            raise StoreError(f"a REST registry appends one version at a time; cannot write "
+                             f"{subject!r} as {data['versions']}")
+        for sid in added:
+            text = self._pending.get(sid) or self.get_schema(sid)
+            if text is None:
+                raise StoreError(f"schema {sid} is not known here: add it first")
+            got = self._request("POST", self._subject_path(subject) + "/versions",
+                                {"schema": text})["id"]
+            if got != sid:
+                raise StoreError(f"the registry at {self.url} gave schema id {got}, not "
+                                 f"{sid}: is it a Samsa registry (fingerprint ids)?")
+            self._pending.pop(sid, None)
+        return True
+
+    def list_subjects(self) -> list[str]:
+        return sorted(s[:-len(self.SUFFIX)] for s in self._request("GET", "/subjects")
+                      if s.endswith(self.SUFFIX))
+
+    def list_schema_ids(self) -> list[int]:
+        ids = set()
+        for subject in self.list_subjects():
+            data, _ = self.read_subject(subject)
+            ids.update((data or {}).get("versions", []))
+        return sorted(ids)
+
+    def read_config(self) -> dict[str, Any]:
+        return {"compatibility": self._request("GET", "/config")["compatibilityLevel"]}
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        if config.get("compatibility"):
+            self._request("PUT", "/config", {"compatibility": config["compatibility"]})
+
+    def close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"RestStore({self.url!r})"
+
+
 # --------------------------------------------------------------------------- by URL
 
 def open_store(url: str, timeout: float = 10.0) -> Store:
-    """``zookeeper://host:port[,host:port...][/chroot]`` or ``file:PATH`` (a
-    bare path is a file too)."""
+    """``zookeeper://host:port[,host:port...][/chroot]``, ``file:PATH`` (a
+    bare path is a file too) or ``http(s)://host:port`` (a registry served
+    over Confluent's REST API)."""
     parts = urlsplit(url)
+    if parts.scheme in ("http", "https"):
+        if not parts.netloc:
+            raise ValueError(f"bad registry URL {url!r}: http://host:port")
+        return RestStore(url, timeout)
     if parts.scheme in ("zookeeper", "zk"):
         if not parts.netloc:
             raise ValueError(f"bad registry URL {url!r}: zookeeper://host:port[/chroot]")
@@ -256,4 +423,5 @@ def open_store(url: str, timeout: float = 10.0) -> Store:
         return FileStore(parts.path or parts.netloc)
     if parts.scheme == "":
         return FileStore(url)
-    raise ValueError(f"bad registry URL {url!r}: zookeeper://host:port[/chroot] or file:PATH")
+    raise ValueError(f"bad registry URL {url!r}: zookeeper://host:port[/chroot], "
+                     f"http://host:port or file:PATH")

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 
 from broker.coordination.named_cluster import NamedCluster, parse_cluster
 from broker.service_kit import cli
@@ -60,10 +58,7 @@ def run(config: LagServiceConfig) -> int:
     from .service import LagService
     service = LagService(config).start()
     print(f"lag service on http://{config.http_host}:{service.port}/", flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    cli.wait_for_stop_signal()
     service.stop()
     return 0
 

@@ -20,7 +20,9 @@ so a settings file can be started from it. A wrong value is exit 2 still.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from typing import Any, Callable
 
 from broker.service_kit import settings
@@ -135,6 +137,14 @@ def run_service(cls, args: argparse.Namespace, run: Callable[[Any], int], *,
         return fail(exc)
     setup_logging(config.log_level, config.log_format)
     return run(config)
+
+
+def wait_for_stop_signal() -> None:
+    """Block until SIGTERM or SIGINT (a service's main thread, once it serves)."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
 
 
 def fail(problem: object) -> int:

@@ -1,14 +1,20 @@
-"""The one small HTTP server of the services that answer GETs with JSON (and
-the odd page): the audit's web API, the lag service, and every /metrics
-endpoint (metrics_http.py).
+"""The one small HTTP server of the services that answer with JSON (and the
+odd page): the audit's web API, the lag service, the schema registry's REST
+API, and every /metrics endpoint (metrics_http.py).
 
 A service gives one function, ``answer(request) -> Response``; the server
-parses the URL into a ``Request`` (the path, its segments unquoted one by one,
-the query with the last value of a repeated name), calls it on a thread of
-its own per connection, and writes the ``Response`` with Content-Type,
-Content-Length and ``Cache-Control: no-store`` (every answer is the live
-state). ``BadRequest`` raised by the answer becomes 400 ``{"error": message}``;
-any other exception 500 ``{"error": "internal error"}``, logged.
+parses the URL into a ``Request`` (the method, the path, its segments
+unquoted one by one, the query with the last value of a repeated name, and
+the body), calls it on a thread of its own per connection, and writes the
+``Response`` with Content-Type, Content-Length and ``Cache-Control:
+no-store`` (every answer is the live state). ``BadRequest`` raised by the
+answer becomes 400 ``{"error": message}``; any other exception 500
+``{"error": "internal error"}``, logged.
+
+Only GET is served unless the server is given more ``methods`` (the schema
+registry's POST, PUT, DELETE): any other method is 405. A body is read up
+to ``max_body`` bytes (Content-Length required); a longer one is read and
+dropped (up to 64 MiB) and answered 413.
 
 Threads: ``start()`` serves on one daemon thread, each
 request on a daemon thread of its own; ``answer`` must be thread-safe.
@@ -28,6 +34,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 log = logging.getLogger("samsa.http")
 
 JSON = "application/json"
+_DRAIN_LIMIT = 64 << 20       # an over-long body read (and dropped) before the 413, at most
 
 
 class BadRequest(ValueError):
@@ -41,6 +48,8 @@ class Request:
     query: dict[str, str]                  # name -> its last value
     headers: Mapping[str, str] = field(default_factory=dict)
     query_string: str = ""                 # as sent, for names given more than once
+    method: str = "GET"
+    body: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -56,11 +65,13 @@ def json_response(obj, status: int = HTTPStatus.OK) -> Response:
     return Response(int(status), json.dumps(obj, indent=1).encode(), JSON)
 
 
-def parse_request(raw_path: str, headers: Mapping[str, str] | None = None) -> Request:
+def parse_request(raw_path: str, headers: Mapping[str, str] | None = None,
+                  method: str = "GET", body: bytes = b"") -> Request:
     """The request line's target split into path, segments and query."""
     url = urlsplit(raw_path)
     return Request(url.path, [unquote(p) for p in url.path.split("/") if p],
-                   {k: v[-1] for k, v in parse_qs(url.query).items()}, headers or {}, url.query)
+                   {k: v[-1] for k, v in parse_qs(url.query).items()}, headers or {}, url.query,
+                   method, body)
 
 
 Answer = Callable[[Request], Response]
@@ -77,14 +88,59 @@ class _Handler(BaseHTTPRequestHandler):
         return f"samsa-{self.server.name}"
 
     def do_GET(self) -> None:   # noqa: N802 - the stdlib's name
+        self._serve("GET")
+
+    def do_POST(self) -> None:   # noqa: N802
+        self._serve("POST")
+
+    def do_PUT(self) -> None:   # noqa: N802
+        self._serve("PUT")
+
+    def do_DELETE(self) -> None:   # noqa: N802
+        self._serve("DELETE")
+
+    def _serve(self, method: str) -> None:
+        if method not in self.server.methods:
+            self._respond(json_response({"error": f"{method} is not served here"},
+                                        HTTPStatus.METHOD_NOT_ALLOWED))
+            return
+        body = b""
+        if method != "GET":
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0:
+                self.close_connection = True
+                self._respond(json_response({"error": "bad Content-Length"},
+                                            HTTPStatus.BAD_REQUEST))
+                return
+            if length > self.server.max_body:
+                # read what was sent (bounded) so that the client gets the
+                # answer rather than a reset; then close
+                left = min(length, _DRAIN_LIMIT)
+                while left > 0:
+                    chunk = self.rfile.read(min(left, 1 << 16))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+                self.close_connection = True
+                self._respond(json_response(
+                    {"error": f"the body is {length} bytes, over the limit of "
+                              f"{self.server.max_body}"}, HTTPStatus.REQUEST_ENTITY_TOO_LARGE))
+                return
+            body = self.rfile.read(length)
         try:
-            response = self.server.answer(parse_request(self.path, self.headers))
+            response = self.server.answer(parse_request(self.path, self.headers, method, body))
         except BadRequest as exc:
             response = json_response({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
         except Exception:   # noqa: BLE001 - one bad request stops no other
             log.exception("%s: answering GET %s failed", self.server.name, self.path)
             response = json_response({"error": "internal error"},
                                      HTTPStatus.INTERNAL_SERVER_ERROR)
+        self._respond(response)
+
+    def _respond(self, response: Response) -> None:
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(response.body)))
@@ -101,9 +157,12 @@ class JSONHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, host: str, port: int, answer: Answer, name: str) -> None:
+    def __init__(self, host: str, port: int, answer: Answer, name: str,
+                 methods: tuple[str, ...] = ("GET",), max_body: int = 1 << 20) -> None:
         self.answer = answer
         self.name = name
+        self.methods = methods
+        self.max_body = max_body
         self._thread: threading.Thread | None = None
         self.address_family = _family(host, port)         # IPv6 hosts too ("::")
         super().__init__((host, port), _Handler)

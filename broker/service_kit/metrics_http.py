@@ -62,15 +62,17 @@ class _Only:
 
 
 def serve_metrics(host: str, port: int, *collectors, answer: Answer | None = None,
-                  name: str = "metrics") -> JSONHTTPServer:
+                  name: str = "metrics", methods: tuple[str, ...] = ("GET",),
+                  max_body: int = 1 << 20) -> JSONHTTPServer:
     """Serve ``collectors`` at /metrics on ``host:port`` (port 0: any free
     one; the server's ``port`` says which), and ``answer`` on every other
-    path, from a daemon thread; ``stop()`` ends it."""
+    path (and for ``methods`` beyond GET), from a daemon thread; ``stop()``
+    ends it."""
     registry = metrics_registry(*collectors)
 
     def route(request: Request) -> Response:
-        if answer is None or request.segments == ["metrics"]:
+        if answer is None or (request.segments == ["metrics"] and request.method == "GET"):
             return exposition(registry, request)
         return answer(request)
 
-    return JSONHTTPServer(host, port, route, name).start()
+    return JSONHTTPServer(host, port, route, name, methods, max_body).start()

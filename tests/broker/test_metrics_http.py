@@ -145,3 +145,37 @@ def test_parse_request_splits_path_and_query():
     assert request.segments == ["v3", "kafka", "dc-a", "consumer"]
     assert request.query == {"a": "3"} and request.query_string == "a=1&b=&a=3"
     assert request.headers["Accept"] == "x"
+
+
+def test_methods_beyond_get_and_the_body_limit():
+    """GET only unless the service asks for more methods (405 otherwise); a
+    body reaches the answer; one over ``max_body`` is read, dropped and 413."""
+    seen = []
+
+    def answer(request: Request):
+        seen.append((request.method, request.body))
+        return json_response({"method": request.method, "bytes": len(request.body)})
+
+    get_only = serve_metrics("127.0.0.1", 0, answer=answer, name="get-only")
+    both = serve_metrics("127.0.0.1", 0, answer=answer, name="posts",
+                         methods=("GET", "POST"), max_body=1000)
+    try:
+        def call(server, method, data=None):
+            request = urllib.request.Request(f"http://127.0.0.1:{server.port}/x", data=data,
+                                             method=method)
+            try:
+                with urllib.request.urlopen(request, timeout=10) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        status, body = call(get_only, "POST", b"{}")
+        assert status == 405 and "POST" in body["error"]
+        assert call(both, "POST", b"x" * 1000) == (200, {"method": "POST", "bytes": 1000})
+        status, body = call(both, "POST", b"x" * 300_000)         # beyond a socket buffer
+        assert status == 413 and "1000" in body["error"]
+        assert call(both, "GET") == (200, {"method": "GET", "bytes": 0})
+        assert seen == [("POST", b"x" * 1000), ("GET", b"")]
+    finally:
+        get_only.stop()
+        both.stop()

@@ -151,7 +151,9 @@ def test_unreachable_zookeeper_and_bad_files_are_clear_errors(tmp_path):
     with pytest.raises(StoreError, match="is not a schema registry file"):
         FileStore(str(bad)).list_subjects()
     with pytest.raises(ValueError, match="bad registry URL"):
-        open_store("http://example/registry")
+        open_store("ftp://example/registry")
+    with pytest.raises(StoreError, match="cannot reach the schema registry at http://127.0.0.1:1"):
+        open_store("http://127.0.0.1:1", timeout=1)
 
 
 def test_the_file_store_survives_a_crash_mid_write(tmp_path):
