@@ -6,15 +6,18 @@ audit, Airflow's warehouse load, and a summary of what reached each tier.
     python -m infra.local.pipeline down [--dir .demo]
 
 ``up``: the lab (ZooKeeper; dc-a and dc-b, two brokers each behind HAProxy;
-the analysis cluster; the mirror), an audit counter per cluster and the
-audit service, a real Airflow with the project's DAGs; then audited traffic
+the analysis cluster; the mirror), the analysis cluster's schema registry
+served over Confluent's REST API (``python -m schemas serve``: the audit
+service and the loader read schemas through it), an audit counter per
+cluster and the audit service, a real Airflow with the project's DAGs; then audited traffic
 through each datacenter's load balancer (page views, v1 then v2, searches,
 logins; event times over the last three whole hours); then warehouse_load
 run by Airflow's scheduler for each of those hours (each gated on the
 audit), and a summary. Everything is stopped at the end unless --keep-up
 (then ``down``, or ``make demo-down``). Ports come from one base port (the
-lab's layout; the audit service at base+500, Airflow at base+501), so two
-demos with different base ports do not collide.
+lab's layout; the audit service at base+500, Airflow at base+501, the
+schema registry at base+502), so two demos with different base ports do
+not collide.
 """
 from __future__ import annotations
 
@@ -66,6 +69,8 @@ class Pipeline:
         self.audit_port = topology.base_port + 500
         self.airflow_port = topology.base_port + 501
         self.audit_url = f"http://127.0.0.1:{self.audit_port}"
+        self.registry_port = topology.base_port + 502
+        self.registry_url = f"http://127.0.0.1:{self.registry_port}"
         self.lab = Lab(topology, self.path("lab"))
 
     def path(self, *parts: str) -> str:
@@ -79,7 +84,8 @@ class Pipeline:
         os.makedirs(self.state_dir, exist_ok=True)
         with open(self.path("demo.json"), "w") as f:
             json.dump({"base_port": self.topology.base_port, "audit_url": self.audit_url,
-                       "airflow_url": f"http://127.0.0.1:{self.airflow_port}"}, f)
+                       "airflow_url": f"http://127.0.0.1:{self.airflow_port}",
+                       "schema_registry_url": self.registry_url}, f)
         t0 = time.monotonic()
         say(f"starting the lab (ZooKeeper, dc-a and dc-b behind HAProxy, analysis, the mirror) "
             f"on ports from {self.topology.base_port}")
@@ -90,6 +96,13 @@ class Pipeline:
         # what was not committed yet
         self.start_mirror(mirror_blacklist)
         python = sys.executable
+        daemon.up(self.path("schema-registry"), "schema-registry",
+                  [python, "-m", "schemas", "--registry",
+                   f"zookeeper://{self.lab.zookeeper_connect('analysis')}", "serve",
+                   "--port", str(self.registry_port)],
+                  ready_url=f"{self.registry_url}/config")
+        say(f"the analysis cluster's schema registry (Confluent's REST API) at "
+            f"{self.registry_url}")
         for cluster in CLUSTERS:
             daemon.up(self.path(f"count-{cluster}"), f"audit-count-{cluster}",
                       [python, "-m", "audit", "count", "--cluster",
@@ -98,7 +111,8 @@ class Pipeline:
         daemon.up(self.path("audit"), "audit-service",
                   [python, "-m", "audit", "serve", "--zookeeper",
                    self.lab.zookeeper_connect("analysis"), "--http-port", str(self.audit_port),
-                   "--set", f"data_dir={self.path('audit')}"]
+                   "--set", f"data_dir={self.path('audit')}",
+                   "--set", f"registry={self.registry_url}"]
                   + ([] if self.audit_grace_s is None
                      else ["--set", f"grace_ms={int(self.audit_grace_s * 1000)}"]),
                   ready_url=f"{self.audit_url}/healthz")
@@ -107,6 +121,7 @@ class Pipeline:
         with open(config, "w") as f:
             f.write(f"""[loader]
 zookeeper = "{self.lab.zookeeper_connect('analysis')}"
+registry = "{self.registry_url}"
 output = "{self.path('warehouse')}"
 master = "local[2]"
 cluster_name = "analysis"
@@ -245,6 +260,7 @@ max_retry_delay_s = 30.0
             f"print(ds.dataset('{warehouse}/page_views', partitioning='hive')"
             ".to_table().group_by('hour').aggregate([('member_id', 'count')]))\"",
             f"the audit report: {self.audit_url}/",
+            f"the schema registry (Confluent's REST API): {self.registry_url}/subjects",
             f"Airflow: http://127.0.0.1:{self.airflow_port}/ (login admin / "
             f"{airflow_stack.password(self.path('airflow'))})",
             f"stop it: make demo-down (or python -m infra.local.pipeline down --dir "
@@ -263,7 +279,7 @@ max_retry_delay_s = 30.0
 def stop(state_dir: str) -> None:
     state_dir = os.path.abspath(state_dir)
     airflow_stack.down(os.path.join(state_dir, "airflow"), say=lambda *_: None)
-    for name in ["audit"] + [f"count-{c}" for c in CLUSTERS]:
+    for name in ["audit", "schema-registry"] + [f"count-{c}" for c in CLUSTERS]:
         daemon.down(os.path.join(state_dir, name))
     for part in ("mirror", "lab"):
         lab_dir = os.path.join(state_dir, part)
