@@ -220,7 +220,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
         print("error: groups needs the cluster: --cluster NAME=ZOOKEEPER (or --zookeeper)",
               file=sys.stderr)
         return 2
-    args.zookeeper = named.zookeeper
+    args.zookeeper, args.cluster_name = named.zookeeper, named.name
     client = make_client(args.zookeeper)
     start_client(client, args.zookeeper, timeout=args.timeout, what="groups tool")
     try:
@@ -318,8 +318,10 @@ def _group_status(client, args: argparse.Namespace) -> int:
             statuses = monitor.evaluate(groups)
     finally:
         monitor.close()
-    if args.json:
-        print(json.dumps({g: s.to_json() for g, s in statuses.items()}, indent=1))
+    if args.json:      # {group: Burrow's status object, every partition (its /lag)}
+        from broker.lag import burrow
+        print(json.dumps({g: burrow.consumer_status(args.cluster_name, s, show_all=True)
+                          for g, s in statuses.items()}, indent=1))
         return 0
     for g, s in statuses.items():
         behind = s.most_behind
@@ -465,7 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-after", type=float, default=10.0,
                    help="with --status: seconds without a commit, while behind, that make "
                         "a partition STOP at the least (default 10)")
-    p.add_argument("--json", action="store_true", help="with --status: Burrow-shaped JSON")
+    p.add_argument("--json", action="store_true",
+                   help="with --status: {group: Burrow's status object} (docs/lag.md)")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for ZooKeeper (default 10)")
     p.set_defaults(func=cmd_groups)
