@@ -3,19 +3,25 @@ real cluster: a group whose only member, a process of its own, is killed -9
 while behind shows STOP on the HTTP endpoint, in the Prometheus gauges and in
 the console tool within the threshold; every partition stays in view, its
 owner shown (still registered until its session expires, then gone); bad
-settings get a clear error."""
+settings get a clear error; config/lag.toml holds every setting's default."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
 import time
 
 from broker.coordination import offsets as zk_offsets
+from broker.lag.config import LagServiceConfig
+from broker.service_kit import settings
 from broker_helpers import (get_json, metric, run_module, scrape_metrics, unused_port,
                             wait_until)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 CONSUMER = r"""
 import sys, time
@@ -131,3 +137,14 @@ def test_bad_settings_are_refused():
     done = run_module("broker.lag", "--cluster", "a=127.0.0.1:2181/a", "--set", "groups=(")
     assert done.returncode == 2
 
+
+
+def test_the_documented_file_lists_every_setting_with_its_default():
+    """config/lag.toml, as the other services' files are held: every field
+    of the settings dataclass is in it, each with the code's default."""
+    path = str(ROOT / "config" / "lag.toml")
+    assert set(settings.read_toml(path)) == {f.name for f in dataclasses.fields(LagServiceConfig)}
+    documented = settings.load(LagServiceConfig, path)
+    assert documented == LagServiceConfig(clusters=documented.clusters)
+    assert [(c.name, c.zookeeper) for c in documented.clusters] == \
+        [("dc-a", "127.0.0.1:2181/dc-a"), ("analysis", "127.0.0.1:2181/analysis")]
