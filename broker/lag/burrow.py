@@ -1,5 +1,5 @@
 """Burrow's v3 JSON made from Samsa's evaluations, so that what reads
-LinkedIn's Burrow (its dashboards, Telegraf's burrow input, scripts) reads
+LinkedIn's Burrow's cluster list, consumer list and consumer status reads
 the lag service unchanged. Pure functions of broker/lag/monitor.py's
 ``GroupStatus``: no I/O, no clock. Must never drop or rename one of
 Burrow's keys (tests/coordination/test_lag_service_burrow.py holds them

@@ -92,7 +92,8 @@ def test_every_path_answers(zookeeper, zk_client, zk_chroot):
                        "maxlag": None, "totallag": 0},
             "request": request("/v3/kafka/dc/consumer/nobody/lag")})
         for path in ("/", "/nothing", "/v3", "/v3/kafka/dc/consumer/watched/other",
-                     "/v3/kafka/dc/topic", "/v3/kafka/dc"):
+                     "/v3/kafka/dc/topic", "/v3/kafka/dc", "/v3/kafka/dc/consumer/watched",
+                     "/v3/config"):                     # Burrow's, not served here
             assert get_json(base + path) == (404, {
                 "error": True, "message": "invalid request type",
                 "request": request(path)}), path
