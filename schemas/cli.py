@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("subject", nargs="?")
     ls.add_argument("--json", action="store_true")
 
-    s = sub.add_parser("show", help="a subject's version (default: latest), or a schema by id")
+    s = sub.add_parser("show", help="a subject's version (default: latest), or a schema by "
+                                    "id: the schema alone on stdout (its subject, version and "
+                                    "id on stderr)")
     s.add_argument("subject", nargs="?")
     s.add_argument("--version", default="latest")
     s.add_argument("--id", type=int, dest="schema_id")
@@ -168,7 +170,8 @@ def _run(args, registry: SchemaRegistry) -> int:
         if not args.subject:
             raise RegistryError("show needs a SUBJECT or --id")
         found = registry.get(args.subject, args.version)
-        print(f"// {found.subject} version {found.version}, id {found.id}")
+        # stdout is the schema alone (a valid .avsc); which one it is goes to stderr
+        print(f"// {found.subject} version {found.version}, id {found.id}", file=sys.stderr)
         print(found.text())
         return 0
     if args.command == "config":

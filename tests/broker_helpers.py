@@ -9,11 +9,13 @@ sockets, its metrics endpoint and its log file.
 """
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from typing import Callable, Iterable, TypeVar
 
@@ -185,6 +187,15 @@ def scrape_metrics(port: int) -> dict[tuple[str, frozenset], float]:
         text = resp.read().decode()
     return {(s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def get_json(url: str) -> tuple[int, dict]:
+    """GET ``url``: (HTTP status, the JSON body), for errors too."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
 
 
 def metric(samples: dict, name: str, **labels: str) -> float | None:

@@ -8,6 +8,8 @@
   ``python -m broker.tools groups --status``.
 * group_lag.py: bytes behind per partition, for the groups tool and the
   lab's status.
+* burrow.py: Burrow's v3 JSON made from an evaluation (the lag service's
+  answers, ``groups --status --json``).
 * service.py, config.py, __main__.py: the lag service
-  (``python -m broker.lag``): JSON shaped like Burrow's and Prometheus gauges.
+  (``python -m broker.lag``): Burrow's JSON and Prometheus gauges.
 """

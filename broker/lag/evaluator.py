@@ -59,6 +59,7 @@ class Commit:
     offset: int              # the committed offset (next to consume)
     timestamp_ms: int        # when it was committed (the ZooKeeper node's mtime)
     lag: int                 # log end - offset, in bytes, when it was seen
+    observed_ms: int | None = None   # when the monitor first saw it (Burrow's observedAt)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,9 @@ class PartitionStatus:
     owner: str | None            # the consumer id that owns it in ZooKeeper
     owner_alive: bool            # the owner is a registered member of the group
     last_commit_ms: int | None = None
+    start: Commit | None = None  # the oldest commit of the window (Burrow's "start")
+    end: Commit | None = None    # the newest (Burrow's "end")
+    complete: float = 0.0        # how full the window is: commits kept / window_size
 
 
 def group_status(partitions: Iterable[PartitionStatus]) -> tuple[Status, PartitionStatus | None]:

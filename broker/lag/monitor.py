@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import KazooState
@@ -60,6 +60,7 @@ class ZooKeeperUnavailable(ConnectionError):
 
 @dataclass
 class GroupStatus:
+    """One evaluation of a group (as JSON: broker/lag/burrow.py)."""
     group: str
     status: Status
     partitions: list[PartitionStatus]
@@ -68,21 +69,6 @@ class GroupStatus:
     total_lag_bytes: int
     evaluated_ms: int
     errors: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        """Shaped like Burrow's ``/v3/kafka/(cluster)/consumer/(group)/status``."""
-        def part(p: PartitionStatus) -> dict:
-            d = asdict(p)
-            d["status"] = p.status.name
-            return d
-        return {"group": self.group, "status": self.status.name,
-                "complete": 1.0, "partition_count": len(self.partitions),
-                "members": self.members, "totallag": self.total_lag_bytes,
-                "maxlag": part(self.most_behind) if self.most_behind else None,
-                "partitions": [part(p) for p in self.partitions if p.status != Status.OK
-                               or p.owner and not p.owner_alive],
-                "all_partitions": [part(p) for p in self.partitions],
-                "evaluated_ms": self.evaluated_ms, "errors": self.errors}
 
 
 @dataclass
@@ -285,13 +271,16 @@ class LagMonitor:
             seen = self._seen[(r.group, r.topic, r.bp)] = _Seen(
                 deque(maxlen=self.thresholds.window_size), first_seen_ms=now_ms)
         if r.mtime is not None and r.mtime != seen.last_mtime and lag is not None:
-            seen.window.append(Commit(r.committed, r.mtime, lag))
+            seen.window.append(Commit(r.committed, r.mtime, lag, now_ms))
             seen.last_mtime = r.mtime
         status = Status.OK
         if lag is not None:
             status = evaluate(seen.window, lag, now_ms, self.thresholds,
                               first_seen_ms=seen.first_seen_ms if r.committed is None else None)
+        window = seen.window
         return PartitionStatus(r.topic, r.bp, status, r.committed, log_end, lag, seconds,
                                r.owner, r.owner in members if r.owner else False,
-                               r.mtime)
+                               r.mtime, window[0] if window else None,
+                               window[-1] if window else None,
+                               min(1.0, len(window) / self.thresholds.window_size))
 

@@ -3,15 +3,21 @@ cluster (broker/lag/monitor.py) each ``interval_s``, and one HTTP
 server that serves the last evaluation (the service kit's, started by
 ``start()``: broker/service_kit/metrics_http.py).
 
-HTTP (JSON shaped like Burrow's v3 API):
+HTTP: Burrow's v3 answers, keys, nesting and status codes
+(broker/lag/burrow.py), with Samsa's fields beside Burrow's:
 
     GET /v3/kafka                                   the clusters
     GET /v3/kafka/<cluster>/consumer                the groups evaluated
     GET /v3/kafka/<cluster>/consumer/<group>/status the group's status, its
                                                     partitions that are not OK
     GET /v3/kafka/<cluster>/consumer/<group>/lag    ... and every partition
+    GET /burrow/admin                               "GOOD" (Burrow's health check)
     GET /metrics                                    Prometheus text
     GET /healthz                                    200 once a cycle is done
+
+An unknown group (or cluster) in .../status or .../lag: 404 with Burrow's
+NOTFOUND status; an unknown cluster in .../consumer: 404 "cluster not
+found"; any other path: 404 "invalid request type".
 
 Prometheus gauges (labels cluster, group; per partition also topic and
 partition = broker-partition):
@@ -32,12 +38,14 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import threading
 import time
 from http import HTTPStatus
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from broker.lag import burrow
 from broker.lag.monitor import GroupStatus, LagMonitor
 from broker.coordination.zk import make_client, start_client
 from broker.service_kit.json_http import JSONHTTPServer, Request, Response, json_response
@@ -63,6 +71,7 @@ class LagService:
         self._group_filter = re.compile(config.groups)
         self._http: JSONHTTPServer | None = None
         self._threads: list[threading.Thread] = []
+        self._host = socket.gethostname()            # Burrow's request.host
 
     @property
     def port(self) -> int:
@@ -146,40 +155,40 @@ class LagService:
                     dict(self._errors), dict(self._last_error))
 
     def answer(self, request: Request) -> Response:
-        """The JSON of a GET (every path but /metrics): Burrow's v3 shapes."""
+        """The JSON of a GET (every path but /metrics): Burrow's v3 answers
+        (broker/lag/burrow.py), with Burrow's HTTP status codes."""
         path = request.segments
         status, _seconds, _errors, last_error = self.snapshot()
         if path == ["healthz"]:
             ready = self._ready.is_set()
             return json_response({"ready": ready},
                                  HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE)
-        if path[:2] != ["v3", "kafka"]:
-            return _not_found("see /v3/kafka, /metrics")
-        if len(path) == 2:
-            return json_response({"error": False, "clusters": sorted(status)})
+        if path == ["burrow", "admin"]:                 # Burrow's health check
+            return Response(HTTPStatus.OK, b"GOOD", "text/plain")
+        where = burrow.request_info(request.path, self._host)
+        if path == ["v3", "kafka"]:
+            return json_response(burrow.answer("cluster list returned", where,
+                                               clusters=sorted(status)))
+        if path[:2] != ["v3", "kafka"] or len(path) not in (4, 6) or path[3] != "consumer" \
+                or len(path) == 6 and path[5] not in ("status", "lag"):
+            return json_response(burrow.error("invalid request type", where),
+                                 HTTPStatus.NOT_FOUND)
         cluster = path[2]
-        if cluster not in status:
-            return _not_found(f"no cluster {cluster!r}")
-        if len(path) == 4 and path[3] == "consumer":
-            return json_response({"error": False, "consumers": sorted(status[cluster]),
-                                  "last_error": last_error.get(cluster)})
-        if len(path) == 6 and path[3] == "consumer" and path[5] in ("status", "lag"):
-            group = status[cluster].get(path[4])
-            if group is None:
-                return _not_found(f"no group {path[4]!r} in {cluster}")
-            body = group.to_json()
-            if path[5] == "status":
-                body.pop("all_partitions")
-            else:
-                body["partitions"] = body.pop("all_partitions")
-            body["cluster"] = cluster
-            return json_response({"error": False, "status": body,
-                                  "last_error": last_error.get(cluster)})
-        return _not_found("see /v3/kafka, /metrics")
-
-
-def _not_found(message: str) -> Response:
-    return json_response({"error": True, "message": message}, HTTPStatus.NOT_FOUND)
+        if len(path) == 4:
+            if cluster not in status:
+                return json_response(burrow.error("cluster not found", where),
+                                     HTTPStatus.NOT_FOUND)
+            return json_response(burrow.answer("consumer list returned", where,
+                                               consumers=sorted(status[cluster]),
+                                               last_error=last_error.get(cluster)))
+        group = status.get(cluster, {}).get(path[4])
+        if group is None:
+            return json_response(burrow.answer(burrow.STATUS_MESSAGE, where,
+                                               status=burrow.not_found_status(cluster, path[4])),
+                                 HTTPStatus.NOT_FOUND)
+        body = burrow.consumer_status(cluster, group, show_all=path[5] == "lag")
+        return json_response(burrow.answer(burrow.STATUS_MESSAGE, where, status=body,
+                                           last_error=last_error.get(cluster)))
 
 
 class _Collector:

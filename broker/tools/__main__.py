@@ -13,6 +13,8 @@ Exit status: 0 on success, 1 on a broker error, 2 on bad usage.
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import logging
 import os
 import sys
@@ -127,6 +129,12 @@ def cmd_consume(args: argparse.Namespace) -> int:
     count = 0
     try:
         for m in consumer.messages(timeout_ms=args.timeout_ms):
+            if args.json:
+                out.write(_message_json(args.topic, m) + b"\n")
+                count += 1
+                if args.max_messages is not None and count >= args.max_messages:
+                    break
+                continue
             parts = []
             if args.print_offsets:
                 parts.append(f"{m.partition}:{m.offset}".encode())
@@ -152,6 +160,26 @@ def cmd_consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _message_json(topic: str, m) -> bytes:
+    """One message as a JSON line: key and value as text when they are UTF-8,
+    else base64, said by ``key_encoding`` / ``value_encoding``."""
+    key, key_encoding = _text_or_base64(m.key)
+    value, value_encoding = _text_or_base64(m.value)
+    return json.dumps({"topic": topic, "partition": m.partition, "offset": m.offset,
+                       "next_offset": m.next_offset, "timestamp": m.timestamp,
+                       "key": key, "key_encoding": key_encoding,
+                       "value": value, "value_encoding": value_encoding}).encode()
+
+
+def _text_or_base64(data: bytes | None) -> tuple[str | None, str | None]:
+    if data is None:
+        return None, None
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), "base64"
+
+
 # ------------------------------------------------------------------ topics
 
 def cmd_topics(args: argparse.Namespace) -> int:
@@ -174,15 +202,24 @@ def cmd_topics(args: argparse.Namespace) -> int:
             print(f"deleted topic {args.delete}")
         elif args.describe is not None:
             meta = admin.metadata([args.describe] if args.describe else [])
+            described = []
             for t in meta.topics:
                 if t.error:
                     print(f"error: {t.message}", file=sys.stderr)
                     return 1
+                if args.json:
+                    described.append({"topic": t.name, "config": dict(t.config), "partitions": [
+                        {"partition": p.partition, "earliest": p.earliest, "latest": p.latest,
+                         "size_bytes": p.size_bytes, "segments": p.segments}
+                        for p in t.partitions]})
+                    continue
                 conf = ",".join(f"{k}={v}" for k, v in t.config) or "-"
                 print(f"Topic: {t.name}\tPartitions: {len(t.partitions)}\tConfig: {conf}")
                 for p in t.partitions:
                     print(f"\tPartition: {p.partition}\tEarliest: {p.earliest}\t"
                           f"Latest: {p.latest}\tSize: {p.size_bytes}\tSegments: {p.segments}")
+            if args.json:
+                print(json.dumps({"topics": described}, indent=1))
         else:
             for name in admin.list_topics():
                 print(name)
@@ -198,9 +235,15 @@ def cmd_offsets(args: argparse.Namespace) -> int:
         if not partitions:
             print(f"error: unknown topic {args.topic!r}", file=sys.stderr)
             return 1
+        found = []
         for p in partitions:
             offsets = admin.offsets(args.topic, p, args.time, args.max_offsets)
-            print(f"{args.topic}:{p}:{','.join(str(o) for o in offsets)}")
+            if args.json:
+                found.append({"partition": p, "offsets": offsets})
+            else:
+                print(f"{args.topic}:{p}:{','.join(str(o) for o in offsets)}")
+        if args.json:
+            print(json.dumps({"topic": args.topic, "partitions": found}, indent=1))
     return 0
 
 
@@ -220,7 +263,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
         print("error: groups needs the cluster: --cluster NAME=ZOOKEEPER (or --zookeeper)",
               file=sys.stderr)
         return 2
-    args.zookeeper = named.zookeeper
+    args.zookeeper, args.cluster_name = named.zookeeper, named.name
     client = make_client(args.zookeeper)
     start_client(client, args.zookeeper, timeout=args.timeout, what="groups tool")
     try:
@@ -268,7 +311,9 @@ def cmd_groups(args: argparse.Namespace) -> int:
                 print(f"{topic}\t{bp}\t{offset}")
             print(f"reset {len(wanted)} offsets of group {group}", file=sys.stderr)
             return 0
-        print("TOPIC\tPARTITION\tOWNER\tCOMMITTED\tLOG-END\tLAG-BYTES")
+        if not args.json:
+            print("TOPIC\tPARTITION\tOWNER\tCOMMITTED\tLOG-END\tLAG-BYTES")
+        described = []
         wanted = [(topic, bp) for topic in sorted(topics) for bp in cluster.partitions(topic)]
         with AdminPool("samsa-groups-tool") as pool:
             lags = partition_lags(cluster, wanted, committed, pool, from_earliest=False)
@@ -280,9 +325,17 @@ def cmd_groups(args: argparse.Namespace) -> int:
                 owner = "-"
             if row.error is not None:
                 raise SamsaError(ErrorCode.UNKNOWN, row.error)
+            if args.json:
+                described.append({"topic": row.topic, "broker_partition": row.partition,
+                                  "owner": None if owner == "-" else owner,
+                                  "committed": row.position, "log_end": row.log_end,
+                                  "lag_bytes": row.lag})
+                continue
             print(f"{row.topic}\t{row.partition}\t{owner}\t"
                   f"{row.position if row.position is not None else '-'}\t{row.log_end}\t"
                   f"{row.lag if row.lag is not None else '-'}")
+        if args.json:
+            print(json.dumps({"group": group, "partitions": described}, indent=1))
         return 0
     finally:
         client.stop()
@@ -292,7 +345,6 @@ def cmd_groups(args: argparse.Namespace) -> int:
 def _group_status(client, args: argparse.Namespace) -> int:
     """--status GROUP (or --status --all): Burrow's evaluation
     (broker/lag/evaluator.py) from --samples looks, --interval apart."""
-    import json
     import time
 
     from broker.lag.monitor import LagMonitor
@@ -318,8 +370,10 @@ def _group_status(client, args: argparse.Namespace) -> int:
             statuses = monitor.evaluate(groups)
     finally:
         monitor.close()
-    if args.json:
-        print(json.dumps({g: s.to_json() for g, s in statuses.items()}, indent=1))
+    if args.json:      # {group: Burrow's status object, every partition (its /lag)}
+        from broker.lag import burrow
+        print(json.dumps({g: burrow.consumer_status(args.cluster_name, s, show_all=True)
+                          for g, s in statuses.items()}, indent=1))
         return 0
     for g, s in statuses.items():
         behind = s.most_behind
@@ -401,6 +455,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-timestamps", action="store_true", help="print the timestamp (ms)")
     p.add_argument("--fetch-bytes", type=int, default=300 * 1024,
                    help="bytes per partition per fetch (307200)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per message and line: topic, partition, offset, "
+                        "next_offset, timestamp, key, value; key and value as text when "
+                        "they are UTF-8, else base64 (key_encoding, value_encoding: utf-8 "
+                        "or base64; null for no key); the --print-* options are implied")
     p.add_argument("--on-corrupt", choices=["raise", "skip"], default="raise",
                    help="corrupt data: stop with an error naming the offsets (raise, the "
                         "default; exit 1) or skip to where intact data resumes and say so "
@@ -420,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=1, help="for --create (default 1)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="topic setting for --create, e.g. retention.ms=86400000 (repeatable)")
+    p.add_argument("--json", action="store_true",
+                   help="with --describe: JSON, {\"topics\": [{topic, config, partitions: "
+                        "[{partition, earliest, latest, size_bytes, segments}]}]}")
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("offsets", help="earliest, latest or before-a-time offsets",
@@ -431,6 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time", type=_parse_time, default=api.LATEST,
                    help="latest (default), earliest, epoch ms or ISO time")
     p.add_argument("--max-offsets", type=int, default=1)
+    p.add_argument("--json", action="store_true",
+                   help="JSON: {topic, partitions: [{partition, offsets}]}")
     p.set_defaults(func=cmd_offsets)
 
     p = sub.add_parser("groups", help="consumer groups: list, describe (lag), reset offsets",
@@ -465,7 +529,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-after", type=float, default=10.0,
                    help="with --status: seconds without a commit, while behind, that make "
                         "a partition STOP at the least (default 10)")
-    p.add_argument("--json", action="store_true", help="with --status: Burrow-shaped JSON")
+    p.add_argument("--json", action="store_true",
+                   help="with --status: {group: Burrow's status object} (docs/lag.md); with "
+                        "--describe: {group, partitions: [{topic, broker_partition, owner, "
+                        "committed, log_end, lag_bytes}]}")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for ZooKeeper (default 10)")
     p.set_defaults(func=cmd_groups)

@@ -1,8 +1,11 @@
 """`python -m broker.tools groups` against a real cluster: list the groups,
-describe one (owner, committed offset, log end, lag per partition), reset a
-stopped group's offsets to earliest, latest or a time (and refuse while its
-consumers run), and a clear error when ZooKeeper cannot be reached."""
+describe one (owner, committed offset, log end, lag per partition; as text
+and as --json), reset a stopped group's offsets to earliest, latest or a
+time (and refuse while its consumers run), and a clear error when ZooKeeper
+cannot be reached."""
 from __future__ import annotations
+
+import json
 
 from broker.coordination import offsets as zk_offsets
 from broker.coordination import paths
@@ -24,7 +27,16 @@ def describe(zk_connect: str, group: str) -> dict[tuple[str, str], list[str]]:
     lines = out.splitlines()
     assert lines[0].split("\t") == ["TOPIC", "PARTITION", "OWNER", "COMMITTED", "LOG-END",
                                     "LAG-BYTES"]
-    return {(row[0], row[1]): row[2:] for row in (line.split("\t") for line in lines[1:])}
+    rows = {(row[0], row[1]): row[2:] for row in (line.split("\t") for line in lines[1:])}
+    # --json says the same, typed
+    code, out, err = groups(zk_connect, "--describe", group, "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["group"] == group
+    assert {(p["topic"], p["broker_partition"]): [
+        "-" if p[k] is None else str(p[k]) for k in ("owner", "committed", "log_end", "lag_bytes")]
+        for p in shown["partitions"]} == rows
+    return rows
 
 
 def test_list_describe_and_reset_a_group(shared_cluster, group_consumers, cluster_producers,

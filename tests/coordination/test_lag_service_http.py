@@ -1,11 +1,13 @@
 """The lag service's HTTP answers, path by path (issue 26, point 8: served by
-the service kit's JSON server and metrics exposition now; the answers are
-the ones it gave before): Burrow-shaped JSON, 404 for what does not exist,
-the query string ignored however malformed, /healthz, and /metrics as
-Prometheus text with the same families and HELP as before."""
+the service kit's JSON server and metrics exposition; issue 27: Burrow's
+answers, tests/coordination/test_lag_service_burrow.py holds their shape):
+Burrow's JSON, Burrow's 404s for what does not exist, the query string
+ignored however malformed, /healthz, and /metrics as Prometheus text with
+the same families and HELP as before."""
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.request
 
@@ -44,40 +46,57 @@ def get_json(url: str) -> tuple[int, dict]:
     return status, json.loads(body)
 
 
-def test_every_path_answers_as_before(zookeeper, zk_client, zk_chroot):
+def test_every_path_answers(zookeeper, zk_client, zk_chroot):
     commit_offsets(zk_client, "watched", {("events", "0-0"): 1234, ("events", "0-1"): 99})
     service = LagService(LagServiceConfig(
         clusters=(NamedCluster("dc", zookeeper.connect_string(zk_chroot)),),
         http_port=0, interval_s=3600)).start()
     base = f"http://127.0.0.1:{service.port}"
+    host = socket.gethostname()
+
+    def request(path: str) -> dict:
+        return {"url": path, "host": host}
     try:
         assert service.wait_ready(30)
         assert get_json(f"{base}/healthz") == (200, {"ready": True})
-        assert get_json(f"{base}/v3/kafka") == (200, {"error": False, "clusters": ["dc"]})
+        assert get_json(f"{base}/v3/kafka") == (200, {
+            "error": False, "message": "cluster list returned", "clusters": ["dc"],
+            "request": request("/v3/kafka")})
         # a malformed query string changes nothing: the service reads none
         assert get_json(f"{base}/v3/kafka?%zz&=&a=1&a") == get_json(f"{base}/v3/kafka")
-        assert get_json(f"{base}/v3/kafka/dc/consumer") == \
-            (200, {"error": False, "consumers": ["watched"], "last_error": None})
+        assert get_json(f"{base}/v3/kafka/dc/consumer") == (200, {
+            "error": False, "message": "consumer list returned", "consumers": ["watched"],
+            "last_error": None, "request": request("/v3/kafka/dc/consumer")})
 
         status, body = get_json(f"{base}/v3/kafka/dc/consumer/watched/lag")
         assert status == 200 and body["error"] is False and body["last_error"] is None
+        assert body["message"] == "consumer status returned"
         lag = body["status"]
         assert lag["cluster"] == "dc" and lag["group"] == "watched"
-        assert "all_partitions" not in lag
-        assert {p["partition"]: p["committed"] for p in lag["partitions"]} == \
-            {"0-0": 1234, "0-1": 99}
+        # no broker here: the commits are read, the lag is not known
+        assert {p["broker_partition"]: (p["partition"], p["committed"], p["lag_bytes"],
+                                        p["current_lag"], p["start"])
+                for p in lag["partitions"]} == {"0-0": (0, 1234, None, 0, None),
+                                                "0-1": (1, 99, None, 0, None)}
         status, body = get_json(f"{base}/v3/kafka/dc/consumer/watched/status")
-        assert status == 200 and "all_partitions" not in body["status"]
+        assert status == 200 and body["status"]["partitions"] == []      # none is bad
         assert set(body["status"]) == set(lag)
 
-        assert get_json(f"{base}/v3/kafka/nowhere/consumer") == \
-            (404, {"error": True, "message": "no cluster 'nowhere'"})
-        assert get_json(f"{base}/v3/kafka/dc/consumer/nobody/lag") == \
-            (404, {"error": True, "message": "no group 'nobody' in dc"})
+        assert get_json(f"{base}/v3/kafka/nowhere/consumer") == (404, {
+            "error": True, "message": "cluster not found",
+            "request": request("/v3/kafka/nowhere/consumer")})
+        assert get_json(f"{base}/v3/kafka/dc/consumer/nobody/lag") == (404, {
+            "error": False, "message": "consumer status returned",
+            "status": {"cluster": "dc", "group": "nobody", "status": "NOTFOUND",
+                       "complete": 1.0, "partitions": [], "partition_count": 0,
+                       "maxlag": None, "totallag": 0},
+            "request": request("/v3/kafka/dc/consumer/nobody/lag")})
         for path in ("/", "/nothing", "/v3", "/v3/kafka/dc/consumer/watched/other",
-                     "/v3/kafka/dc/topic"):
-            assert get_json(base + path) == \
-                (404, {"error": True, "message": "see /v3/kafka, /metrics"}), path
+                     "/v3/kafka/dc/topic", "/v3/kafka/dc", "/v3/kafka/dc/consumer/watched",
+                     "/v3/config"):                     # Burrow's, not served here
+            assert get_json(base + path) == (404, {
+                "error": True, "message": "invalid request type",
+                "request": request(path)}), path
 
         status, kind, text = get(f"{base}/metrics")
         assert status == 200 and kind == "text/plain; version=0.0.4; charset=utf-8"

@@ -46,7 +46,8 @@ def test_a_dead_zookeeper_keeps_the_last_evaluation_and_says_so(own_zookeeper):
         assert service.wait_ready(30)
         before = _get(f"{base}/v3/kafka/dc/consumer/watched/lag")
         assert before["last_error"] is None
-        committed = {p["partition"]: p["committed"] for p in before["status"]["partitions"]}
+        committed = {p["broker_partition"]: p["committed"]
+                     for p in before["status"]["partitions"]}
         assert committed == {"0-0": 1234, "0-1": 99}
 
         own_zookeeper.kill_all()            # kill -9 of the only server
@@ -57,7 +58,7 @@ def test_a_dead_zookeeper_keeps_the_last_evaluation_and_says_so(own_zookeeper):
         assert not cycle.is_alive(), "the evaluation hung while ZooKeeper was down"
         after = _get(f"{base}/v3/kafka/dc/consumer/watched/lag")
         assert after["last_error"]           # the failed cycle, said
-        assert {p["partition"]: p["committed"] for p in after["status"]["partitions"]} \
+        assert {p["broker_partition"]: p["committed"] for p in after["status"]["partitions"]} \
             == committed                     # the last evaluation, kept
         assert _get(f"{base}/v3/kafka/dc/consumer")["consumers"] == ["watched"]
         samples = scrape_metrics(service.port)

@@ -44,8 +44,12 @@ def test_register_check_list_show(tmp_path):
 
     listed = json.loads(schemas("list", "page_views", "--json", registry=reg).stdout)
     assert [v["version"] for v in listed["versions"]] == [1, 2]
-    shown = schemas("show", "page_views", "--version", "1", registry=reg).stdout
-    assert shown.startswith("// page_views version 1, id ")
+    shown = schemas("show", "page_views", "--version", "1", registry=reg)
+    # stdout is the schema alone, ready for a file; which one it is, on stderr
+    first = listed["versions"][0]["id"]
+    assert json.loads(shown.stdout) == json.loads(schemas("show", "--id", str(first),
+                                                          registry=reg).stdout)
+    assert shown.stderr == f"// page_views version 1, id {first}\n"
     by_id = json.loads(schemas("show", "--id", str(listed["versions"][1]["id"]),
                                registry=reg).stdout)
     assert by_id["fields"][-1]["name"] == "session_id"

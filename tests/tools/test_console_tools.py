@@ -1,8 +1,11 @@
 """The console tools end to end, as a user runs them (``python -m
 broker.tools ...`` in a subprocess) against a real broker: topic admin,
-produce from stdin, consume, offsets, --help, and the errors a user meets."""
+produce from stdin, consume, offsets, --help, their --json for machines, and
+the errors a user meets."""
 from __future__ import annotations
 
+import base64
+import json
 import re
 import time
 import zlib
@@ -115,6 +118,53 @@ def test_offsets_earliest_and_latest(module_broker, topic):
         [f"{topic}:{p}:{latest[p]}" for p in range(2)]
     assert ok("offsets", *boot, "--topic", topic, "--partition", "1").split() == \
         [f"{topic}:1:{latest[1]}"]
+
+
+def test_json_for_machines(module_broker, topic):
+    boot = ("--bootstrap", module_broker.address)
+    ok("topics", *boot, "--create", topic, "--partitions", "2",
+       "--config", "retention.ms=3600000")
+    lines = [b"k1=hello", b"\xff=\x80\x81 not text", b"caf\xc3\xa9=\xc3\xa9t\xc3\xa9"]
+    ok("produce", *boot, "--topic", topic, "--partition", "0", "--key-separator", "=",
+       "--acks", "flushed", stdin=b"".join(line + b"\n" for line in lines))
+
+    # consume --json: one object per line; text when UTF-8, else base64
+    out = ok("consume", *boot, "--topic", topic, "--partition", "0", "--from-beginning",
+             "--max-messages", "3", "--timeout-ms", "10000", "--json", "--quiet")
+    shown = [json.loads(line) for line in out.splitlines()]
+    with connect(module_broker.address) as conn:
+        stored = read_partition(conn, topic, 0)
+    assert [(m["topic"], m["partition"], m["offset"], m["next_offset"], m["timestamp"])
+            for m in shown] == [(topic, 0, m.offset, m.next_offset, m.timestamp)
+                                for m in stored]
+
+    def raw(text, encoding):
+        return None if text is None else \
+            base64.b64decode(text) if encoding == "base64" else text.encode()
+    assert [(raw(m["key"], m["key_encoding"]), raw(m["value"], m["value_encoding"]))
+            for m in shown] == [tuple(line.split(b"=", 1)) for line in lines]
+    assert [(m["key_encoding"], m["value_encoding"]) for m in shown] == \
+        [("utf-8", "utf-8"), ("base64", "base64"), ("utf-8", "utf-8")]
+    assert shown[2]["key"] == "café" and shown[2]["value"] == "été"
+
+    # topics --describe --json
+    described = json.loads(ok("topics", *boot, "--describe", topic, "--json"))
+    [one] = described["topics"]
+    assert one["topic"] == topic and one["config"]["retention.ms"] == "3600000"
+    end = stored[-1].next_offset
+    assert [(p["partition"], p["earliest"], p["latest"]) for p in one["partitions"]] == \
+        [(0, 0, end), (1, 0, 0)]
+    assert one["partitions"][0]["size_bytes"] == end and one["partitions"][0]["segments"] >= 1
+
+    # offsets --json: what the text says, as JSON
+    for when in ("earliest", "latest"):
+        text = ok("offsets", *boot, "--topic", topic, "--time", when).split()
+        found = json.loads(ok("offsets", *boot, "--topic", topic, "--time", when, "--json"))
+        assert found == {"topic": topic, "partitions": [
+            {"partition": int(row.split(":")[1]),
+             "offsets": [int(o) for o in row.split(":")[2].split(",") if o]} for row in text]}
+    assert json.loads(ok("offsets", *boot, "--topic", topic, "--partition", "0", "--json"))[
+        "partitions"] == [{"partition": 0, "offsets": [end]}]
 
 
 @pytest.mark.parametrize("command", [["consume", "--topic", "no-such-topic"],
