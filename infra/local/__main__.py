@@ -97,9 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     down = sub.add_parser(
         "down", parents=[common], help="stop every process of the lab",
-        description="Stop Prometheus, the lag service and mirrors, then load balancers and brokers, then ZooKeeper (SIGTERM, "
-                    "SIGKILL after --timeout), check that no process is left and remove the "
-                    "state file. Logs and data stay unless --purge.")
+        description="Stop Prometheus, the lag service and mirrors, then load balancers and "
+                    "brokers, then ZooKeeper (SIGTERM, SIGKILL after --timeout), check that no "
+                    "process is left and remove the state file. Logs and data stay unless "
+                    "--purge.")
     down.add_argument("--purge", action="store_true",
                       help="also delete the state directory: logs and data")
     down.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",

@@ -19,18 +19,19 @@ step to be ready before the next:
 5. with ``monitoring=True`` (``python -m infra.local up`` asks for it), the
    lag service over every cluster (ready: its /healthz answers after a first
    evaluation), then Prometheus scraping every process of the lab (ready:
-   its /-/ready answers and it lists every target), after ``promtool check config`` accepted its
-   configuration (infra/local/prometheus.py). ``start_monitoring`` starts
-   them alone, with scrape jobs of services the lab does not run (the demo's
-   audit).
+   its /-/ready answers and it lists every target), after ``promtool check
+   config`` accepted its configuration (infra/local/prometheus.py).
+   ``start_monitoring`` starts them alone, with scrape jobs of services the
+   lab does not run (the demo's audit).
 
 Each process runs in a session (and process group) of its own with its
 output appended to ``logs/<name>.log``, so it outlives the command that
 started it; the state file records it. When a step fails, what was started
 is taken down and the error names the process, why, and the tail of its log.
 
-``down()`` stops Prometheus, the lag service and mirrors first, then load balancers and brokers (SIGTERM: a
-broker deregisters, flushes and checkpoints), then ZooKeeper, each group
+``down()`` stops Prometheus, the lag service and mirrors first, then load
+balancers and brokers (SIGTERM: a broker deregisters, flushes and
+checkpoints), then ZooKeeper, each group
 SIGKILLed after a timeout; it checks that no process of any group is left
 and removes the state file, keeping logs and data unless purged.
 
@@ -404,7 +405,8 @@ class Lab:
            monitoring: bool = False) -> "Lab":
         """Start the whole topology; each step waits up to ``timeout`` seconds.
         With ``mirrors=False`` the mirrors are left out; with ``monitoring``
-        the lag service and Prometheus are started last (start_monitoring). With ``only``, one
+        the lag service and Prometheus are started last (start_monitoring;
+        not in the containers runtime, nor with ``only``). With ``only``, one
         component of it: ``zookeeper``, ``cluster:NAME`` (its brokers and load
         balancer) or ``mirror:NAME`` (its processes), the rest being run from
         other state directories (Terraform's local environment starts each
