@@ -2,7 +2,7 @@
 programs that bring it up.
 
 * topology.py: the model (ZooKeeper, the datacenter clusters behind their load
-  balancers, the analysis cluster, the mirrors) and its TOML file; no
+  balancers, the analysis cluster, the mirrors, the monitoring) and its TOML file; no
   processes, no sockets;
 * local/: the lab that runs a topology on one machine
   (``python -m infra.local up|status|down``), with HAProxy as the load balancer;
@@ -10,7 +10,9 @@ programs that bring it up.
   run as containers;
 * render.py: the services' configuration for Terraform's environments,
   rendered from the same topology;
-* terraform/: the Terraform modules and environments (no Python).
+* terraform/: the Terraform modules and environments (no Python);
+* prometheus/: the alert rules (alerts.yml) and their promtool unit tests
+  (no Python; the lab's Prometheus loads them: local/prometheus.py).
 
 Nothing in broker/ or mirror/ imports this package.
 """

@@ -54,6 +54,11 @@ File format (TOML; every key has a default except the names, and
     # metrics_port = 0               # first process's /metrics (0: layout, -1: off)
     # settings = ["batch_size=500"]  # any other mirror setting (mirror/config.py)
 
+    [monitoring]                     # optional: the lag service and Prometheus that
+    scrape_interval_s = 5.0          # `python -m infra.local up` starts (ports: free ones)
+    evaluation_interval_s = 5.0      # how often Prometheus evaluates the alert rules
+    lag_settings = []                # any other lag-service setting: ["stop_min_ms=30000"]
+
 Port layout (a port set to 0 takes its place here; B is ``base_port``):
 
 * ZooKeeper member i: client ``B+i``, quorum ``B+10+2i``, election ``B+11+2i``;
@@ -74,6 +79,7 @@ from typing import Any
 
 from broker.service_kit import settings
 from broker.config import BrokerConfig
+from broker.lag.config import LagServiceConfig
 from broker.service_kit.settings import ConfigError
 from mirror.config import MirrorConfig
 
@@ -86,6 +92,8 @@ LAB_BROKER_KEYS = ("broker_id", "host", "advertised_host", "port", "data_dir", "
 #: Mirror settings the topology itself gives each process (not in settings).
 LAB_MIRROR_KEYS = ("sources", "target", "group", "whitelist", "blacklist", "consumer_id",
                    "target_partitions", "metrics_port", "log_format")
+#: Lag-service settings the topology itself gives it (not in lag_settings).
+LAB_LAG_KEYS = ("clusters", "http_host", "http_port", "log_format")
 
 ZOOKEEPER_MAX_SIZE = 9
 CLUSTER_BLOCK = 100          # ports per cluster in the layout
@@ -278,6 +286,34 @@ class MirrorSpec:
 
 
 @dataclass(frozen=True)
+class MonitoringSpec:
+    """What watches the lab: a lag service (python -m broker.lag) over every
+    cluster and a Prometheus that scrapes every process and evaluates the
+    repository's alert rules (infra/prometheus/alerts.yml). The lab starts
+    them when asked (``up`` does by default); their ports are free ones
+    (broker/service_kit/ports.py), recorded in the state file."""
+    scrape_interval_s: float = 5.0
+    """How often Prometheus scrapes every target."""
+    evaluation_interval_s: float = 5.0
+    """How often Prometheus evaluates the alert rules."""
+    lag_settings: tuple[str, ...] = ()
+    """Any other lag-service setting as KEY=VALUE (config/lag.toml):
+    "stop_min_ms=30000", "interval_s=2"."""
+
+    def __post_init__(self) -> None:
+        for name in ("scrape_interval_s", "evaluation_interval_s"):
+            if not 0.1 <= getattr(self, name) <= 3600:
+                raise ConfigError(f"monitoring.{name} must be 0.1..3600 seconds, not "
+                                  f"{getattr(self, name)}")
+        self.lag_overrides()
+
+    def lag_overrides(self) -> dict[str, str]:
+        """``lag_settings`` as overrides of the lag service's config."""
+        return _extra_settings("monitoring lag_settings", self.lag_settings, LAB_LAG_KEYS,
+                               "use the lag service's own keys (config/lag.toml)")
+
+
+@dataclass(frozen=True)
 class Topology:
     name: str = "samsa-lab"
     """The lab's name (in status output)."""
@@ -293,6 +329,8 @@ class Topology:
     """The analysis cluster the mirrors feed (optional)."""
     mirrors: tuple[MirrorSpec, ...] = ()
     """Mirrors from clusters into another cluster."""
+    monitoring: MonitoringSpec = field(default_factory=MonitoringSpec)
+    """The lag service and Prometheus, when the lab runs them."""
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name or ""):
@@ -344,6 +382,10 @@ class Topology:
                 except ConfigError as exc:
                     raise ConfigError(f"mirror {mirror.name!r}: {exc}") from None
         self._check_no_mirror_loop()
+        try:
+            lag_config(self, 0)
+        except ConfigError as exc:
+            raise ConfigError(f"monitoring: {exc}") from None
 
     # ---------------------------------------------------------------- clusters
 
@@ -563,5 +605,21 @@ def mirror_config(topology: Topology, mirror: MirrorSpec | str, index: int) -> M
     return settings.build(MirrorConfig, values)
 
 
-__all__ = ["ClusterSpec", "ConfigError", "LoadBalancerSpec", "MirrorSpec", "Topology",
-           "ZooKeeperSpec", "load_topology", "mirror_config", "to_toml"]
+def lag_config(topology: Topology, http_port: int) -> LagServiceConfig:
+    """The settings of the lab's lag service: every cluster of the topology
+    by name (ZooKeeper connect string with chroot), its HTTP port, JSON logs,
+    and the monitoring's ``lag_settings`` on top."""
+    values: dict[str, Any] = {
+        "clusters": [{"name": c.name, "zookeeper": topology.zookeeper_connect(c.name)}
+                     for c in topology.clusters()],
+        "http_host": topology.host,
+        "http_port": http_port,
+        "log_format": "json",
+    }
+    settings.apply_overrides(values, topology.monitoring.lag_overrides())
+    return settings.build(LagServiceConfig, values)
+
+
+__all__ = ["ClusterSpec", "ConfigError", "LoadBalancerSpec", "MirrorSpec", "MonitoringSpec",
+           "Topology", "ZooKeeperSpec", "lag_config", "load_topology", "mirror_config",
+           "to_toml"]

@@ -28,6 +28,10 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=("postgre
 # real browser (selenium drives Debian's chromium; nothing downloads a browser)
 [ -x /usr/bin/chromium ] || missing+=("chromium")
 [ -x /usr/bin/chromedriver ] || missing+=("chromium-driver")
+# Prometheus and promtool: the lab's and the demo's monitoring (infra/local/prometheus.py);
+# the tests check the alert rules with promtool and fire one in a real Prometheus.
+# (Debian's package also installs a systemd unit on port 9090: nothing here uses it.)
+[ -x /usr/bin/prometheus ] || missing+=("prometheus")
 # fincore: the drop-behind test asks the kernel which pages of a file are cached
 command -v fincore >/dev/null 2>&1 || missing+=("util-linux-extra")
 

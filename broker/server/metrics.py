@@ -23,10 +23,15 @@ Metrics (all prefixed ``samsa_``):
   request_memory_bytes, request_memory_waits_total    the request memory pool
   page_cache_budget_bytes, page_cache_dropped_bytes_total
                                                       drop-behind (-1: off)
+  log_dir_free_bytes, log_dir_capacity_bytes          the file system of data_dir: bytes
+                                                      an unprivileged writer may still use
+                                                      (statvfs f_bavail) and its size; absent
+                                                      when it cannot be read
 """
 from __future__ import annotations
 
 import bisect
+import os
 from collections import defaultdict
 from typing import Callable, Iterable
 
@@ -65,13 +70,16 @@ class BrokerMetrics:
 
 
 class BrokerCollector:
-    """The metric families of a BrokerMetrics and of the partitions'
-    logs (``partitions()``: (topic, partition, log) triples), read at scrape."""
+    """The metric families of a BrokerMetrics, of the partitions' logs
+    (``partitions()``: (topic, partition, log) triples) and of the file
+    system of ``log_dir`` (None: not reported), read at scrape."""
 
     def __init__(self, metrics: BrokerMetrics,
-                 partitions: Callable[[], Iterable[tuple[str, int, object]]]) -> None:
+                 partitions: Callable[[], Iterable[tuple[str, int, object]]],
+                 log_dir: str | None = None) -> None:
         self.metrics = metrics
         self.partitions = partitions
+        self.log_dir = log_dir
 
     def collect(self):
         m = self.metrics
@@ -178,3 +186,24 @@ class BrokerCollector:
             flushed.add_metric(labels, lg.flushed_end)
             quarantined.add_metric(labels, lg.quarantined_bytes)
         yield from (size, segs, end, flushed, quarantined)
+        yield from self._log_dir_space()
+
+    def _log_dir_space(self):
+        """Free and total bytes of the log directory's file system (one
+        statvfs per scrape). f_bavail, not f_bfree: the blocks reserved for
+        root are no room for a broker that does not run as root."""
+        if self.log_dir is None:
+            return
+        try:
+            st = os.statvfs(self.log_dir)
+        except OSError:
+            return          # the directory is gone: the broker's own errors say so
+        free = GaugeMetricFamily("samsa_log_dir_free_bytes",
+                                 "Bytes still available to the broker on the file system of "
+                                 "its log directory (statvfs f_bavail)")
+        free.add_metric([], st.f_bavail * st.f_frsize)
+        total = GaugeMetricFamily("samsa_log_dir_capacity_bytes",
+                                  "Size of the file system of the log directory")
+        total.add_metric([], st.f_blocks * st.f_frsize)
+        yield free
+        yield total

@@ -131,7 +131,8 @@ class BrokerServer:
         if self.config.metrics_port >= 0:
             self._metrics_server = serve_metrics(
                 self.config.host, self.config.metrics_port,
-                BrokerCollector(self.metrics, self._partition_snapshot), name="broker-metrics")
+                BrokerCollector(self.metrics, self._partition_snapshot, self.config.data_dir),
+                name="broker-metrics")
             self.metrics_port = self._metrics_server.port
         if self.config.zookeeper:
             from broker.coordination.registry import BrokerRegistry

@@ -5,6 +5,8 @@
 * status.py: what an environment runs and how it is doing (a lab's, or
   Terraform's local environment's), and its text;
 * metrics.py: reading a process's Prometheus /metrics;
+* prometheus.py: the lab's Prometheus: its configuration from the topology,
+  its command, its HTTP API (targets, alerts);
 * command.py: how the local services' commands end (errors, exit status);
 * __main__.py: ``python -m infra.local up|status|down``;
 * topology.toml: the default topology;

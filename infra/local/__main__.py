@@ -51,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
         "up", parents=[common], help="start the lab and wait until every part is ready",
         description="Start ZooKeeper, every broker, every load balancer and every mirror, "
                     "each waited for (registered in ZooKeeper, backends UP, /metrics "
-                    "answering). If anything fails, what was started is taken down and the "
+                    "answering), then the monitoring: a lag service over every cluster and "
+                    "Prometheus (Debian's prometheus) scraping every process with the alert "
+                    "rules of infra/prometheus/alerts.yml, each on a free port that status "
+                    "shows. If anything fails, what was started is taken down and the "
                     "error shows the tail of the failing process's log. Refused when a lab "
                     "already runs in the state directory.")
     cli.add_settings_options(
@@ -64,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how long each step may take to be ready (default 60)")
     up.add_argument("--no-mirrors", action="store_true",
                     help="leave the mirrors out (start only ZooKeeper, brokers, load balancers)")
+    up.add_argument("--no-monitoring", action="store_true",
+                    help="leave out the lag service and Prometheus (they run in the "
+                         "processes runtime only; --only leaves them out too)")
     up.add_argument("--only", metavar="COMPONENT",
                     help="start one component of the topology in this state directory: "
                          "zookeeper, cluster:NAME (its brokers and load balancer) or "
@@ -82,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Each process (alive, pid, ports), ZooKeeper's members, each cluster's "
                     "registered brokers and topics, each load balancer's backends (UP/DOWN, "
                     "connections), each mirror's lag in bytes (its group's committed offsets "
-                    "against the source brokers' latest offsets). STATE_DIR is a lab's or "
+                    "against the source brokers' latest offsets), the lag service's URL, and "
+                    "Prometheus's URL, targets up and alerts firing. STATE_DIR is a lab's or "
                     "Terraform's local environment's (.tf-local: each component in a "
                     "directory of its own, with the audit service and Airflow). Exit status 0 "
                     "when every process runs and every broker is registered, 1 otherwise.")
@@ -90,9 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     down = sub.add_parser(
         "down", parents=[common], help="stop every process of the lab",
-        description="Stop mirrors, then load balancers and brokers, then ZooKeeper (SIGTERM, "
-                    "SIGKILL after --timeout), check that no process is left and remove the "
-                    "state file. Logs and data stay unless --purge.")
+        description="Stop Prometheus, the lag service and mirrors, then load balancers and "
+                    "brokers, then ZooKeeper (SIGTERM, SIGKILL after --timeout), check that no "
+                    "process is left and remove the state file. Logs and data stay unless "
+                    "--purge.")
     down.add_argument("--purge", action="store_true",
                       help="also delete the state directory: logs and data")
     down.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",
@@ -107,7 +115,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 0
     topology = settings.build(Topology, values)
     lab = Lab(topology, args.dir, runtime=args.runtime)
-    lab.up(timeout=args.timeout, mirrors=not args.no_mirrors, only=args.only)
+    lab.up(timeout=args.timeout, mirrors=not args.no_mirrors, only=args.only,
+           monitoring=not args.no_monitoring and args.only is None)
     if args.only:
         print(f"{args.only} is up: {len(lab.records)} processes, state in {lab.state_dir}")
     else:

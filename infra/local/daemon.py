@@ -49,7 +49,8 @@ class DaemonError(RuntimeError):
     pass
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 now."""
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return response.status == 200
@@ -119,7 +120,7 @@ def up(state_dir: str, name: str, command: list[str], ready_url: str = "",
     write_state(os.path.join(state_dir, STATE_FILE), [record], ready_url=ready_url,
                 docker_host=docker_host)
     if ready_url:
-        answered = wait_until(lambda: proc.poll() is not None or _answers(ready_url), timeout,
+        answered = wait_until(lambda: proc.poll() is not None or answers(ready_url), timeout,
                               interval=0.2)
         if proc.poll() is not None:
             raise DaemonError(f"{name} {proc.exit_status()}; the end of {log_path}:\n"

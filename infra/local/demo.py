@@ -4,7 +4,8 @@ two processes) brought up on free ports in a temporary directory; web
 servers in each datacenter publish page views through their load balancer
 (no ZooKeeper on their side); the mirror copies both datacenters into the
 analysis cluster; the demo reads the copies back there, prints the lab's
-status and takes everything down.
+status (with its lag service and its Prometheus: URL, targets up, alerts)
+and takes everything down.
 
     python -m infra.local.demo [--messages 20000] [--keep]
 """
@@ -60,10 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     ok = False
     try:
-        lab.up()
+        lab.up(monitoring=True)
         print(f"[lab demo] up in {time.monotonic() - started:.1f}s: ZooKeeper, "
               f"{sum(c.brokers for c in topology.clusters())} brokers, "
-              f"{len(topology.datacenters)} HAProxy load balancers, the mirror")
+              f"{len(topology.datacenters)} HAProxy load balancers, the mirror, the lag "
+              f"service, Prometheus at {lab.prometheus_url()}/")
         for dc in topology.datacenters:
             address = lab.lb_address(dc.name)
             with Producer(bootstrap=address, acks="flushed", client_id=f"web-{dc.name}") as p:

@@ -15,15 +15,23 @@ step to be ready before the next:
    cluster's ``/brokers/ids/<id>`` by a new session, with its address);
 3. each load balancer's HAProxy, after ``haproxy -c`` accepted its config
    (ready: its stats socket answers and every broker is UP in its backend);
-4. every mirror process (ready: its /metrics answers).
+4. every mirror process (ready: its /metrics answers);
+5. with ``monitoring=True`` (``python -m infra.local up`` asks for it), the
+   lag service over every cluster (ready: its /healthz answers after a first
+   evaluation), then Prometheus scraping every process of the lab (ready:
+   its /-/ready answers and it lists every target), after ``promtool check
+   config`` accepted its configuration (infra/local/prometheus.py).
+   ``start_monitoring`` starts them alone, with scrape jobs of services the
+   lab does not run (the demo's audit).
 
 Each process runs in a session (and process group) of its own with its
 output appended to ``logs/<name>.log``, so it outlives the command that
 started it; the state file records it. When a step fails, what was started
 is taken down and the error names the process, why, and the tail of its log.
 
-``down()`` stops mirrors first, then load balancers and brokers (SIGTERM: a
-broker deregisters, flushes and checkpoints), then ZooKeeper, each group
+``down()`` stops Prometheus, the lag service and mirrors first, then load
+balancers and brokers (SIGTERM: a broker deregisters, flushes and
+checkpoints), then ZooKeeper, each group
 SIGKILLed after a timeout; it checks that no process of any group is left
 and removes the state file, keeping logs and data unless purged.
 
@@ -50,12 +58,15 @@ State directory::
     data/<cluster>/broker-<i> a broker's data (unless the cluster sets data_dir)
     haproxy/<cluster>/        haproxy.cfg and its stats socket
     mirror/<name>-<i>.toml    a mirror process's settings
+    lag/lag.toml              the lag service's settings
+    prometheus/prometheus.yml Prometheus's configuration; prometheus/data its TSDB
 
 In the containers runtime, ZooKeeper's output goes to ``logs/zookeeper-<id>.log``
 itself (its ``zoo.cfg`` is written by the image into ``zookeeper/zk-<id>/conf``);
 a process of the state file is the docker client, and ``down`` also removes
 every container labelled with the state directory (a docker client killed
-with SIGKILL leaves its container running).
+with SIGKILL leaves its container running). The monitoring runs in the
+processes runtime only (``up`` leaves it out, with a warning, in containers).
 
 Linux only (it reads /proc). Not thread-safe: drive a Lab from one thread.
 """
@@ -79,13 +90,13 @@ from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_clie
 from broker.harness.zookeeper import SERVING_MODES, ZooKeeperEnsemble, ZooKeeperError, server_mode
 from broker.service_kit import detached, settings
 from broker.service_kit.detached import DetachedProcess
-from broker.service_kit.ports import NoFreePorts, busy_among, free_base_port
+from broker.service_kit.ports import NoFreePorts, busy_among, free_base_port, free_ports
 from broker.service_kit.process import SupervisedProcess, tail, wait_until
-from infra.local import haproxy
+from infra.local import daemon, haproxy, prometheus
 from infra.local.container_runtime import (HAPROXY_CONFIG, IMAGES, RUNTIMES, ContainerError,
                                            Docker, Mount, container_name, engine_host)
 from infra.local.metrics import scrape
-from infra.topology import Topology, load_topology, mirror_config, to_toml
+from infra.topology import Topology, lag_config, load_topology, mirror_config, to_toml
 
 #: the lab the README and `make lab-up` bring up (two DCs and the analysis cluster)
 DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "topology.toml")
@@ -94,7 +105,7 @@ log = logging.getLogger(__name__)
 STATE_FILE = "lab.json"
 TOPOLOGY_FILE = "topology.toml"
 #: Roles, in the order ``down`` stops them (each group at once).
-STOP_ORDER = (("mirror",), ("haproxy", "broker"), ("zookeeper",))
+STOP_ORDER = (("prometheus", "lag", "mirror"), ("haproxy", "broker"), ("zookeeper",))
 #: The repository root: the children import the same code as the lab.
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -106,7 +117,7 @@ class LabError(RuntimeError):
 @dataclass(kw_only=True)
 class ProcessRecord(DetachedProcess):
     """One process of the lab, as the state file keeps it."""
-    role: str                      # "zookeeper", "broker", "haproxy" or "mirror"
+    role: str           # "zookeeper", "broker", "haproxy", "mirror", "lag" or "prometheus"
     ports: dict[str, int] = field(default_factory=dict)
     cluster: str | None = None
     index: int | None = None
@@ -390,9 +401,12 @@ class Lab:
 
     # ---------------------------------------------------------------- up
 
-    def up(self, timeout: float = 60.0, mirrors: bool = True, only: str | None = None) -> "Lab":
+    def up(self, timeout: float = 60.0, mirrors: bool = True, only: str | None = None,
+           monitoring: bool = False) -> "Lab":
         """Start the whole topology; each step waits up to ``timeout`` seconds.
-        With ``mirrors=False`` the mirrors are left out. With ``only``, one
+        With ``mirrors=False`` the mirrors are left out; with ``monitoring``
+        the lag service and Prometheus are started last (start_monitoring;
+        not in the containers runtime, nor with ``only``). With ``only``, one
         component of it: ``zookeeper``, ``cluster:NAME`` (its brokers and load
         balancer) or ``mirror:NAME`` (its processes), the rest being run from
         other state directories (Terraform's local environment starts each
@@ -436,6 +450,11 @@ class Lab:
                 self._start_load_balancers(timeout)
                 if mirrors:
                     self._start_mirrors(timeout)
+                if monitoring and self.runtime == "containers":
+                    log.warning("the monitoring (lag service, Prometheus) runs in the "
+                                "processes runtime only: left out")
+                elif monitoring:
+                    self.start_monitoring(timeout=timeout)
             elif component[0] == "zookeeper":
                 self._start_zookeeper(timeout)
             elif component[0] == "cluster":
@@ -722,6 +741,76 @@ class Lab:
             return port is None or scrape(self.topology.host, port) is not None
 
         self._wait_ready("its /metrics", names, metrics_answer, timeout, hint=self._mirror_hint)
+
+    # ---------------------------------------------------------------- monitoring
+
+    def start_monitoring(self, extra_jobs: tuple[prometheus.ScrapeJob, ...] = (),
+                         timeout: float = 60.0) -> str:
+        """Start the lag service (every cluster of the topology) and then
+        Prometheus, scraping the brokers, the mirrors the lab runs, the lag
+        service and ``extra_jobs`` (services the lab does not run), with the
+        repository's alert rules; each on a free port, waited for. Returns
+        Prometheus's URL. Processes runtime only."""
+        if self.runtime != "processes":
+            raise LabError("the monitoring runs in the processes runtime only")
+        if any(r.role in ("lag", "prometheus") for r in self.records.values()):
+            raise LabError(f"the monitoring already runs in {self.state_dir}")
+        try:
+            prometheus.find("prometheus")
+            prometheus.find("promtool")
+        except prometheus.PrometheusError as exc:
+            raise LabError(str(exc)) from None
+        t = self.topology
+        lag_port, web_port = free_ports(2, t.host)
+        path = self.path("lag", "lag.toml")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(settings.to_toml(lag_config(t, lag_port)))
+        log.info("starting the lag service on http://%s:%d/", t.host, lag_port)
+        self._launch("lag", "lag", [self.python, "-m", "broker.lag", "--config", path],
+                     {"http": lag_port})
+        self._wait_ready("its /healthz (a first evaluation)", ["lag"],
+                         lambda _: daemon.answers(f"http://{t.host}:{lag_port}/healthz"),
+                         timeout)
+        jobs = [prometheus.broker_job(t)]
+        if any(r.role == "mirror" for r in self.records.values()):
+            jobs.append(prometheus.mirror_job(t))
+        jobs += [prometheus.single_job(prometheus.LAG_JOB, f"{t.host}:{lag_port}"),
+                 *extra_jobs]
+        directory = self.path("prometheus")
+        os.makedirs(os.path.join(directory, "data"), exist_ok=True)
+        config = os.path.join(directory, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write(prometheus.render(t, jobs))
+        try:
+            prometheus.check_config(config)
+        except prometheus.PrometheusError as exc:
+            raise LabError(str(exc)) from None
+        url = f"http://{t.host}:{web_port}"
+        log.info("starting Prometheus on %s/", url)
+        self._launch("prometheus", "prometheus",
+                     prometheus.command(config, os.path.join(directory, "data"),
+                                        f"{t.host}:{web_port}"),
+                     {"web": web_port}, cwd=directory)
+        expected = sum(len(job.targets) for job in jobs)
+
+        def ready(_name: str) -> bool:
+            # ready answers before the first discovery: wait for every target in view
+            if not daemon.answers(f"{url}/-/ready"):
+                return False
+            try:
+                return len(prometheus.targets(url)) == expected
+            except prometheus.PrometheusError:
+                return False
+
+        self._wait_ready("its /-/ready and every target in its view", ["prometheus"], ready,
+                         timeout)
+        return url
+
+    def prometheus_url(self) -> str | None:
+        """The URL of the lab's Prometheus, None when the lab runs none."""
+        record = self.records.get("prometheus")
+        return f"http://{self.topology.host}:{record.ports['web']}" if record else None
 
     def _mirror_hint(self, name: str) -> str:
         if "No module named mirror.__main__" in tail(self.records[name].log, 200):

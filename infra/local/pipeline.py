@@ -16,8 +16,12 @@ run by Airflow's scheduler for each of those hours (each gated on the
 audit), and a summary. Everything is stopped at the end unless --keep-up
 (then ``down``, or ``make demo-down``). Ports come from one base port (the
 lab's layout; the audit service at base+500, Airflow at base+501, the
-schema registry at base+502), so two demos with different base ports do
-not collide.
+schema registry at base+502, the audit counters' /metrics at base+510..512),
+so two demos with different base ports do not collide. The demo also runs
+the lab's monitoring (Lab.start_monitoring: a lag service and Prometheus on
+free ports, scraping the brokers, the mirror, the lag service, the schema
+registry, the audit counters and the audit service, with the alert rules of
+infra/prometheus/alerts.yml); the summary says where Prometheus is.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import sys
 import time
 import urllib.request
 
-from infra.local import airflow_stack, daemon
+from infra.local import airflow_stack, daemon, prometheus
 from infra.local.lab import DEFAULT_TOPOLOGY, Lab, LabError, free_topology
 from audit.times import iso
 from infra.local.traffic import HOUR_MS, TrafficConfig, produce, progress_bar
@@ -78,9 +82,15 @@ class Pipeline:
 
     # ------------------------------------------------------------ up
 
-    def start(self, airflow: bool = True, mirror_blacklist: str | None = None) -> None:
+    def counter_metrics_port(self, cluster: str) -> int:
+        """The /metrics port of the audit counter of ``cluster`` (monitoring on)."""
+        return self.topology.base_port + 510 + CLUSTERS.index(cluster)
+
+    def start(self, airflow: bool = True, mirror_blacklist: str | None = None,
+              monitoring: bool = False) -> None:
         """Everything up; ``mirror_blacklist``: topics the mirror leaves out
-        (until ``restart_mirror``)."""
+        (until ``restart_mirror``); ``monitoring``: the lag service and
+        Prometheus too (the audit counters then serve /metrics)."""
         os.makedirs(self.state_dir, exist_ok=True)
         with open(self.path("demo.json"), "w") as f:
             json.dump({"base_port": self.topology.base_port, "audit_url": self.audit_url,
@@ -104,10 +114,13 @@ class Pipeline:
         say(f"the analysis cluster's schema registry (Confluent's REST API) at "
             f"{self.registry_url}")
         for cluster in CLUSTERS:
+            metrics = (["--metrics-port", str(self.counter_metrics_port(cluster))]
+                       if monitoring else [])
             daemon.up(self.path(f"count-{cluster}"), f"audit-count-{cluster}",
                       [python, "-m", "audit", "count", "--cluster",
                        f"{cluster}={self.lab.zookeeper_connect(cluster)}",
-                       "--set", "publish_interval_ms=2000", "--set", f"group=audit-{cluster}"])
+                       "--set", "publish_interval_ms=2000", "--set", f"group=audit-{cluster}",
+                       *metrics])
         daemon.up(self.path("audit"), "audit-service",
                   [python, "-m", "audit", "serve", "--zookeeper",
                    self.lab.zookeeper_connect("analysis"), "--http-port", str(self.audit_port),
@@ -117,6 +130,8 @@ class Pipeline:
                      else ["--set", f"grace_ms={int(self.audit_grace_s * 1000)}"]),
                   ready_url=f"{self.audit_url}/healthz")
         say(f"audit counters in every cluster; the audit service at {self.audit_url}")
+        if monitoring:
+            self.start_monitoring()
         config = self.path("warehouse.toml")
         with open(config, "w") as f:
             f.write(f"""[loader]
@@ -139,6 +154,21 @@ max_retry_delay_s = 30.0
             airflow_stack.up(self.path("airflow"), self.airflow_port, config,
                              say=lambda text: say(f"airflow: {text}"))
         say(f"everything is up in {time.monotonic() - t0:.0f} s")
+
+    def start_monitoring(self) -> str:
+        """The lab's lag service and Prometheus, which also scrapes what the
+        lab does not run: the mirror, the audit counters, the audit service and
+        the schema registry. Returns Prometheus's URL."""
+        host = self.topology.host
+        jobs = (prometheus.mirror_job(self.topology),
+                prometheus.audit_counter_job((c, f"{host}:{self.counter_metrics_port(c)}")
+                                             for c in CLUSTERS),
+                prometheus.single_job(prometheus.AUDIT_JOB, f"{host}:{self.audit_port}"),
+                prometheus.schema_registry_job(f"127.0.0.1:{self.registry_port}"))
+        url = self.lab.start_monitoring(extra_jobs=jobs, timeout=60)
+        say(f"Prometheus at {url}/ scrapes every service (alerts: {url}/alerts); "
+            f"the lag service at http://{host}:{self.lab.records['lag'].ports['http']}/")
+        return url
 
     def start_mirror(self, blacklist: str | None = None) -> None:
         topology = self.topology
@@ -261,6 +291,9 @@ max_retry_delay_s = 30.0
             ".to_table().group_by('hour').aggregate([('member_id', 'count')]))\"",
             f"the audit report: {self.audit_url}/",
             f"the schema registry (Confluent's REST API): {self.registry_url}/subjects",
+            *([f"Prometheus: {self.lab.prometheus_url()}/ (alerts: "
+               f"{self.lab.prometheus_url()}/alerts; rules: infra/prometheus/alerts.yml)"]
+              if self.lab.prometheus_url() else []),
             f"Airflow: http://127.0.0.1:{self.airflow_port}/ (login admin / "
             f"{airflow_stack.password(self.path('airflow'))})",
             f"stop it: make demo-down (or python -m infra.local.pipeline down --dir "
@@ -335,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                         sensor_poke_s=args.sensor_poke, audit_grace_s=args.audit_grace)
     ok = False
     try:
-        pipeline.start()
+        pipeline.start(monitoring=True)
         result = pipeline.traffic(args.messages)
         states = pipeline.load_hours(result.first_hour_ms, 3)
         text, ok = pipeline.summary(result, result.first_hour_ms, 3, states)

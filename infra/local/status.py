@@ -34,7 +34,7 @@ from broker.coordination.ownership import Subscription
 from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_client
 from broker.harness.zookeeper import server_mode
 from broker.service_kit.detached import DetachedProcess
-from infra.local import airflow_stack, daemon, haproxy
+from infra.local import airflow_stack, daemon, haproxy, prometheus
 from infra.local.container_runtime import ContainerError, Docker, engine_host
 from infra.local.lab import STATE_FILE, TOPOLOGY_FILE, Lab, LabError
 from infra.local.metrics import scrape
@@ -157,7 +157,13 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
     * ``mirrors``: per mirror, its processes and, per source, the lag in
       bytes of its group's committed offsets behind the source brokers'
       latest offsets (works while the mirror is down), and the lag its
-      running processes report on /metrics.
+      running processes report on /metrics;
+    * ``lag_service``: the URL of the lab's lag service (None without one);
+    * ``prometheus``: None when the lab runs no Prometheus, else its URL,
+      its scrape targets (how many, how many up, which are down) and the
+      alerts pending or firing (name, state, labels), as its API tells
+      them (infra/local/prometheus.py's summary; ``error`` when it does not
+      answer).
     """
     t = env.topology
     runtimes = sorted({lab.runtime for lab in env.labs}) or ["processes"]
@@ -173,6 +179,13 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
         records.update(lab.records)
         haproxy_dirs.update({r.cluster: lab.path("haproxy", r.cluster)
                              for r in lab.records.values() if r.role == "haproxy"})
+    out["lag_service"] = None
+    out["prometheus"] = None
+    for lab in env.labs:
+        if "lag" in lab.records:
+            out["lag_service"] = f"http://{t.host}:{lab.records['lag'].ports['http']}/"
+        if lab.prometheus_url():
+            out["prometheus"] = prometheus.summary(lab.prometheus_url())
     for service in env.services:
         out["processes"] += _processes(((r, r.alive(), {"role": service.role})
                                         for r in service.processes), service.docker_host)
@@ -358,7 +371,30 @@ def render(status: dict[str, Any]) -> str:
             if m["metrics_lag_bytes"] is not None:
                 line += f"; /metrics says {m['metrics_lag_bytes'].get(source, 0):.0f}"
             out.append(line)
+    if status.get("lag_service"):
+        out += ["", f"lag service {status['lag_service']} (Burrow's status per group: "
+                    f"v3/kafka/CLUSTER/consumer)"]
+    out += _render_prometheus(status.get("prometheus"))
     return "\n".join(out)
+
+
+def _render_prometheus(p: dict[str, Any] | None) -> list[str]:
+    if p is None:
+        return []
+    out = ["", f"prometheus {p['url']}/ (alerts: {p['url']}/alerts):"]
+    if "error" in p:
+        return out + [f"  error: {p['error']}"]
+    line = f"  targets up {p['targets_up']}/{p['targets']}"
+    if p["targets_down"]:
+        line += "; down: " + ", ".join(p["targets_down"])
+    out.append(line)
+    if not p["alerts"]:
+        out.append("  alerts: none pending or firing")
+    for a in p["alerts"]:
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(a["labels"].items())
+                           if k not in ("severity", "lab"))
+        out.append(f"  {a['state'].upper():<8} {a['name']} ({labels})")
+    return out
 
 
 __all__ = ["Environment", "Service", "group_lag", "healthy", "open_environment", "render",

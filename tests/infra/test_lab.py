@@ -1,5 +1,6 @@
 """The lab with real ZooKeeper, brokers, HAProxy and mirror processes: up,
-status and down from the command line (the processes outlive ``up``), a
+status and down from the command line (the processes outlive ``up``; up
+also starts the lab's lag service and Prometheus), a
 failed start that takes down what it started, refused starts, and a lab
 whose mirror copies a datacenter into the analysis cluster."""
 from __future__ import annotations
@@ -35,8 +36,8 @@ def test_lab_up_status_down_from_the_command_line(tmp_path):
 
         processes = json.loads((state / "lab.json").read_text())["processes"]
         assert sorted(p["name"] for p in processes) == [
-            "analysis.broker-0", "dc-a.broker-0", "dc-a.broker-1", "dc-a.haproxy",
-            "zookeeper-1"]
+            "analysis.broker-0", "dc-a.broker-0", "dc-a.broker-1", "dc-a.haproxy", "lag",
+            "prometheus", "zookeeper-1"]
         pids = {p["name"]: p["pid"] for p in processes}
         # `up` has exited: its processes run on, in sessions of their own
         assert all(running(pid) for pid in pids.values())
@@ -63,6 +64,10 @@ def test_lab_up_status_down_from_the_command_line(tmp_path):
         assert [(b["server"], b["status"]) for b in backends] == [
             ("broker-0", "UP"), ("broker-1", "UP")]
         assert status["zookeeper"]["servers"][0]["mode"] == "standalone"
+        web = {p["name"]: p["ports"] for p in processes}["prometheus"]["web"]
+        assert status["prometheus"]["url"] == f"http://{topology.host}:{web}"
+        assert status["prometheus"]["targets"] == 4       # 3 brokers and the lag service
+        assert status["lag_service"].startswith(f"http://{topology.host}:")
 
         code, out, err = _lab("status", "--dir", str(state))
         assert code == 0 and "load balancer" in out and "UP" in out, out + err

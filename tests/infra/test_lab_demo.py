@@ -14,3 +14,4 @@ def test_the_lab_demo_copies_every_page_view():
     assert "the mirror copied 4000 of 4000 page views" in text
     assert "[lab demo] OK" in text
     assert "lag from dc-a: 0 bytes" in text and "lag from dc-b: 0 bytes" in text
+    assert "\nprometheus http://127.0.0.1:" in text      # the lab's monitoring, in its status

@@ -31,6 +31,7 @@ def test_the_demo_loses_nothing_and_loads_every_hour(tmp_path):
     assert len(rows) == 9                    # 3 topics x 3 hours, each marked done
     assert all(loaded == produced for _topic, loaded, produced in rows)
     assert sum(int(p.replace(",", "")) for _t, _l, p in rows) == 3000
+    assert re.search(r"Prometheus: http://127\.0\.0\.1:\d+/ \(alerts: ", text), text[-4000:]
     assert not any(str(state).encode() in b" ".join(a) for _, a in command_lines())
     # Airflow's processes do not name the state directory: its port is closed
     import socket

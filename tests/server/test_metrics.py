@@ -3,6 +3,7 @@ messages and bytes in by topic, requests by API, errors, flushes, log sizes
 and offsets per partition."""
 from __future__ import annotations
 
+import os
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,7 +18,8 @@ COUNTERS = ("messages_in", "bytes_in", "bytes_out", "messages_out", "requests", 
             "produce_short_cuts", "connections_throttled", "connections_closed_idle",
             "request_memory_waits")
 GAUGES = ("page_cache_budget_bytes", "connections", "request_memory_bytes", "log_size_bytes",
-          "log_segments", "log_end_offset", "log_flushed_offset", "log_quarantined_bytes")
+          "log_segments", "log_end_offset", "log_flushed_offset", "log_quarantined_bytes",
+          "log_dir_free_bytes", "log_dir_capacity_bytes")
 
 
 def test_metrics_after_traffic(broker, admin):
@@ -54,6 +56,21 @@ def test_metrics_after_traffic(broker, admin):
         assert metric(m, "samsa_log_flushed_offset", **labels) == size
         assert metric(m, "samsa_log_segments", **labels) == 1
     assert metric(m, "samsa_connections") >= 1                # the admin client's
+
+
+def test_log_dir_space_is_the_data_dirs_file_system(broker):
+    """The disk-full alert's gauges (infra/prometheus/alerts.yml): the file
+    system of the broker's data_dir as statvfs sees it."""
+    before = os.statvfs(broker.data_dir)
+    m = scrape_metrics(broker.metrics_port)
+    after = os.statvfs(broker.data_dir)
+    capacity = metric(m, "samsa_log_dir_capacity_bytes")
+    free = metric(m, "samsa_log_dir_free_bytes")
+    assert capacity == before.f_blocks * before.f_frsize
+    low, high = sorted((before.f_bavail * before.f_frsize, after.f_bavail * after.f_frsize))
+    # other writers on the machine move it: within what was seen around the scrape
+    assert 0 < free <= capacity
+    assert low - 64 * 1024 * 1024 <= free <= high + 64 * 1024 * 1024
 
 
 def test_error_results_are_counted_by_api_and_error(broker, admin):

@@ -1,0 +1,256 @@
+"""Prometheus for the local lab and the demo: its configuration rendered from
+the lab's topology, its command line, and reading its HTTP API.
+
+The lab (infra/local/lab.py, ``start_monitoring``) runs Debian's
+``prometheus`` (2.42) as one of its detached processes, on a free port
+(broker/service_kit/ports.py), its configuration and its TSDB in the lab's
+directory (``prometheus/prometheus.yml``, ``prometheus/data``), the rule file
+the repository's ``infra/prometheus/alerts.yml`` as it is. This module
+renders text, builds commands and reads HTTP; it never starts or stops a
+process (the lab does).
+
+Scrape jobs (the alert rules name them) and the labels of their targets
+beside Prometheus's own ``job`` and ``instance`` (the target's host:port)::
+
+    samsa-broker           each broker's /metrics            cluster, broker
+    samsa-mirror           each mirror process's /metrics    mirror, process
+    samsa-lag              the lag service's /metrics        -
+    samsa-audit            the audit service's /metrics      -
+    samsa-audit-counter    each audit counter's /metrics     cluster
+    samsa-schema-registry  the schema registry's /metrics    - (schema_registry_job: the
+                                                               hook for python -m schemas serve)
+
+Every scrape also carries ``lab`` (the topology's name) as an external label.
+The YAML is written by hand, every string JSON-quoted (a JSON string is a
+YAML double-quoted scalar), so nothing but the standard library is needed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from infra.topology import Topology
+
+#: The repository's alert rules (checked by `promtool check rules` in the tests).
+ALERT_RULES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "prometheus", "alerts.yml")
+DEBIAN_BINARIES = {"prometheus": "/usr/bin/prometheus", "promtool": "/usr/bin/promtool"}
+#: Job names (infra/prometheus/alerts.yml names them too).
+BROKER_JOB = "samsa-broker"
+MIRROR_JOB = "samsa-mirror"
+LAG_JOB = "samsa-lag"
+AUDIT_JOB = "samsa-audit"
+AUDIT_COUNTER_JOB = "samsa-audit-counter"
+SCHEMA_REGISTRY_JOB = "samsa-schema-registry"
+#: How long the lab's Prometheus keeps its samples (a lab lives for hours).
+RETENTION = "2d"
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus or promtool is missing, refuses a file, or its API failed;
+    the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    address: str
+    """host:port of the target's /metrics (Prometheus's ``instance`` label)."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """Labels added to every series of the target: (name, value)."""
+
+
+@dataclass(frozen=True)
+class ScrapeJob:
+    name: str
+    """The ``job`` label (one of the *_JOB names above for Samsa's services)."""
+    targets: tuple[ScrapeTarget, ...]
+    metrics_path: str = "/metrics"
+
+
+# ------------------------------------------------------------------ jobs
+
+def broker_job(topology: Topology) -> ScrapeJob:
+    """Every broker of every cluster whose metrics are on."""
+    targets = [ScrapeTarget(f"{topology.host}:{port}", (("cluster", c.name), ("broker", str(i))))
+               for c in topology.clusters()
+               for i, port in enumerate(topology.broker_metrics_ports(c.name)) if port != -1]
+    return ScrapeJob(BROKER_JOB, tuple(targets))
+
+
+def mirror_job(topology: Topology) -> ScrapeJob:
+    """Every process of every mirror whose metrics are on."""
+    targets = [ScrapeTarget(f"{topology.host}:{port}", (("mirror", m.name), ("process", str(i))))
+               for m in topology.mirrors
+               for i, port in enumerate(topology.mirror_metrics_ports(m.name)) if port != -1]
+    return ScrapeJob(MIRROR_JOB, tuple(targets))
+
+
+def single_job(name: str, address: str, **labels: str) -> ScrapeJob:
+    """A job of one target: the lag service (LAG_JOB), the audit service
+    (AUDIT_JOB), the schema registry (SCHEMA_REGISTRY_JOB)..."""
+    return ScrapeJob(name, (ScrapeTarget(address, tuple(sorted(labels.items()))),))
+
+
+def schema_registry_job(address: str) -> ScrapeJob:
+    """The schema registry service (``python -m schemas serve``, its /metrics
+    at ``address``): pass it to Lab.start_monitoring's ``extra_jobs`` where
+    one runs."""
+    return single_job(SCHEMA_REGISTRY_JOB, address)
+
+
+def audit_counter_job(counters: Iterable[tuple[str, str]]) -> ScrapeJob:
+    """Audit counters (``python -m audit count --metrics-port``): (cluster, host:port)."""
+    return ScrapeJob(AUDIT_COUNTER_JOB, tuple(ScrapeTarget(address, (("cluster", cluster),))
+                                              for cluster, address in counters))
+
+
+# ------------------------------------------------------------------ the configuration
+
+def duration(seconds: float) -> str:
+    """``seconds`` as a Prometheus duration ("5s", "500ms")."""
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise ValueError(f"a duration must be positive, not {seconds} s")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def _q(text: str) -> str:
+    return json.dumps(text)
+
+
+def render(topology: Topology, jobs: Iterable[ScrapeJob],
+           rule_files: Iterable[str] = (ALERT_RULES,)) -> str:
+    """prometheus.yml for ``jobs``, the intervals of ``topology.monitoring``
+    and ``rule_files``. Jobs without targets are left out (Prometheus would
+    accept them, but they say nothing)."""
+    spec = topology.monitoring
+    interval = duration(spec.scrape_interval_s)
+    lines = [
+        f"# Prometheus of the Samsa lab {topology.name!r}: rendered by infra/local/prometheus.py",
+        "# from the lab's topology when the lab starts its monitoring; edit the topology.",
+        "global:",
+        f"  scrape_interval: {interval}",
+        # a scrape must end before the next one is due
+        f"  scrape_timeout: {duration(min(spec.scrape_interval_s, 10.0))}",
+        f"  evaluation_interval: {duration(spec.evaluation_interval_s)}",
+        "  external_labels:",
+        f"    lab: {_q(topology.name)}",
+        "rule_files:",
+        *(f"  - {_q(os.path.abspath(path))}" for path in rule_files),
+        "scrape_configs:",
+    ]
+    for job in jobs:
+        if not job.targets:
+            continue
+        lines += [f"  - job_name: {_q(job.name)}",
+                  f"    metrics_path: {_q(job.metrics_path)}",
+                  "    static_configs:"]
+        for target in job.targets:
+            lines.append(f"      - targets: [{_q(target.address)}]")
+            if target.labels:
+                lines.append("        labels: {" + ", ".join(
+                    f"{_q(k)}: {_q(v)}" for k, v in target.labels) + "}")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ the programs
+
+def find(program: str) -> str:
+    """The path of ``prometheus`` or ``promtool``, or PrometheusError saying
+    what to install."""
+    path = shutil.which(program) or (DEBIAN_BINARIES[program]
+                                     if os.access(DEBIAN_BINARIES[program], os.X_OK) else None)
+    if path is None:
+        raise PrometheusError(f"{program} was not found: install Debian's prometheus package "
+                              f"(`apt-get install prometheus`, which `make setup` does as root)")
+    return path
+
+
+def promtool(*args: str) -> str:
+    """``promtool ARGS``: its output; PrometheusError with it when it refuses."""
+    command = [find("promtool"), *args]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PrometheusError(f"cannot run {' '.join(command)}: {exc}") from None
+    output = (done.stdout + done.stderr).strip()
+    if done.returncode != 0:
+        raise PrometheusError(f"promtool {' '.join(args)} refuses:\n{output}")
+    return output
+
+
+def check_config(path: str) -> str:
+    """``promtool check config``: the configuration and the rule files it
+    names; PrometheusError with promtool's complaints when it refuses."""
+    return promtool("check", "config", path)
+
+
+def command(config_path: str, data_dir: str, address: str) -> list[str]:
+    """Prometheus in the foreground (SIGTERM stops it cleanly), listening on
+    ``address`` (host:port), its TSDB in ``data_dir``."""
+    return [find("prometheus"), f"--config.file={config_path}",
+            f"--storage.tsdb.path={data_dir}", f"--storage.tsdb.retention.time={RETENTION}",
+            f"--web.listen-address={address}", "--log.format=json"]
+
+
+# ------------------------------------------------------------------ the HTTP API
+
+def api(url: str, path: str, timeout: float = 5.0) -> Any:
+    """The ``data`` of a GET of Prometheus's API (``url`` its base, ``path``
+    e.g. "/api/v1/alerts"); PrometheusError when it does not answer or says
+    it failed."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + path, timeout=timeout) as response:
+            body = json.load(response)
+    except (OSError, ValueError) as exc:
+        raise PrometheusError(f"Prometheus at {url} did not answer {path}: {exc}") from None
+    if body.get("status") != "success":
+        raise PrometheusError(f"Prometheus at {url} answered {path} with {body}")
+    return body["data"]
+
+
+def alerts(url: str) -> list[dict[str, Any]]:
+    """The alerts pending or firing now: each with ``labels`` (alertname
+    among them), ``annotations``, ``state`` ("pending", "firing") and
+    ``activeAt``."""
+    return api(url, "/api/v1/alerts")["alerts"]
+
+
+def targets(url: str) -> list[dict[str, Any]]:
+    """The active scrape targets: each with ``labels`` (job, instance, ...),
+    ``health`` ("up", "down", "unknown") and ``lastError``."""
+    return api(url, "/api/v1/targets")["activeTargets"]
+
+
+def summary(url: str) -> dict[str, Any]:
+    """What ``status`` shows of a Prometheus: its URL, its targets up of all,
+    the targets down, and the alerts firing and pending (by name and labels);
+    ``error`` instead when it does not answer."""
+    out: dict[str, Any] = {"url": url}
+    try:
+        found = targets(url)
+        active = alerts(url)
+    except PrometheusError as exc:
+        out["error"] = str(exc)
+        return out
+    out["targets"] = len(found)
+    out["targets_up"] = sum(t["health"] == "up" for t in found)
+    out["targets_down"] = sorted(f"{t['labels'].get('job')} {t['labels'].get('instance')}"
+                                 for t in found if t["health"] != "up")
+    out["alerts"] = [{"name": a["labels"].get("alertname"), "state": a["state"],
+                      "labels": {k: v for k, v in a["labels"].items() if k != "alertname"}}
+                     for a in active]
+    return out
+
+
+__all__ = ["ALERT_RULES", "AUDIT_COUNTER_JOB", "AUDIT_JOB", "BROKER_JOB", "LAG_JOB", "MIRROR_JOB",
+           "PrometheusError", "SCHEMA_REGISTRY_JOB", "ScrapeJob", "ScrapeTarget", "alerts", "api",
+           "audit_counter_job", "broker_job", "check_config", "command", "duration", "find",
+           "mirror_job", "promtool", "render", "schema_registry_job", "single_job", "summary",
+           "targets"]
