@@ -105,7 +105,8 @@ log = logging.getLogger(__name__)
 STATE_FILE = "lab.json"
 TOPOLOGY_FILE = "topology.toml"
 #: Roles, in the order ``down`` stops them (each group at once).
-STOP_ORDER = (("prometheus", "lag", "mirror"), ("haproxy", "broker"), ("zookeeper",))
+STOP_ORDER = (("prometheus", "lag", "mirror", "schema-registry"), ("haproxy", "broker"),
+              ("zookeeper",))
 #: The repository root: the children import the same code as the lab.
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -448,6 +449,12 @@ class Lab:
                 self._start_zookeeper(timeout)
                 self._start_brokers(timeout)
                 self._start_load_balancers(timeout)
+                if self.runtime == "processes":
+                    self._start_schema_registries(timeout)
+                else:
+                    log.warning("the schema registries' REST API runs in the processes "
+                                "runtime only: left out (each cluster's registry is in its "
+                                "ZooKeeper all the same)")
                 if mirrors:
                     self._start_mirrors(timeout)
                 if monitoring and self.runtime == "containers":
@@ -744,11 +751,32 @@ class Lab:
 
     # ---------------------------------------------------------------- monitoring
 
+    def _start_schema_registries(self, timeout: float) -> None:
+        """Each cluster's schema registry (in its ZooKeeper) served over
+        Confluent's REST API (``python -m schemas serve``), on a free port."""
+        t = self.topology
+        clusters = [c.name for c in t.clusters()]
+        for cluster, port in zip(clusters, free_ports(len(clusters), t.host)):
+            self._launch(f"registry-{cluster}", "schema-registry",
+                         [self.python, "-m", "schemas", "--registry",
+                          f"zookeeper://{self.zookeeper_connect(cluster)}", "serve",
+                          "--host", t.host, "--port", str(port)],
+                         {"http": port}, cluster=cluster)
+        self._wait_ready("its REST API (/config)",
+                         [f"registry-{c}" for c in clusters],
+                         lambda name: daemon.answers(f"{self.schema_registry_url(name[9:])}"
+                                                     f"/config"), timeout)
+
+    def schema_registry_url(self, cluster: str) -> str | None:
+        """The REST API of ``cluster``'s schema registry, None when the lab runs none."""
+        record = self.records.get(f"registry-{cluster}")
+        return f"http://{self.topology.host}:{record.ports['http']}" if record else None
+
     def start_monitoring(self, extra_jobs: tuple[prometheus.ScrapeJob, ...] = (),
                          timeout: float = 60.0) -> str:
         """Start the lag service (every cluster of the topology) and then
-        Prometheus, scraping the brokers, the mirrors the lab runs, the lag
-        service and ``extra_jobs`` (services the lab does not run), with the
+        Prometheus, scraping the brokers, the mirrors and schema registries
+        the lab runs, the lag service and ``extra_jobs`` (services the lab does not run), with the
         repository's alert rules; each on a free port, waited for. Returns
         Prometheus's URL. Processes runtime only."""
         if self.runtime != "processes":
@@ -775,6 +803,10 @@ class Lab:
         jobs = [prometheus.broker_job(t)]
         if any(r.role == "mirror" for r in self.records.values()):
             jobs.append(prometheus.mirror_job(t))
+        registries = [(r.cluster, f"{t.host}:{r.ports['http']}") for r in self.records.values()
+                      if r.role == "schema-registry"]
+        if registries:
+            jobs.append(prometheus.schema_registry_job(registries))
         jobs += [prometheus.single_job(prometheus.LAG_JOB, f"{t.host}:{lag_port}"),
                  *extra_jobs]
         directory = self.path("prometheus")

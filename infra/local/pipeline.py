@@ -15,12 +15,14 @@ logins; event times over the last three whole hours); then warehouse_load
 run by Airflow's scheduler for each of those hours (each gated on the
 audit), and a summary. Everything is stopped at the end unless --keep-up
 (then ``down``, or ``make demo-down``). Ports come from one base port (the
-lab's layout; the audit service at base+500, Airflow at base+501, the
-schema registry at base+502, the audit counters' /metrics at base+510..512),
-so two demos with different base ports do not collide. The demo also runs
-the lab's monitoring (Lab.start_monitoring: a lag service and Prometheus on
-free ports, scraping the brokers, the mirror, the lag service, the schema
-registry, the audit counters and the audit service, with the alert rules of
+lab's layout; the audit service at base+500, Airflow at base+501, the audit
+counters' /metrics at base+510..512), so two demos with different base ports
+do not collide. The lab serves each cluster's schema registry over
+Confluent's REST API (on free ports); the audit service and the loader read
+the analysis cluster's through it. The demo also runs the lab's monitoring
+(Lab.start_monitoring: a lag service and Prometheus on free ports, scraping
+the brokers, the mirror, the schema registries, the lag service, the audit
+counters and the audit service, with the alert rules of
 infra/prometheus/alerts.yml); the summary says where Prometheus is.
 """
 from __future__ import annotations
@@ -73,12 +75,19 @@ class Pipeline:
         self.audit_port = topology.base_port + 500
         self.airflow_port = topology.base_port + 501
         self.audit_url = f"http://127.0.0.1:{self.audit_port}"
-        self.registry_port = topology.base_port + 502
-        self.registry_url = f"http://127.0.0.1:{self.registry_port}"
         self.lab = Lab(topology, self.path("lab"))
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
+
+    @property
+    def registry_url(self) -> str:
+        """The analysis cluster's schema registry (Confluent's REST API), once
+        the lab is up."""
+        url = self.lab.schema_registry_url("analysis")
+        if url is None:
+            raise RuntimeError("the lab serves no schema registry: start it first")
+        return url
 
     # ------------------------------------------------------------ up
 
@@ -94,8 +103,7 @@ class Pipeline:
         os.makedirs(self.state_dir, exist_ok=True)
         with open(self.path("demo.json"), "w") as f:
             json.dump({"base_port": self.topology.base_port, "audit_url": self.audit_url,
-                       "airflow_url": f"http://127.0.0.1:{self.airflow_port}",
-                       "schema_registry_url": self.registry_url}, f)
+                       "airflow_url": f"http://127.0.0.1:{self.airflow_port}"}, f)
         t0 = time.monotonic()
         say(f"starting the lab (ZooKeeper, dc-a and dc-b behind HAProxy, analysis, the mirror) "
             f"on ports from {self.topology.base_port}")
@@ -106,11 +114,6 @@ class Pipeline:
         # what was not committed yet
         self.start_mirror(mirror_blacklist)
         python = sys.executable
-        daemon.up(self.path("schema-registry"), "schema-registry",
-                  [python, "-m", "schemas", "--registry",
-                   f"zookeeper://{self.lab.zookeeper_connect('analysis')}", "serve",
-                   "--port", str(self.registry_port)],
-                  ready_url=f"{self.registry_url}/config")
         say(f"the analysis cluster's schema registry (Confluent's REST API) at "
             f"{self.registry_url}")
         for cluster in CLUSTERS:
@@ -163,8 +166,7 @@ max_retry_delay_s = 30.0
         jobs = (prometheus.mirror_job(self.topology),
                 prometheus.audit_counter_job((c, f"{host}:{self.counter_metrics_port(c)}")
                                              for c in CLUSTERS),
-                prometheus.single_job(prometheus.AUDIT_JOB, f"{host}:{self.audit_port}"),
-                prometheus.schema_registry_job(f"127.0.0.1:{self.registry_port}"))
+                prometheus.single_job(prometheus.AUDIT_JOB, f"{host}:{self.audit_port}"))
         url = self.lab.start_monitoring(extra_jobs=jobs, timeout=60)
         say(f"Prometheus at {url}/ scrapes every service (alerts: {url}/alerts); "
             f"the lag service at http://{host}:{self.lab.records['lag'].ports['http']}/")
@@ -312,7 +314,7 @@ max_retry_delay_s = 30.0
 def stop(state_dir: str) -> None:
     state_dir = os.path.abspath(state_dir)
     airflow_stack.down(os.path.join(state_dir, "airflow"), say=lambda *_: None)
-    for name in ["audit", "schema-registry"] + [f"count-{c}" for c in CLUSTERS]:
+    for name in ["audit"] + [f"count-{c}" for c in CLUSTERS]:
         daemon.down(os.path.join(state_dir, name))
     for part in ("mirror", "lab"):
         lab_dir = os.path.join(state_dir, part)

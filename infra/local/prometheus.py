@@ -17,8 +17,7 @@ beside Prometheus's own ``job`` and ``instance`` (the target's host:port)::
     samsa-lag              the lag service's /metrics        -
     samsa-audit            the audit service's /metrics      -
     samsa-audit-counter    each audit counter's /metrics     cluster
-    samsa-schema-registry  the schema registry's /metrics    - (schema_registry_job: the
-                                                               hook for python -m schemas serve)
+    samsa-schema-registry  each schema registry's /metrics   cluster
 
 Every scrape also carries ``lab`` (the topology's name) as an external label.
 The YAML is written by hand, every string JSON-quoted (a JSON string is a
@@ -97,11 +96,11 @@ def single_job(name: str, address: str, **labels: str) -> ScrapeJob:
     return ScrapeJob(name, (ScrapeTarget(address, tuple(sorted(labels.items()))),))
 
 
-def schema_registry_job(address: str) -> ScrapeJob:
-    """The schema registry service (``python -m schemas serve``, its /metrics
-    at ``address``): pass it to Lab.start_monitoring's ``extra_jobs`` where
-    one runs."""
-    return single_job(SCHEMA_REGISTRY_JOB, address)
+def schema_registry_job(registries: Iterable[tuple[str, str]]) -> ScrapeJob:
+    """The schema registry services (``python -m schemas serve``, REST API
+    and /metrics on one port): (cluster, host:port)."""
+    return ScrapeJob(SCHEMA_REGISTRY_JOB, tuple(ScrapeTarget(address, (("cluster", cluster),))
+                                                for cluster, address in registries))
 
 
 def audit_counter_job(counters: Iterable[tuple[str, str]]) -> ScrapeJob:

@@ -159,6 +159,8 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
       latest offsets (works while the mirror is down), and the lag its
       running processes report on /metrics;
     * ``lag_service``: the URL of the lab's lag service (None without one);
+    * ``schema_registries``: per cluster, the URL of its schema registry's
+      REST API (Confluent's; empty when the lab serves none);
     * ``prometheus``: None when the lab runs no Prometheus, else its URL,
       its scrape targets (how many, how many up, which are down) and the
       alerts pending or firing (name, state, labels), as its API tells
@@ -181,7 +183,11 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
                              for r in lab.records.values() if r.role == "haproxy"})
     out["lag_service"] = None
     out["prometheus"] = None
+    out["schema_registries"] = {}
     for lab in env.labs:
+        out["schema_registries"].update({
+            r.cluster: f"http://{t.host}:{r.ports['http']}/" for r in lab.records.values()
+            if r.role == "schema-registry"})
         if "lag" in lab.records:
             out["lag_service"] = f"http://{t.host}:{lab.records['lag'].ports['http']}/"
         if lab.prometheus_url():
@@ -371,6 +377,9 @@ def render(status: dict[str, Any]) -> str:
             if m["metrics_lag_bytes"] is not None:
                 line += f"; /metrics says {m['metrics_lag_bytes'].get(source, 0):.0f}"
             out.append(line)
+    if status.get("schema_registries"):
+        out += [""] + [f"schema registry of {cluster} {url} (Confluent's REST API: subjects "
+                       f"<topic>-value)" for cluster, url in status["schema_registries"].items()]
     if status.get("lag_service"):
         out += ["", f"lag service {status['lag_service']} (Burrow's status per group: "
                     f"v3/kafka/CLUSTER/consumer)"]

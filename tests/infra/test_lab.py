@@ -6,6 +6,7 @@ whose mirror copies a datacenter into the analysis cluster."""
 from __future__ import annotations
 
 import json
+import urllib.request
 import os
 import socket
 
@@ -37,7 +38,7 @@ def test_lab_up_status_down_from_the_command_line(tmp_path):
         processes = json.loads((state / "lab.json").read_text())["processes"]
         assert sorted(p["name"] for p in processes) == [
             "analysis.broker-0", "dc-a.broker-0", "dc-a.broker-1", "dc-a.haproxy", "lag",
-            "prometheus", "zookeeper-1"]
+            "prometheus", "registry-analysis", "registry-dc-a", "zookeeper-1"]
         pids = {p["name"]: p["pid"] for p in processes}
         # `up` has exited: its processes run on, in sessions of their own
         assert all(running(pid) for pid in pids.values())
@@ -66,7 +67,16 @@ def test_lab_up_status_down_from_the_command_line(tmp_path):
         assert status["zookeeper"]["servers"][0]["mode"] == "standalone"
         web = {p["name"]: p["ports"] for p in processes}["prometheus"]["web"]
         assert status["prometheus"]["url"] == f"http://{topology.host}:{web}"
-        assert status["prometheus"]["targets"] == 4       # 3 brokers and the lag service
+        registries = {p["name"]: p["ports"]["http"] for p in processes
+                      if p["name"].startswith("registry-")}
+        assert status["schema_registries"] == {
+            c: f"http://{topology.host}:{registries['registry-' + c]}/"
+            for c in ("dc-a", "analysis")}
+        with urllib.request.urlopen(status["schema_registries"]["dc-a"] + "subjects",
+                                    timeout=10) as r:
+            assert isinstance(json.load(r), list)        # Confluent's API answers
+        # 3 brokers, the 2 clusters' schema registries and the lag service
+        assert status["prometheus"]["targets"] == 6
         assert status["lag_service"].startswith(f"http://{topology.host}:")
 
         code, out, err = _lab("status", "--dir", str(state))

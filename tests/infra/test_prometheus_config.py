@@ -73,7 +73,7 @@ def test_the_config_of_the_default_lab_passes_promtool(tmp_path):
             prometheus.single_job(prometheus.LAG_JOB, "127.0.0.1:18091"),
             prometheus.single_job(prometheus.AUDIT_JOB, "127.0.0.1:19500"),
             prometheus.audit_counter_job([("dc-a", "127.0.0.1:19510")]),
-            prometheus.schema_registry_job("127.0.0.1:19520")]
+            prometheus.schema_registry_job([("analysis", "127.0.0.1:19520")])]
     text = prometheus.render(topology, jobs)
     path = tmp_path / "prometheus.yml"
     path.write_text(text)
