@@ -48,7 +48,8 @@ ENV = "SAMSA_SCHEMA_REGISTRY"
 def samsa_version() -> str:
     """Samsa's version: the installed package's, else the checkout's
     pyproject.toml. schemas/ imports nothing of the project, so this is the
-    one twin of broker/service_kit/version.py (tests/schemas check they agree)."""
+    one twin of broker/service_kit/version.py (tests/test_commands.py checks
+    that they agree)."""
     try:
         return metadata.version("samsa")
     except metadata.PackageNotFoundError:

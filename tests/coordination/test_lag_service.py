@@ -109,6 +109,15 @@ def test_a_killed_member_shows_stop(shared_cluster, cluster_producers, topic, tm
         done = run_module("broker.tools", "groups", "--zookeeper", connect, "--status",
                           "--all", "--json", "--stop-after", "3")
         assert json.loads(done.stdout)[group]["status"] == "STOP"
+        # for checks: exit 3 at the level or worse, the report printed all the same
+        for level, status in (("WARN", 3), ("STOP", 3), ("REWIND", 0)):
+            done = run_module("broker.tools", "groups", "--zookeeper", connect, "--status",
+                              group, "--stop-after", "3", "--fail-on", level)
+            assert done.returncode == status, (level, done.stderr)
+            assert done.stdout.decode().startswith(f"GROUP {group}  STATUS STOP")
+        done = run_module("broker.tools", "groups", "--zookeeper", connect, "--status",
+                          "--all", "--json", "--stop-after", "3", "--fail-on", "STOP")
+        assert done.returncode == 3 and json.loads(done.stdout)[group]["status"] == "STOP"
 
         # unknown names answer 404
         assert _get(f"{base}/v3/kafka/nope/consumer")[0] == 404
