@@ -5,17 +5,21 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CHECKOV := .venv-checkov/bin/checkov
 
+# plain `make` prints the help (every target is listed there: tests/test_makefile.py)
+.DEFAULT_GOAL := help
 
-.PHONY: demo-down demo-broker demo-lab drill drill-loss
+.PHONY: demo-down demo-broker demo-lab drill drill-loss lab-up lab-status lab-down
 .PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers images images-down \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
-): a missing one then fails the suite instead of skipping
+# exists): a missing one then fails the suite instead of skipping
 REQUIRE_SPEEDUPS := $(shell command -v cc >/dev/null 2>&1 && echo 1 || echo 0)
 
 help:
-	@echo "make setup   create .venv and install Samsa with its test tools"
+	@echo "make help    this list (plain make prints it too)"
+	@echo "make setup   create .venv and install Samsa with its test tools and the samsa command"
+	@echo "             (.venv/bin/samsa --help: every service and tool, docs/operations.md)"
 	@echo "make demo    the whole pipeline: two datacenters behind HAProxy, the mirror into analysis,"
 	@echo "             the audit, Airflow loading Parquet hour by hour, a summary (DEMO_ARGS=--keep-up)"
 	@echo "make demo-down  stop a demo left up; make demo-broker / demo-lab: the smaller demos"
@@ -25,6 +29,7 @@ help:
 	@echo "             exactly that loss, and warehouse_load must refuse that hour"
 	@echo "make test    build the container images (cached), run the whole test suite, stop the"
 	@echo "             project's dockerd (SAMSA_CONTAINERS=0: no images, container tests opted out)"
+	@echo "make test-images  build the container images make test runs (SAMSA_CONTAINERS=0: none)"
 	@echo "make test-fast  the suite without the tests marked slow"
 	@echo "make test-asan  the codec's and the audit kernel's tests against the C code built with"
 	@echo "             AddressSanitizer and UBSan (in build/asan)"
@@ -48,6 +53,7 @@ help:
 	@echo "make tf-local-up  terraform apply of infra/terraform/environments/local: the multi-DC"
 	@echo "             environment, audit and Airflow as real processes (TF_VARS='-var brokers_per_dc=3')"
 	@echo "make tf-local-down  terraform destroy of it"
+	@echo "make clean   remove .venv, .venv-checkov, build/, test caches and the codec's built accelerator"
 
 setup: $(STAMP)
 

@@ -10,7 +10,8 @@ every setting, in a [count] and a [serve] table), then the options, then --set.
 ``report`` exits 1 when a window of the period lost messages (``lost`` or
 ``lost_and_duplicated``, past its grace period), so a cron job or a DAG can
 act on it; 0 otherwise: copies are reported, never a failure (the one rule,
-audit/compare.py).
+audit/compare.py); 3 when it cannot reach or open the database, so that a
+database down is never taken for a loss.
 """
 from __future__ import annotations
 
@@ -24,10 +25,31 @@ from broker.service_kit import cli
 
 from audit.counting import TIERS
 
+#: report and db: the audit database cannot be reached or opened
+EXIT_NO_DATABASE = 3
+SERVICE_STATUS = cli.exit_status(
+    (0, "stopped cleanly (SIGTERM, SIGINT)"),
+    (1, "could not start (ZooKeeper, the database, the schema registry or the port)"),
+    (2, "bad usage or bad settings (nothing was started)"))
+REPORT_STATUS = cli.exit_status(
+    (0, "no window of the period lost messages (copies are reported, never a failure)"),
+    (1, "a window lost messages (lost, or lost and duplicated, past its grace)"),
+    (2, "bad usage: a bad time or URL, no audit database there, or one at another schema "
+        "revision (python -m audit db upgrade)"),
+    (EXIT_NO_DATABASE, "the database cannot be reached or opened (one line on stderr): "
+                       "nothing is known, nothing was judged"))
+DB_STATUS = cli.exit_status(
+    (0, "done"), (2, "bad usage: a bad URL"),
+    (EXIT_NO_DATABASE, "the database cannot be reached or opened"))
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m audit", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m audit", description=__doc__,
+        epilog="count, serve:\n" + SERVICE_STATUS + "\nreport:\n" + REPORT_STATUS
+               + "\ndb:\n" + DB_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_version_option(p)
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser(
         "count", help="count every topic of a cluster and publish monitoring events",
@@ -39,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "Stops on SIGTERM/SIGINT after a last publish.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Example:\n  python -m audit count --cluster dc-a=127.0.0.1:2181/dc-a "
-               "--set publish_interval_ms=10000")
+               "--set publish_interval_ms=10000\n\n" + SERVICE_STATUS)
     c.add_argument("--cluster", metavar="NAME=ZOOKEEPER",
                    help="the cluster: its name and ZooKeeper connect string with chroot")
     c.add_argument("--datacenter", help="where this counter runs (default: the cluster name)")
@@ -58,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Example:\n  python -m audit serve --zookeeper 127.0.0.1:2181/analysis "
                "--http-port 8090\n  python -m audit serve --zookeeper ... "
-               "--db postgresql+psycopg://samsa@127.0.0.1:5432/audit")
+               "--db postgresql+psycopg://samsa@127.0.0.1:5432/audit\n\n" + SERVICE_STATUS)
     add_cluster_option(s, "the analysis cluster: NAME=ZOOKEEPER, or its ZooKeeper with "
                           "the chroot")
     s.add_argument("--db", dest="db_url", metavar="URL", help="database URL (default SQLite)")
@@ -67,13 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_settings_options(s, config_help="TOML settings file ([serve] table)")
 
     r = sub.add_parser(
-        "report", help="what is complete, pending, lost or duplicated (exit 1 if lost)",
+        "report", help="what is complete, pending, lost or duplicated (exit 1 if lost, "
+                       "3 if the database cannot be reached)",
         description="The verdict of every tier, datacenter and cluster for the windows that "
                     "begin in the period, from the audit database.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Times are ISO 8601 (UTC unless they say) or ms since the epoch.\n"
                "Example:\n  python -m audit report --topic page_views "
-               "--from 2026-11-24T10:00 --to 2026-11-24T12:00 --tier cluster")
+               "--from 2026-11-24T10:00 --to 2026-11-24T12:00 --tier cluster\n\n"
+               + REPORT_STATUS)
     r.add_argument("--db", dest="db_url", metavar="URL",
                    help="database URL (default: SQLite audit.db in --data-dir)")
     r.add_argument("--data-dir", default=".")
@@ -86,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a window that ended less than this ago is pending (default 30 min)")
     r.add_argument("--json", action="store_true", help="JSON instead of a table")
 
-    d = sub.add_parser("db", help="database maintenance")
+    d = cli.end_help_with(sub.add_parser("db", help="database maintenance"), DB_STATUS)
     d.add_argument("action", choices=["upgrade", "revision"])
     d.add_argument("--db", dest="db_url", metavar="URL")
     d.add_argument("--data-dir", default=".")
@@ -120,11 +144,27 @@ def main(argv: list[str] | None = None) -> int:
                                flags=("db_url", "registry", "http_port"),
                                overrides=analysis_cluster,
                                clusters={"zookeeper": "127.0.0.1:2181/analysis"})
-    if args.command == "report":
-        return run_report(args)
-    if args.command == "db":
-        return run_db(args)
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+    try:
+        if args.command == "report":
+            return run_report(args)
+        if args.command == "db":
+            return run_db(args)
+    except ArgumentError as exc:          # a URL sqlalchemy cannot read
+        print(f"error: bad database URL {args.db_url!r}: {exc}", file=sys.stderr)
+        return cli.EXIT_BAD_SETTINGS
+    except DBAPIError as exc:             # refused, no such host, a file it cannot open
+        print(f"error: cannot reach the audit database at {_safe_url(_url(args))}: "
+              f"{_first_line(exc.orig or exc)}", file=sys.stderr)
+        return EXIT_NO_DATABASE
     raise AssertionError(args.command)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The driver's own words, first line only (psycopg appends hints and
+    sqlalchemy a link to its error page)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def run_serve(config) -> int:
@@ -155,9 +195,14 @@ def _safe_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+def _url(args) -> str:
+    from audit.store import default_url
+    return args.db_url or default_url(args.data_dir)
+
+
 def _store(args):
-    from audit.store import Store, default_url
-    return Store(args.db_url or default_url(args.data_dir))
+    from audit.store import Store
+    return Store(_url(args))
 
 
 def run_report(args) -> int:

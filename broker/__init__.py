@@ -13,5 +13,7 @@
   every service shares;
 * harness/: real processes (brokers, ZooKeeper, PostgreSQL) for tests, demo and lab;
 * config.py: the broker's settings; __main__.py: ``python -m broker``;
-  demo.py: ``make demo``.
+  demo.py: ``make demo-broker``;
+* commands.py: ``samsa``, the installed command that runs each entry point
+  (``samsa broker``, ``samsa produce``, ``samsa audit`` ...).
 """

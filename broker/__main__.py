@@ -24,8 +24,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "writes recovery checkpoints.",
         epilog="Examples:\n  python -m broker --port 9092 --data-dir /tmp/samsa\n"
                "  python -m broker --config config/broker.toml --set log.flush_ms=10\n"
-               "  python -m broker --print-config > my-broker.toml",
+               "  python -m broker --print-config > my-broker.toml\n\n" + cli.exit_status(
+                   (0, "stopped cleanly (SIGTERM, SIGINT)"),
+                   (1, "could not start or serve (the port taken, the data directory "
+                       "unusable)"),
+                   (2, "bad usage or bad settings (nothing was started)")),
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_version_option(p)
     p.add_argument("--broker-id", type=int, help=f"this broker's id (default {d.broker_id})")
     p.add_argument("--host", help=f"address to listen on (default {d.host})")
     p.add_argument("--port", type=int, help=f"protocol port; 0 = any free port (default {d.port})")

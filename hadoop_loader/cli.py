@@ -22,6 +22,7 @@ from broker.service_kit import cli
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hadoop_loader", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_version_option(p)
     add_cluster_option(p, "the analysis cluster: NAME=ZOOKEEPER, or its ZooKeeper with "
                           "the chroot")
     p.add_argument("--output", help="output root: a local path, or a file://, hdfs:// or "

@@ -25,7 +25,8 @@ import dataclasses
 import os
 import sys
 
-from broker.service_kit.settings import to_toml
+from broker.service_kit import cli
+from broker.service_kit.settings import ConfigError, to_toml
 from infra.topology import Topology, load_topology, mirror_config
 
 #: what the cloud's instances use instead of the lab's port layout
@@ -80,15 +81,27 @@ def render(environment: str) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m infra.render", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m infra.render", description=__doc__,
+        epilog=cli.exit_status(
+            (0, "rendered; with --check: every rendered file is up to date"),
+            (1, "--check: a rendered file differs from the topology or is missing (each "
+                "named on stderr)"),
+            (2, "bad usage, or an environment that cannot be rendered: no topology.toml, "
+                "a topology that is not valid (one line on stderr)")),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_version_option(p)
     p.add_argument("environments", nargs="+", metavar="ENVIRONMENT_DIR")
     p.add_argument("--check", action="store_true",
                    help="compare with the committed files; exit 1 if any differs")
     args = p.parse_args(argv)
     stale = []
     for environment in args.environments:
-        for relative, text in render(environment).items():
+        try:
+            rendered = render(environment)
+        except (ConfigError, OSError) as exc:
+            return cli.fail(f"cannot render {environment}: {exc}")
+        for relative, text in rendered.items():
             path = os.path.join(environment, relative)
             if args.check:
                 try:

@@ -35,8 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m mirror --source dc-a=127.0.0.1:2181/dc-a "
                "--source dc-b=127.0.0.1:2181/dc-b \\\n"
                "      --target analysis=127.0.0.1:2181/analysis --whitelist 'clicks|views'\n"
-               "  python -m mirror --config config/mirror.toml --print-config",
+               "  python -m mirror --config config/mirror.toml --print-config\n\n"
+               + cli.exit_status(
+                   (0, "stopped cleanly (SIGTERM, SIGINT): what was in flight drained, "
+                       "offsets committed"),
+                   (1, "could not start (a cluster's ZooKeeper unreachable), or a send "
+                       "failed for good and the mirror stopped"),
+                   (2, "bad usage or bad settings (nothing was started)")),
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_version_option(p)
     p.add_argument("--source", action="append", default=[], metavar="NAME=ZOOKEEPER",
                    help="a source cluster: its name and ZooKeeper connect string with "
                         "chroot (repeatable; replaces the file's [[sources]])")

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from fastavro.schema import load_schema, load_schema_ordered
+from fastavro.schema import UnknownType, load_schema, load_schema_ordered
 
 from schemas.registry import RegisteredSchema, SchemaParseError, SchemaRegistry, check_structure
 
@@ -72,13 +72,12 @@ def load_file(path: str) -> Any:
     try:
         with open(path) as f:
             raw = json.load(f)      # a clear error for bad JSON before fastavro's
-    except (OSError, ValueError) as exc:
-        raise SchemaParseError(f"{path}: {exc}") from None
-    check_structure(raw)            # what fastavro would let through
-    try:
-        return _load_with_shipped(path)
+    except OSError as exc:
+        raise SchemaParseError(f"{path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise SchemaParseError(f"{path}: {exc}") from None
+    check_structure(raw)            # what fastavro would let through
+    return _load_with_shipped(path)
 
 
 def _load_with_shipped(path: str) -> Any:
@@ -86,12 +85,23 @@ def _load_with_shipped(path: str) -> Any:
         return load_schema(path, _write_hint=False)
     except Exception as first:    # fastavro's errors for an unknown name or a bad schema
         if os.path.dirname(os.path.abspath(path)) == avsc_dir():
-            raise SchemaParseError(f"{path}: {first}") from None
+            raise SchemaParseError(f"{path}: {_explained(first)}") from None
     # a file elsewhere may refer to the shipped header (or the other shipped types)
     try:
         return load_schema_ordered([path_of(HEADER), path], _write_hint=False)
     except Exception as exc:
-        raise SchemaParseError(f"{path}: {exc}") from None
+        raise SchemaParseError(f"{path}: {_explained(exc)}") from None
+
+
+def _explained(exc: Exception) -> str:
+    """fastavro's error in words: its UnknownType says only the name."""
+    if isinstance(exc, UnknownType):
+        name = exc.args[0] if exc.args else "?"
+        if isinstance(name, dict):          # {"type": "nosuch"}: the type it names
+            name = name.get("type", name)
+        return (f"unknown type {name!r}: neither an Avro type nor a named type defined "
+                f"before it (in the file, or shipped)")
+    return str(exc)
 
 
 def register_defaults(registry: SchemaRegistry) -> list[RegisteredSchema]:

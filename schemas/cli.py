@@ -25,7 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import sys
+import tomllib
+from importlib import metadata
 
 from schemas import catalog, compatibility
 from schemas.registry import (
@@ -35,13 +38,33 @@ from schemas.registry import (
 )
 from schemas.stores import StoreError
 
+#: what each exit status means (the module's docstring says it too), in every --help
+EXIT_STATUS = ("Exit status: 0 done; 1 refused (an incompatible schema, or check found "
+               "problems); 2 bad usage, a bad schema, an unknown subject, version or id; 3 "
+               "the store is unreachable or unreadable.")
 DEFAULT_REGISTRY = "zookeeper://127.0.0.1:2181"
 ENV = "SAMSA_SCHEMA_REGISTRY"
 
 
+def samsa_version() -> str:
+    """Samsa's version: the installed package's, else the checkout's
+    pyproject.toml. schemas/ imports nothing of the project, so this is the
+    one twin of broker/service_kit/version.py (tests/test_commands.py checks
+    that they agree)."""
+    try:
+        return metadata.version("samsa")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        with open(pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+            return str(tomllib.load(f)["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown"
+
+
 def _schema_arg(text: str):
     """A file path, or the name of a shipped schema."""
-    if os.path.exists(text):
+    if os.path.exists(text) or text.endswith(".avsc") or os.sep in text:
         return catalog.load_file(text)
     return catalog.load(text)
 
@@ -49,6 +72,8 @@ def _schema_arg(text: str):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m schemas", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"samsa {samsa_version()}",
+                   help="print Samsa's version and exit")
     p.add_argument("--registry", default=None,
                    help=f"registry URL (default: ${ENV}, else {DEFAULT_REGISTRY})")
     p.add_argument("--timeout", type=float, default=10.0,
@@ -91,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     # the one sub-command that is a service (schemas/service.py uses the service kit)
     from schemas.service import add_serve_parser
     add_serve_parser(sub)
+    for command in sub.choices.values():
+        if command.prog.split()[-1] != "serve":      # serve says its own exit statuses
+            command.epilog = EXIT_STATUS
     return p
 
 

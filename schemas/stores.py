@@ -82,8 +82,13 @@ class FileStore:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict]:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        with open(self.lock_path, "a") as lock:
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            lock = open(self.lock_path, "a")
+        except OSError as exc:
+            raise StoreError(f"cannot write the schema registry file {self.path}: "
+                             f"{exc.strerror or exc}") from None
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield self._read()

@@ -27,8 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m broker.lag --cluster dc-a=127.0.0.1:2181/dc-a "
                "--cluster analysis=127.0.0.1:2181/analysis\n"
                "  curl http://127.0.0.1:8091/v3/kafka/dc-a/consumer/samsa-mirror/status\n"
-               "  python -m broker.lag --config config/lag.toml --print-config",
+               "  python -m broker.lag --config config/lag.toml --print-config\n\n"
+               + cli.exit_status(
+                   (0, "stopped cleanly (SIGTERM, SIGINT)"),
+                   (1, "could not start (its HTTP port taken)"),
+                   (2, "bad usage or bad settings (nothing was started)")),
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_version_option(p)
     p.add_argument("--cluster", action="append", default=[], metavar="NAME=ZOOKEEPER",
                    help="a cluster to watch: a name and its ZooKeeper connect string with "
                         "chroot (repeatable; replaces the file's [[clusters]])")
@@ -56,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
 def run(config: LagServiceConfig) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     from .service import LagService
-    service = LagService(config).start()
+    try:
+        service = LagService(config).start()
+    except OSError as exc:          # the HTTP port taken: nothing has started
+        print(f"error: cannot serve on {config.http_host}:{config.http_port}: {exc}",
+              file=sys.stderr)
+        return 1
     print(f"lag service on http://{config.http_host}:{service.port}/", flush=True)
     cli.wait_for_stop_signal()
     service.stop()

@@ -13,6 +13,8 @@ any of them:
 * detached.py: a process that outlives the command that started it: its
   record in a JSON state file, known again by pid and start time, stopped
   (TERM to its group, then KILL) by a later command;
+* version.py: Samsa's version for every ``--version`` (the installed
+  package's, else the checkout's pyproject.toml);
 * ports.py: the one port allocator (free ports outside the ephemeral range).
 * json_http.py: the one small HTTP server of JSON (and page) answers.
 * metrics_http.py: the one way metrics are served: collectors in a

@@ -7,6 +7,10 @@ its own options, and lets this module add and read the common ones:
     --set KEY=VALUE    any setting, dotted for nested tables (repeatable)
     --print-config     the effective settings as TOML, then exit 0
     --log-level, --log-format
+    --version          Samsa's version (``add_version_option``; every command)
+
+Every command also says in its --help what each of its exit statuses means
+(``exit_status``: an epilog "Exit status:" table), so a script can trust them.
 
 Settings come from the defaults, then the file, then the service's own
 options (those given), then ``--set``; ``run_service`` builds them, answers
@@ -22,14 +26,58 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import textwrap
 import threading
 from typing import Any, Callable
 
 from broker.service_kit import settings
 from broker.service_kit.logging_setup import setup_logging
 from broker.service_kit.settings import ConfigError
+from broker.service_kit.version import package_version
 
 EXIT_BAD_SETTINGS = 2
+
+
+class _VersionAction(argparse.Action):
+    """--version: prints "samsa VERSION" and exits 0; the version is looked
+    up only when asked (importlib.metadata reads the installed packages)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="print Samsa's version and exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"samsa {package_version()}")
+        parser.exit(0)
+
+
+def add_version_option(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--version on a command's top-level parser."""
+    parser.add_argument("--version", action=_VersionAction)
+    return parser
+
+
+def exit_status(*codes: tuple[int | str, str]) -> str:
+    """The "Exit status:" table of a command's --help epilog, one
+    ``(status, meaning)`` a row (the parser needs RawDescriptionHelpFormatter
+    for the rows to stay rows)."""
+    rows = ["Exit status:"]
+    for code, meaning in codes:
+        rows += textwrap.wrap(meaning, 78, initial_indent=f"  {code:<3} ",
+                              subsequent_indent=" " * 6)
+    return "\n".join(rows)
+
+
+def end_help_with(parser: argparse.ArgumentParser, text: str) -> argparse.ArgumentParser:
+    """Append ``text`` (an ``exit_status`` table) to a parser's epilog, kept
+    as written: the parser gets the raw formatter, and a description written
+    for the wrapping one is wrapped here once."""
+    if not issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter):
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        if parser.description:
+            parser.description = textwrap.fill(parser.description, 78)
+    parser.epilog = f"{parser.epilog}\n\n{text}" if parser.epilog else text
+    return parser
 
 
 def add_settings_options(parser: argparse.ArgumentParser, *, config_help: str,

@@ -8,7 +8,9 @@
 
 Every tool but groups takes --bootstrap HOST:PORT (default 127.0.0.1:9092, or
 $SAMSA_BOOTSTRAP); groups takes --cluster NAME=ZOOKEEPER (or --zookeeper).
-Exit status: 0 on success, 1 on a broker error, 2 on bad usage.
+Exit status: 0 on success, 1 on a broker or ZooKeeper error (unreachable
+too), 2 on bad usage, 3 when ``groups --status --fail-on LEVEL`` finds a group
+at LEVEL or worse (``EXIT_STATUS``, in every tool's --help).
 """
 from __future__ import annotations
 
@@ -22,12 +24,28 @@ import sys
 from broker.client.admin import AdminClient
 from broker.client.connection import BrokerConnectionError
 from broker.client.consumer import Consumer, ConsumerConfig
+from broker.lag.evaluator import Status
 from broker.lag.group_lag import AdminPool, partition_lags
 from broker.client.producer import Producer, ProducerConfig
 from broker.coordination.named_cluster import add_cluster_option, cluster_from
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
+from broker.service_kit import cli
 from broker.service_kit.settings import ConfigError
+
+#: what each exit status means, for every tool (shown in each --help)
+EXIT_STATUS = cli.exit_status(
+    (0, "done"),
+    (1, "the broker or ZooKeeper refused or could not be reached (one line on stderr, "
+        "\"error: ...\")"),
+    (2, "bad usage: an unknown option, a missing argument, a malformed line or value"),
+    (3, "groups --status --fail-on LEVEL: a group's status is LEVEL or worse "
+        "(OK < WARN < STALL < STOP < REWIND); the report is printed all the same"))
+#: the levels of groups --status --fail-on: Burrow's, but OK, by severity
+FAIL_LEVELS = tuple(s.name for s in sorted(Status) if s > Status.OK)
+EXIT_GROUP_STATUS = 3
+#: how long the produce tool waits for the broker's first answer before it gives up
+PRODUCE_ASK_TIMEOUT_S = 5.0
 
 DEFAULT_BOOTSTRAP = os.environ.get("SAMSA_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -60,6 +78,12 @@ def _parse_time(text: str) -> int:
 # ------------------------------------------------------------------ produce
 
 def cmd_produce(args: argparse.Namespace) -> int:
+    # Ask the broker once (a metadata round trip, so a load balancer with no
+    # broker behind it counts as unreachable too) before reading stdin: one
+    # clear error now, not the producer's retries, a line each, for ~13 s.
+    with AdminClient(args.bootstrap, "samsa-console-producer",
+                     request_timeout=PRODUCE_ASK_TIMEOUT_S) as admin:
+        admin.metadata([args.topic])
     cfg = ProducerConfig(bootstrap=args.bootstrap, acks=args.acks, batch_size=args.batch_size,
                          linger_ms=args.linger_ms, compression=args.compression,
                          client_id="samsa-console-producer")
@@ -258,6 +282,9 @@ def cmd_groups(args: argparse.Namespace) -> int:
     from broker.coordination.ownership import Subscription
     from broker.coordination.zk import make_client, start_client
 
+    if args.fail_on and args.status is None:
+        print("error: --fail-on goes with --status", file=sys.stderr)
+        return 2
     named = cluster_from(args)
     if named is None:
         print("error: groups needs the cluster: --cluster NAME=ZOOKEEPER (or --zookeeper)",
@@ -370,11 +397,14 @@ def _group_status(client, args: argparse.Namespace) -> int:
             statuses = monitor.evaluate(groups)
     finally:
         monitor.close()
+    failed = args.fail_on is not None and any(
+        s.status >= Status[args.fail_on] for s in statuses.values())
+    verdict = EXIT_GROUP_STATUS if failed else 0
     if args.json:      # {group: Burrow's status object, every partition (its /lag)}
         from broker.lag import burrow
         print(json.dumps({g: burrow.consumer_status(args.cluster_name, s, show_all=True)
                           for g, s in statuses.items()}, indent=1))
-        return 0
+        return verdict
     for g, s in statuses.items():
         behind = s.most_behind
         print(f"GROUP {g}  STATUS {s.status.name}  members {len(s.members)}  total lag "
@@ -391,7 +421,7 @@ def _group_status(client, args: argparse.Namespace) -> int:
                   f"{'-' if p.committed is None else p.committed}\t"
                   f"{'-' if p.log_end is None else p.log_end}\t"
                   f"{'-' if p.lag_bytes is None else p.lag_bytes}\t{_seconds(p.lag_seconds)}")
-    return 0
+    return verdict
 
 
 def _seconds(value: float | None) -> str:
@@ -416,7 +446,9 @@ def _offset_of(cluster, topic: str, bp: str, time_ms: int) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m broker.tools",
-                                     description="Samsa console tools.")
+                                     description="Samsa console tools.", epilog=EXIT_STATUS,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_version_option(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("produce", help="send lines from stdin as messages",
@@ -533,9 +565,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --status: {group: Burrow's status object} (docs/lag.md); with "
                         "--describe: {group, partitions: [{topic, broker_partition, owner, "
                         "committed, log_end, lag_bytes}]}")
+    p.add_argument("--fail-on", choices=FAIL_LEVELS, metavar="LEVEL",
+                   help="with --status: exit 3 when a group's status is LEVEL or worse, "
+                        "for checks (" + " < ".join(FAIL_LEVELS) + "); the report is "
+                        "printed all the same")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for ZooKeeper (default 10)")
     p.set_defaults(func=cmd_groups)
+    for tool in sub.choices.values():     # each tool's --help ends with the exit statuses
+        cli.end_help_with(tool, EXIT_STATUS)
     return parser
 
 

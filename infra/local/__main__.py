@@ -20,6 +20,13 @@ from infra.local.lab import DEFAULT_TOPOLOGY, Lab, LabError
 from infra.topology import Topology
 
 DEFAULT_STATE_DIR = ".lab"
+EXIT_STATUS = cli.exit_status(
+    (0, "up: the lab is up; status: every process runs and every broker is registered; "
+        "down: stopped, or nothing was running (it says so)"),
+    (1, "up failed (what it started is taken down); status: a process or a broker is "
+        "missing; the lab's state cannot be read"),
+    (2, "bad usage or bad settings for up (nothing was started)"),
+    (130, "interrupted (Ctrl-C)"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,8 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m infra.local up --runtime containers    # the images of make images\n"
                "  python -m infra.local status                   # or --json\n"
                "  python -m infra.local down --purge             # also delete logs and data\n"
-               "Topology file format: docs/multi-dc.md and infra/topology.py.",
+               "Topology file format: docs/multi-dc.md and infra/topology.py.\n\n"
+               + EXIT_STATUS,
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_version_option(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser(
@@ -105,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also delete the state directory: logs and data")
     down.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",
                       help="how long to wait after SIGTERM before SIGKILL (default 15)")
+    for command in (up, status, down):
+        cli.end_help_with(command, EXIT_STATUS)
     return parser
 
 

@@ -36,6 +36,7 @@ import sys
 import time
 import urllib.request
 
+from broker.service_kit import cli
 from infra.local import airflow_stack, daemon, prometheus
 from infra.local.lab import DEFAULT_TOPOLOGY, Lab, LabError, free_topology
 from audit.times import iso
@@ -311,18 +312,21 @@ max_retry_delay_s = 30.0
         stop(self.state_dir)
 
 
-def stop(state_dir: str) -> None:
+def stop(state_dir: str) -> int:
+    """Stop every part of the pipeline of ``state_dir``; how many processes
+    were still running (0: nothing was)."""
     state_dir = os.path.abspath(state_dir)
-    airflow_stack.down(os.path.join(state_dir, "airflow"), say=lambda *_: None)
+    running = airflow_stack.down(os.path.join(state_dir, "airflow"), say=lambda *_: None)
     for name in ["audit"] + [f"count-{c}" for c in CLUSTERS]:
-        daemon.down(os.path.join(state_dir, name))
+        running += int(daemon.down(os.path.join(state_dir, name)))
     for part in ("mirror", "lab"):
         lab_dir = os.path.join(state_dir, part)
         if os.path.exists(os.path.join(lab_dir, "topology.toml")):
             try:
-                Lab.open(lab_dir).down()
+                running += len(Lab.open(lab_dir).down())
             except LabError as exc:
                 say(f"{part}: {exc}")
+    return running
 
 
 def call_airflow(url: str, token: str | None = None, body: dict | None = None,
@@ -338,8 +342,16 @@ def call_airflow(url: str, token: str | None = None, body: dict | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m infra.local.pipeline", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m infra.local.pipeline", description=__doc__,
+        epilog=cli.exit_status(
+            (0, "up: every hour loaded, nothing lost; down: stopped, or nothing was running "
+                "(it says so)"),
+            (1, "up: something is missing in the summary, or a part failed (its error "
+                "above)"),
+            (2, "bad usage")),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_version_option(p)
     p.add_argument("command", choices=["up", "down"])
     p.add_argument("--dir", default=os.environ.get("SAMSA_DEMO_DIR", ".demo"),
                    help="state directory (default .demo)")
@@ -360,8 +372,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-up", action="store_true", help="leave everything running")
     args = p.parse_args(argv)
     if args.command == "down":
-        stop(args.dir)
-        say("stopped")
+        if not os.path.isdir(args.dir):
+            say(f"nothing to stop: no pipeline in {os.path.abspath(args.dir)}")
+            return 0
+        stopped = stop(args.dir)
+        say(f"stopped {stopped} processes" if stopped else
+            f"nothing to stop: no process of the pipeline in {os.path.abspath(args.dir)} "
+            "was running")
         return 0
     if os.path.exists(os.path.join(args.dir, "demo.json")):
         stop(args.dir)                       # a demo left up earlier: start afresh

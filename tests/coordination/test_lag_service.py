@@ -112,6 +112,16 @@ def test_a_killed_member_shows_stop(shared_cluster, cluster_producers, topic, tm
         assert (shown["cluster"], shown["status"], shown["worst_status"]) == \
             ("dc", "ERR", "STOP")
         assert shown["partition_count"] == len(shown["partitions"]) == 3
+        # for checks: exit 3 at the level or worse, the report printed all the same
+        for level, status in (("WARN", 3), ("STOP", 3), ("REWIND", 0)):
+            done = run_module("broker.tools", "groups", "--zookeeper", connect, "--status",
+                              group, "--stop-after", "3", "--fail-on", level)
+            assert done.returncode == status, (level, done.stderr)
+            assert done.stdout.decode().startswith(f"GROUP {group}  STATUS STOP")
+        done = run_module("broker.tools", "groups", "--zookeeper", connect, "--status",
+                          "--all", "--json", "--stop-after", "3", "--fail-on", "STOP")
+        assert done.returncode == 3
+        assert json.loads(done.stdout)[group]["worst_status"] == "STOP"
 
         # unknown names answer 404
         assert get_json(f"{base}/v3/kafka/nope/consumer")[0] == 404

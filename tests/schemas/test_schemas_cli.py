@@ -80,3 +80,37 @@ def test_bootstrap_and_sync_between_two_clusters(zookeeper, zk_chroot):
     b = json.loads(schemas("list", "--json", registry=analysis).stdout)
     assert a == b and {row["subject"] for row in a} == {
         "page_views", "searches", "logins", "service_calls", "_audit"}
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    return lines[0]
+
+
+def test_bad_files_are_one_clear_line(tmp_path):
+    reg = f"file:{tmp_path / 'registry.json'}"
+    unknown = tmp_path / "unknown.avsc"
+    unknown.write_text('{"type": "record", "name": "R", "fields": '
+                       '[{"name": "a", "type": "nosuch"}]}')
+    done = schemas("register", "x", str(unknown), registry=reg)
+    assert done.returncode == 2
+    assert one_line(done) == (f"error: {unknown}: unknown type 'nosuch': neither an Avro type "
+                              "nor a named type defined before it (in the file, or shipped)")
+    unknown.write_text('{"type": "nosuchtype"}')
+    done = schemas("check", "x", str(unknown), registry=reg)
+    assert done.returncode == 2 and "unknown type 'nosuchtype'" in one_line(done)
+
+    missing = tmp_path / "missing.avsc"
+    done = schemas("register", "x", str(missing), registry=reg)
+    assert done.returncode == 2
+    assert one_line(done) == f"error: {missing}: No such file or directory"
+
+    # a registry file where none can be written: the store's status, 3
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    done = schemas("register", "x", "samsa.events.PageViewEvent",
+                   registry=f"file:{blocked / 'registry.json'}")
+    assert done.returncode == 3
+    assert one_line(done).startswith(f"error: cannot write the schema registry file "
+                                     f"{blocked / 'registry.json'}: ")

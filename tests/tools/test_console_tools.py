@@ -13,6 +13,7 @@ import zlib
 import pytest
 
 from broker.client.admin import AdminClient
+from broker.tools.__main__ import PRODUCE_ASK_TIMEOUT_S
 
 from broker_helpers import connect, read_partition, run_module, unused_port
 
@@ -189,3 +190,23 @@ def test_an_unreachable_broker_is_a_clear_error(command):
     last = done.stderr.decode().strip().splitlines()[-1]
     assert last.startswith("error: ")
     assert f"cannot connect to broker {address}" in last
+
+
+def test_produce_to_an_unreachable_broker_gives_up_at_once_in_one_line():
+    address = f"127.0.0.1:{unused_port()}"
+    started = time.monotonic()
+    done = tool("produce", "--bootstrap", address, "--topic", "t", stdin=b"a line\n")
+    took = time.monotonic() - started
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == \
+        [f"error: cannot connect to broker {address}: Connection refused"]
+    assert took < PRODUCE_ASK_TIMEOUT_S, took        # not the producer's ~13 s of retries
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--fail-on", "STOP"], "error: --fail-on goes with --status"),
+    (["--status", "g", "--fail-on", "BAD"], "invalid choice: 'BAD'")], ids=["alone", "bad"])
+def test_groups_fail_on_is_checked_before_zookeeper_is_asked(args, says):
+    done = tool("groups", "--cluster", f"dc=127.0.0.1:{unused_port()}/dc", *args)
+    assert done.returncode == 2
+    assert says in done.stderr.decode().strip().splitlines()[-1]
