@@ -18,7 +18,8 @@ The registry is ``--registry``, else ``$SAMSA_SCHEMA_REGISTRY``, else
 
 Exit status: 0 done; 1 refused (an incompatible schema, or check found problems);
 2 bad usage, a bad schema, an unknown subject, version or id; 3 the store is
-unreachable or unreadable; (serve) 4 its port is taken.
+unreachable or unreadable (or a registry file is not there for a command that
+only reads); (serve) 4 its port is taken.
 """
 from __future__ import annotations
 
@@ -36,12 +37,13 @@ from schemas.registry import (
     RegistryError,
     SchemaRegistry,
 )
-from schemas.stores import StoreError
+from schemas.stores import FileStore, StoreError
 
 #: what each exit status means (the module's docstring says it too), in every --help
 EXIT_STATUS = ("Exit status: 0 done; 1 refused (an incompatible schema, or check found "
                "problems); 2 bad usage, a bad schema, an unknown subject, version or id; 3 "
-               "the store is unreachable or unreadable.")
+               "the store is unreachable or unreadable, or a registry file is not there for "
+               "a command that only reads.")
 DEFAULT_REGISTRY = "zookeeper://127.0.0.1:2181"
 ENV = "SAMSA_SCHEMA_REGISTRY"
 
@@ -139,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3 if isinstance(exc, StoreError) else 2
     try:
+        if args.command == "check":
+            _schema_arg(args.schema)        # a bad schema file is said first
+        if _reads_only(args) and isinstance(registry.store, FileStore) \
+                and not os.path.exists(registry.store.path):
+            # a mistyped path would read as an empty registry
+            raise StoreError(f"no registry file at {registry.store.path} (register a schema, "
+                             f"or run bootstrap, to create one)")
         return _run(args, registry)
     except IncompatibleSchemaError as exc:
         print(f"refused: {exc}", file=sys.stderr)
@@ -151,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     finally:
         registry.close()
+
+
+def _reads_only(args) -> bool:
+    """Does the command only read the registry (so that a missing file is a mistake)?"""
+    return args.command in ("check", "list", "show", "sync") or \
+        (args.command == "config" and not args.level)
 
 
 def _run(args, registry: SchemaRegistry) -> int:

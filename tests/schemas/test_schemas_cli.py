@@ -58,6 +58,14 @@ def test_register_check_list_show(tmp_path):
 
 def test_errors_have_their_exit_status(tmp_path):
     reg = f"file:{tmp_path / 'registry.json'}"
+    # reading a registry file that is not there: a mistyped path, not an empty registry
+    for command in (["list"], ["show", "page_views"], ["config", "page_views"]):
+        missing = schemas(*command, registry=reg)
+        assert missing.returncode == 3, command
+        assert missing.stderr == f"error: no registry file at {tmp_path / 'registry.json'} " \
+                                 f"(register a schema, or run bootstrap, to create one)\n"
+    assert schemas("register", "page_views", "samsa.events.PageViewEvent",
+                   registry=reg).returncode == 0
     unknown = schemas("show", "nothing", registry=reg)
     assert unknown.returncode == 2 and "no subject 'nothing'" in unknown.stderr
     bad_schema = tmp_path / "bad.avsc"
