@@ -257,7 +257,8 @@ class ConfluentAPI:
         if not isinstance(request, dict) or not isinstance(request.get("schema"), str):
             raise APIError(422, 42201, 'Invalid schema: the body must be {"schema": "<the '
                                        'schema as a JSON string>"}')
-        kind = (request.get("schemaType") or "AVRO").upper()
+        kind = request.get("schemaType") or "AVRO"
+        kind = kind.upper() if isinstance(kind, str) else repr(kind)
         if kind != "AVRO":
             raise APIError(422, 42201, f"Invalid schema: Samsa's registry holds AVRO schemas "
                                        f"only, not {kind}")

@@ -160,10 +160,12 @@ def serve(args, registry_url: str | None, env_var: str) -> int:
 def run(config: RegistryServiceConfig) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
-        registry = SchemaRegistry(open_store(config.registry, config.store_timeout_s))
+        registry = SchemaRegistry(open_store(config.registry, config.store_timeout_s,
+                                             long_lived=True))
     except (StoreError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 3 if isinstance(exc, StoreError) else 2
+    stop = cli.stop_on_signals()
     try:
         try:
             service = RegistryService(config, registry).start()
@@ -174,7 +176,7 @@ def run(config: RegistryServiceConfig) -> int:
         log.info("schema registry (Confluent's REST API) on http://%s:%d/ over %s",
                  config.host, service.port, config.registry)
         print(f"schema registry on http://{config.host}:{service.port}/", flush=True)
-        cli.wait_for_stop_signal()
+        stop.wait()
         service.stop()
         return 0
     finally:

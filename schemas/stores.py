@@ -174,7 +174,8 @@ class ZooKeeperStore:
     (``connect`` is ``host:port[,host:port...][/chroot]``; the chroot and
     the registry's nodes are created when missing)."""
 
-    def __init__(self, connect: str, timeout: float = 10.0, root: str = "/schemas") -> None:
+    def __init__(self, connect: str, timeout: float = 10.0, root: str = "/schemas",
+                 reconnect_forever: bool = False) -> None:
         from kazoo.client import KazooClient
         from kazoo.handlers.threading import KazooTimeoutError
         from kazoo.retry import KazooRetry
@@ -183,9 +184,12 @@ class ZooKeeperStore:
         # the chroot is a prefix of our paths, not kazoo's chroot: it may not exist yet
         self.root = ("/" + chroot.strip("/") if slash and chroot.strip("/") else "") + \
             "/" + root.strip("/")
+        # a command gives up on a lost ZooKeeper after a few tries; a service
+        # (python -m schemas serve) keeps reconnecting, whatever the outage
         self.client = KazooClient(hosts=hosts, timeout=timeout,
-                                  connection_retry=KazooRetry(max_tries=3, delay=0.1,
-                                                              max_delay=1),
+                                  connection_retry=KazooRetry(
+                                      max_tries=-1 if reconnect_forever else 3, delay=0.1,
+                                      max_delay=1),
                                   command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1))
         try:
             self.client.start(timeout=timeout)
@@ -411,10 +415,11 @@ class RestStore:
 
 # --------------------------------------------------------------------------- by URL
 
-def open_store(url: str, timeout: float = 10.0) -> Store:
+def open_store(url: str, timeout: float = 10.0, long_lived: bool = False) -> Store:
     """``zookeeper://host:port[,host:port...][/chroot]``, ``file:PATH`` (a
     bare path is a file too) or ``http(s)://host:port`` (a registry served
-    over Confluent's REST API)."""
+    over Confluent's REST API). ``long_lived``: a service's store, which
+    reconnects to ZooKeeper for as long as it is down."""
     parts = urlsplit(url)
     if parts.scheme in ("http", "https"):
         if not parts.netloc:
@@ -423,7 +428,8 @@ def open_store(url: str, timeout: float = 10.0) -> Store:
     if parts.scheme in ("zookeeper", "zk"):
         if not parts.netloc:
             raise ValueError(f"bad registry URL {url!r}: zookeeper://host:port[/chroot]")
-        return ZooKeeperStore(parts.netloc + (parts.path.rstrip("/") or ""), timeout)
+        return ZooKeeperStore(parts.netloc + (parts.path.rstrip("/") or ""), timeout,
+                              reconnect_forever=long_lived)
     if parts.scheme == "file":
         return FileStore(parts.path or parts.netloc)
     if parts.scheme == "":

@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(config: LagServiceConfig) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     from .service import LagService
+    stop = cli.stop_on_signals()
     try:
         service = LagService(config).start()
     except OSError as exc:          # the HTTP port taken: nothing has started
@@ -68,7 +69,7 @@ def run(config: LagServiceConfig) -> int:
               file=sys.stderr)
         return 1
     print(f"lag service on http://{config.http_host}:{service.port}/", flush=True)
-    cli.wait_for_stop_signal()
+    stop.wait()
     service.stop()
     return 0
 

@@ -187,12 +187,14 @@ def run_service(cls, args: argparse.Namespace, run: Callable[[Any], int], *,
     return run(config)
 
 
-def wait_for_stop_signal() -> None:
-    """Block until SIGTERM or SIGINT (a service's main thread, once it serves)."""
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT, the handlers installed now: call it
+    before the service starts (a stop that comes while it starts is kept),
+    then ``wait()`` on it once it serves."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    return stop
 
 
 def fail(problem: object) -> int:

@@ -402,7 +402,7 @@ def _render_prometheus(p: dict[str, Any] | None) -> list[str]:
     for a in p["alerts"]:
         labels = ", ".join(f"{k}={v}" for k, v in sorted(a["labels"].items())
                            if k not in ("severity", "lab"))
-        out.append(f"  {a['state'].upper():<8} {a['name']} ({labels})")
+        out.append(f"  {a['state'].upper()} {a['name']} ({labels})")
     return out
 
 

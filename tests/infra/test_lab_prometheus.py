@@ -122,7 +122,7 @@ def test_a_stopped_group_fires_its_alert_in_the_labs_prometheus(make_lab):
     mine = [a for a in report["prometheus"]["alerts"] if a["labels"].get("group") == GROUP]
     assert [(a["name"], a["state"]) for a in mine] == [("SamsaConsumerGroupStopped", "firing")]
     text = render(report)
-    assert f"prometheus {url}/" in text and "FIRING   SamsaConsumerGroupStopped" in text
+    assert f"prometheus {url}/" in text and "FIRING SamsaConsumerGroupStopped" in text
     assert f"lag service http://{lag_address}/" in text
 
     lab.down()

@@ -131,6 +131,8 @@ def test_compatibility_checks_and_levels(api, registry):
      422, 42201),
     ("POST", "/subjects/page_views-value/versions", b'{"schema": "{}", "schemaType": "PROTOBUF"}',
      422, 42201),
+    ("POST", "/subjects/page_views-value/versions", b'{"schema": "{}", "schemaType": 5}',
+     422, 42201),
     ("POST", "/subjects/page_views-value/versions",
      body(PAGE_VIEW_V2, references=[{"name": "x", "subject": "y", "version": 1}]), 422, 42201),
     ("POST", "/subjects/page_views-value/versions", b"not json", 400, 400),
