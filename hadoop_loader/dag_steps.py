@@ -165,9 +165,9 @@ def load(path: str | None = None, interval_start=None, interval_end=None,
     """Run the loader with spark-submit, its output in the task's log. The
     first try loads everything new (offsets kept with the output). Any
     later try (a retry, a cleared run; not ``airflow dags test``, which
-    makes a new run) then also rebuilds the run's hour of every topic from the offsets
-    recorded for it and swaps it in (hadoop_loader/job.py): a re-run gives
-    the hour the same rows, whatever happened to its files. A failed or
+    makes a new run) then also rebuilds the run's hour of every topic from
+    the offsets recorded for it and swaps it in (hadoop_loader/job.py): a
+    re-run gives the hour the same rows, whatever happened to its files. A failed or
     killed job commits nothing: the retry loads the same ranges (and
     finishes an interrupted publish first), so each message lands once. An
     hour that cannot be rebuilt (part of it has left the brokers'
