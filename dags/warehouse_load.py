@@ -4,8 +4,11 @@ Parquet warehouse once the audit says the hour is complete.
     audit_complete  (sensor, deferrable: hadoop_loader/audit_wait.py) the audit
                     shows every message the producers delivered in the hour
                     at the analysis tier
-    load            spark-submit of the loader (everything new: offsets are
-                    kept with the output, so a re-run adds nothing)
+    load            spark-submit of the loader: everything new (offsets are
+                    kept with the output); on a retry or a cleared run, then
+                    the rebuild of the run's hour from the offsets recorded
+                    for it, swapped in at once (fails, changing nothing,
+                    when part of the hour has left the brokers' retention)
     validate        the event ids of the hour's rows, window by window, against
                     what the producers delivered (counts and id checksums in
                     the audit): fails on a missing message, also one hidden
@@ -16,7 +19,8 @@ One run per hour, whoever made it: a run's logical date is the start of
 the hour it loads, scheduled or triggered by hand (hadoop_loader/
 timetable.py), so a run by hand for hour H is hour H's run and the
 scheduler goes on to H+1; reload an hour that has run by clearing it.
-docs/loader.md, "Loading an hour by hand".
+docs/loader.md, "Loading an hour by hand". Every task has an
+execution_timeout ([warehouse] load_timeout_s, step_timeout_s).
 
 Wiring only: the steps are hadoop_loader/dag_steps.py; the settings are the
 [loader] and [warehouse] tables of the file SAMSA_WAREHOUSE_CONFIG names
@@ -51,8 +55,8 @@ with DAG(
                                          timeout=settings.sensor_timeout_s)
 
     @task(execution_timeout=dt.timedelta(seconds=settings.load_timeout_s))
-    def load() -> int:
-        return dag_steps.load()
+    def load(data_interval_start=None, data_interval_end=None, ti=None) -> int:
+        return dag_steps.load(None, data_interval_start, data_interval_end, ti.try_number)
 
     @task
     def validate(data_interval_start=None, data_interval_end=None) -> dict:

@@ -1,7 +1,8 @@
 """The warehouse loader: the analysis cluster's topics into Parquet, offsets
 kept with the output (after Camus).
 
-* state.py: the offsets a load committed, stored with the output;
+* state.py: the offsets a load committed, stored with the output, and per
+  event hour the ranges its rows were read from (what a reload re-reads);
 * plan.py: work units, one per broker-partition byte range [committed,
   latest at plan time), split at segment starts;
 * frames.py: raw Avro record bodies framed into Avro container files per
@@ -13,7 +14,9 @@ kept with the output (after Camus).
 * job.py: the load (plan, tasks, JVM Avro decode resolved to the latest
   reader schema, Parquet by event date/hour, a manifest, moves, the
   offsets commit last; an interrupted publish finished by the next run; one
-  load at a time per output);
+  load at a time per output); and the reload of an hour: its recorded
+  ranges checked against retention, re-read, filtered to the hour and
+  swapped in at once;
 * config.py: its settings, and the DAGs';
 * cli.py, __main__.py: ``python -m hadoop_loader``; submit.py: the same by spark-submit,
   and the zip of the code for --py-files;

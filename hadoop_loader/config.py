@@ -48,6 +48,9 @@ class LoaderConfig:
     lock_timeout_s: float = 600.0
     """How long a load waits for another load of the same output to finish
     (one load at a time per output: ``_samsa/lock``) before it gives up."""
+    keep_replaced_s: float = 3600.0
+    """A reloaded hour's old files stay under ``_samsa/replaced/`` this long
+    (for readers still reading them); a load after that deletes them."""
     app_name: str = "samsa-hadoop-loader"
     log_level: str = "INFO"
     log_format: str = "text"
@@ -100,6 +103,13 @@ class WarehouseConfig:
     sensor, which never retries); doubles each retry, up to max_retry_delay_s."""
     max_retry_delay_s: float = 3600.0
     load_timeout_s: float = 3 * 3600.0
+    """The load task's execution_timeout: a hung spark-submit is killed and
+    the task fails (then retries)."""
+    step_timeout_s: float = 3600.0
+    """Every other task's execution_timeout (validate, mark_success, the
+    day's report; the sensor's asks in the worker; its wait in the
+    triggerer is bounded by sensor_timeout_s): a hung step fails instead of
+    holding its hour."""
     spark_submit: str = ""
     """The spark-submit to run; default: the one of the installed pyspark."""
     spark_args: str = ""
@@ -115,6 +125,8 @@ class WarehouseConfig:
             raise ValueError("sensor_poke_s and sensor_timeout_s must be positive")
         if self.retries < 0:
             raise ValueError("retries must be >= 0")
+        if self.load_timeout_s <= 0 or self.step_timeout_s <= 0:
+            raise ValueError("load_timeout_s and step_timeout_s must be positive")
 
 
 #: names the settings file of the DAGs and of spark-submit's job

@@ -8,9 +8,10 @@ Every step that is about an hour (ask_audit, audit_gate, validate,
 mark_success, audit_report) takes the data interval Airflow gives the run,
 never the clock: re-running an interval does the same thing (idempotent),
 and catchup and backfill run old hours as they would have run then. ``load``
-takes no interval: it loads everything new since the offsets kept with the
-output, so a run for any hour loads what has arrived, and a re-run adds
-nothing. Settings come from one
+loads everything new since the offsets kept with the output (so a run for
+any hour loads what has arrived); on any try but its first (a retry, a
+cleared run) it then rebuilds the run's hour from the offsets recorded
+for it, so a re-run leaves the hour with the same rows. Settings come from one
 file (``[loader]`` and ``[warehouse]`` tables, config/loader.toml), named
 by the environment variable SAMSA_WAREHOUSE_CONFIG.
 
@@ -25,6 +26,7 @@ import sys
 
 from hadoop_loader.config import LoaderConfig, WarehouseConfig, config_path, read_settings
 from hadoop_loader.outputfs import OutputFS
+from hadoop_loader.state import hour_partition
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -52,8 +54,10 @@ def start_date(warehouse: WarehouseConfig) -> dt.datetime:
 
 
 def default_args(warehouse: WarehouseConfig) -> dict:
-    """Every task's retries: the delay doubles each time, up to the cap."""
+    """Every task's retries (the delay doubles each time, up to the cap) and
+    bounded run time (``step_timeout_s``; the load sets its own)."""
     return {"retries": warehouse.retries,
+            "execution_timeout": dt.timedelta(seconds=warehouse.step_timeout_s),
             "retry_delay": dt.timedelta(seconds=warehouse.retry_delay_s),
             "retry_exponential_backoff": True,
             "max_retry_delay": dt.timedelta(seconds=warehouse.max_retry_delay_s)}
@@ -80,12 +84,6 @@ def interval_hour(interval_start, interval_end) -> int:
         raise _fail(f"the data interval {interval_start} to {interval_end} is not one whole "
                     f"hour: warehouse_load's timetable must be hourly")
     return begin
-
-
-def hour_partition(topic: str, hour_ms: int) -> str:
-    """A topic's hour partition, relative to the output root."""
-    t = dt.datetime.fromtimestamp(hour_ms / 1000, dt.timezone.utc)
-    return f"{topic}/date={t:%Y-%m-%d}/hour={t:%H}"
 
 
 # ------------------------------------------------------------------ warehouse_load
@@ -159,17 +157,44 @@ def audit_gate(interval_start, interval_end, path: str | None = None) -> bool:
     return ask_audit(interval_start, interval_end, path)[0] == READY
 
 
-def load(path: str | None = None) -> int:
-    """Run the loader with spark-submit, its output in the task's log. A
-    failed or killed job commits nothing: the retry loads the same ranges
-    (and finishes an interrupted publish first), so each message lands once."""
+RELOAD_REFUSED = 3          # the job's exit status when an hour cannot be reloaded
+
+
+def load(path: str | None = None, interval_start=None, interval_end=None,
+         try_number: int = 1) -> int:
+    """Run the loader with spark-submit, its output in the task's log. The
+    first try loads everything new (offsets kept with the output). Any
+    later try (a retry, a cleared run; not ``airflow dags test``, which
+    makes a new run) then also rebuilds the run's hour of every topic from
+    the offsets recorded for it and swaps it in (hadoop_loader/job.py): a
+    re-run gives the hour the same rows, whatever happened to its files. A failed or
+    killed job commits nothing: the retry loads the same ranges (and
+    finishes an interrupted publish first), so each message lands once. An
+    hour that cannot be rebuilt (part of it has left the brokers'
+    retention) fails the task without retries, its partitions untouched."""
     from hadoop_loader import submit
     loader, warehouse = read_settings(path)
+    job_args = []
+    if try_number > 1 and interval_start is not None:
+        hour = dt.datetime.fromtimestamp(interval_hour(interval_start, interval_end) / 1000,
+                                         dt.timezone.utc).strftime("%Y-%m-%dT%H")
+        job_args = ["--reload-hour", hour]
+        log.info("try %d of this run's load: hour %s is rebuilt after the load", try_number,
+                 hour)
     argv = submit.command(path or config_path(), spark_submit=warehouse.spark_submit,
                           master=loader.master, py_files=warehouse.py_files,
-                          spark_args=warehouse.spark_args, app_name=loader.app_name)
+                          spark_args=warehouse.spark_args, app_name=loader.app_name,
+                          job_args=job_args)
     log.info("running %s", " ".join(argv))
-    rc = submit.run(argv, line=lambda text: log.info("%s", text))
+    errors: list[str] = []
+
+    def line(text: str) -> None:
+        log.info("%s", text)
+        if text.startswith("error: "):
+            errors.append(text[len("error: "):])
+    rc = submit.run(argv, line=line)
+    if rc == RELOAD_REFUSED:
+        raise _fail("; ".join(errors) or "the hour cannot be reloaded (exit status 3)")
     if rc != 0:
         raise RuntimeError(f"the load failed (spark-submit exit status {rc}); nothing of it "
                            f"was committed, the retry loads the same ranges")

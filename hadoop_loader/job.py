@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from hadoop_loader import state
 from hadoop_loader.config import LoaderConfig
 from hadoop_loader.outputfs import OutputFS
-from hadoop_loader.plan import Plan, plan
+from hadoop_loader.plan import Plan, RetentionCut, WorkUnit, plan, plan_ranges
 from hadoop_loader.pull import stage_units
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ class LoadSummary:
     recovered: int = 0               # moves finished for an interrupted earlier run
     audit_events: int = 0            # the hadoop tier's monitoring events published
     phases: dict[str, float] = field(default_factory=dict)   # seconds per phase
+    reloaded: dict[str, int] = field(default_factory=dict)   # reload: topic -> rows rebuilt
 
 
 def spark_session(config: LoaderConfig):
@@ -71,6 +72,14 @@ def spark_session(config: LoaderConfig):
 
 PUBLISHING = "_samsa/publishing"
 STAGING = "_samsa/staging"
+REPLACED = "_samsa/replaced"
+
+
+class ReloadError(RuntimeError):
+    """An hour cannot be rebuilt (part of it has left the brokers'
+    retention, no load recorded where its rows came from, or the rebuild
+    found fewer rows than the output holds): none of its partitions was
+    changed."""
 
 
 def finish_interrupted(out: OutputFS) -> int:
@@ -81,6 +90,7 @@ def finish_interrupted(out: OutputFS) -> int:
             continue
         manifest = json.loads(out.read_text(PUBLISHING, name))
         done += _move_all(out, manifest["moves"])
+        state.HourRanges(out).add(manifest.get("hours", {}))
         state.OffsetStore(out).commit(manifest["offsets"], run=manifest["run"],
                                       extra={"recovered": True})
         out.delete_file(PUBLISHING, name)
@@ -139,19 +149,51 @@ def output_lock(out: OutputFS | str, timeout_s: float):
         os.close(fd)            # releases the lock
 
 
-def load(config: LoaderConfig, spark=None) -> LoadSummary:
-    """One load of everything new (one at a time per output); its summary."""
+def load(config: LoaderConfig, spark=None, reload_hour_ms: int | None = None) -> LoadSummary:
+    """One load of everything new (one at a time per output), then, with
+    ``reload_hour_ms``, the rebuild of that hour (ReloadError when it cannot
+    be rebuilt; the load before it stays committed); its summary."""
     out = OutputFS(config.output)
     out.makedirs()
+    session = _Session(config, spark)
     with output_lock(out, config.lock_timeout_s):
-        return _load(config, out, spark)
+        try:
+            summary = _load(config, out, session)
+            if reload_hour_ms is not None:
+                mark = time.monotonic()
+                _rebuild(config, out, session, reload_hour_ms, summary)
+                summary.phases["reload"] = time.monotonic() - mark
+                summary.seconds += summary.phases["reload"]
+        finally:
+            session.stop()
+        return summary
 
 
-def _load(config: LoaderConfig, out: OutputFS, spark) -> LoadSummary:
+class _Session:
+    """The Spark session of one load: the caller's, or one started when
+    first needed (a load with nothing new, a reload refused, start none)
+    and stopped at the end."""
+
+    def __init__(self, config: LoaderConfig, spark=None) -> None:
+        self.config, self.spark, self.own = config, spark, False
+
+    def get(self):
+        if self.spark is None:
+            self.spark, self.own = spark_session(self.config), True
+        return self.spark
+
+    def stop(self) -> None:
+        if self.own:
+            self.spark.stop()
+            self.spark, self.own = None, False
+
+
+def _load(config: LoaderConfig, out: OutputFS, session: _Session) -> LoadSummary:
     t0 = time.monotonic()
     run = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     summary = LoadSummary(run)
     summary.recovered = finish_interrupted(out)
+    _prune_replaced(out, config.keep_replaced_s)
     offsets = state.OffsetStore(out)
     mark = time.monotonic()
     work: Plan = plan(config.zookeeper, offsets.offsets(), whitelist=config.whitelist,
@@ -168,8 +210,7 @@ def _load(config: LoaderConfig, out: OutputFS, spark) -> LoadSummary:
         summary.seconds = time.monotonic() - t0
         log.info("nothing new to load")
         return summary
-    own_session = spark is None
-    spark = spark or spark_session(config)
+    spark = session.get()
     staging = f"{STAGING}/{run}"
     try:
         mark = time.monotonic()
@@ -186,9 +227,11 @@ def _load(config: LoaderConfig, out: OutputFS, spark) -> LoadSummary:
         summary.phases["decode_and_write_parquet"] = time.monotonic() - mark
         mark = time.monotonic()
         moves = _plan_moves(out, staging, run)
+        hours = hour_ranges(work.units, summary.rows)
         out.write_json((PUBLISHING, f"{run}.json"),
-                       {"run": run, "moves": moves, "offsets": work.ends})
+                       {"run": run, "moves": moves, "offsets": work.ends, "hours": hours})
         _move_all(out, moves)
+        state.HourRanges(out).add(hours)
         offsets.commit(work.ends, run=run, extra={"rows": summary.rows,
                                                   "errors": summary.errors})
         out.delete_file(PUBLISHING, f"{run}.json")
@@ -199,15 +242,101 @@ def _load(config: LoaderConfig, out: OutputFS, spark) -> LoadSummary:
             summary.phases["audit_counts"] = time.monotonic() - mark
     finally:
         out.delete_dir(staging)
-        if own_session:
-            spark.stop()
     summary.seconds = time.monotonic() - t0
     return summary
 
 
-def _stage(spark, config: LoaderConfig, work: Plan, staging: str) -> list[dict]:
+def hour_ranges(units: list[WorkUnit],
+                rows: dict[str, dict[str, int]]) -> dict[str, dict[str, list[int]]]:
+    """What a run adds to the hour records: for every hour it wrote rows of
+    a topic into, the range [start, end) it read of each of the topic's
+    broker-partitions (state.py says why whole ranges)."""
+    spans: dict[str, dict[str, list[int]]] = {}
+    for u in units:
+        span = spans.setdefault(u.topic, {}).setdefault(u.key, [u.start, u.end])
+        span[0], span[1] = min(span[0], u.start), max(span[1], u.end)
+    hours: dict[str, dict[str, list[int]]] = {}
+    for topic, per_hour in rows.items():
+        for hour, n in per_hour.items():
+            if n:
+                hours.setdefault(hour, {}).update(spans.get(topic, {}))
+    return hours
+
+
+def _prune_replaced(out: OutputFS, keep_s: float) -> None:
+    """Delete the directories reloads replaced more than ``keep_s`` ago."""
+    now = time.time()
+    for name in out.listdir(REPLACED):
+        if now - out.modified_s(REPLACED, name) > keep_s:
+            out.delete_dir(REPLACED, name)
+
+
+def _rebuild(config: LoaderConfig, out: OutputFS, session: _Session, hour_ms: int,
+             summary: LoadSummary) -> None:
+    """Rebuild hour ``hour_ms`` of every topic from its recorded ranges and
+    swap it in (the module's docstring); ReloadError before any change when
+    it cannot be done."""
+    hour = state.hour_id(hour_ms)
+    if out.kind != "local":
+        raise ReloadError(f"hour {hour} cannot be rebuilt on a {out.kind} output: replacing "
+                          f"its partitions at once needs a local file system (outputfs.py)")
+    ranges = state.HourRanges(out).get(hour) or {}
+    recorded = {state.parse_key(k)[0] for k in ranges}
+    unrecorded = [t for t in out.listdir() if not t.startswith("_") and t not in recorded
+                  and out.exists(state.hour_partition(t, hour_ms))]
+    if unrecorded:
+        raise ReloadError(f"hour {hour}: {', '.join(unrecorded)} hold rows of the hour, but no "
+                          f"load recorded the offsets they came from (loaded before the "
+                          f"loader kept hour records): it cannot be rebuilt; its partitions "
+                          f"are left as they are")
+    if not ranges:
+        log.info("hour %s: no load wrote rows of it; nothing to rebuild", hour)
+        return
+    try:
+        work = plan_ranges(config.zookeeper, ranges, max_unit_bytes=config.max_unit_bytes)
+    except RetentionCut as exc:
+        raise ReloadError(f"hour {hour} cannot be rebuilt: part of it has left the brokers' "
+                          f"retention: {exc}; its partitions are left as they are") from None
+    run = f"{summary.run}-reload"
+    staging = f"{STAGING}/{run}"
+    topics = sorted({u.topic for u in work.units})
+    log.info("hour %s: rebuilding %s from %d work units (%d bytes)", hour, ", ".join(topics),
+             len(work.units), work.total_bytes)
+    spark = session.get()
+    try:
+        _stage(spark, config, work, staging, count=False)
+        rows = _write_parquet(spark, config, out, staging, hour_ms=hour_ms)
+        partitions = {t: state.hour_partition(t, hour_ms) for t in topics}
+        for topic, partition in partitions.items():      # every check before any swap
+            now_held = sum(out.parquet_rows(p) for p, _ in out.files(partition)
+                           if p.endswith(".parquet"))
+            rebuilt = rows.get(topic, {}).get(hour, 0)
+            if rebuilt < now_held:
+                raise ReloadError(f"hour {hour}: the rebuild of {topic} found {rebuilt} rows "
+                                  f"where its partition holds {now_held}: its partitions are "
+                                  f"left as they are")
+        for topic, partition in partitions.items():
+            swap = f"{staging}/swap/{partition}"
+            files = [p for p, _ in out.files(staging, "parquet", topic)
+                     if p.endswith(".parquet") and _hour_of(p) == hour]
+            for i, path in enumerate(files):
+                out.move(path, f"{swap}/part-{run}-{i:05d}.parquet")
+            if not files:
+                continue
+            if out.swap_dir(swap, partition, f"{REPLACED}/{run}/{partition}"):
+                log.info("%s: replaced by %d rows in %d files (the old files are under %s)",
+                         partition, rows[topic][hour], len(files), out.path(REPLACED, run))
+            summary.reloaded[topic] = rows[topic][hour]
+    finally:
+        out.delete_dir(staging)
+
+
+def _stage(spark, config: LoaderConfig, work: Plan, staging: str,
+           count: bool = True) -> list[dict]:
+    """Pull ``work`` in Spark tasks into ``staging``; the tasks' stats (with
+    the audit's tallies when ``count`` and the audit is on)."""
     registry, fetch, codec = config.effective_registry, config.fetch_bytes, config.staging_codec
-    window = config.audit_window_ms if config.audit else None
+    window = config.audit_window_ms if config.audit and count else None
     units = work.units
     sc = spark.sparkContext
     log.info("pulling %d work units (%d bytes) in Spark tasks; Spark UI: %s", len(units),
@@ -280,9 +409,10 @@ def publish_counts(config: LoaderConfig, stats: list[dict]) -> int:
         return 0
 
 
-def _write_parquet(spark, config: LoaderConfig, out: OutputFS,
-                   staging: str) -> dict[str, dict[str, int]]:
-    """Staged Avro -> staged Parquet per topic; rows per topic and date/hour."""
+def _write_parquet(spark, config: LoaderConfig, out: OutputFS, staging: str,
+                   hour_ms: int | None = None) -> dict[str, dict[str, int]]:
+    """Staged Avro -> staged Parquet per topic (only the rows of the hour
+    starting at ``hour_ms`` when given); rows per topic and date/hour."""
     from pyspark.sql import functions as F
     from schemas.registry import SchemaRegistry
     avro_root = f"{staging}/avro"
@@ -295,6 +425,9 @@ def _write_parquet(spark, config: LoaderConfig, out: OutputFS,
             reader = json.dumps(registry.get(topic).schema)
             df = spark.read.format(AVRO_FORMAT).option("avroSchema", reader) \
                 .load(out.spark_uri(avro_root, topic))
+            if hour_ms is not None:
+                df = df.filter((F.col("header.time_ms") >= hour_ms)
+                               & (F.col("header.time_ms") < hour_ms + 3_600_000))
             ts = (F.col("header.time_ms") / 1000).cast("timestamp")
             df = df.withColumn("date", F.date_format(ts, "yyyy-MM-dd")) \
                 .withColumn("hour", F.date_format(ts, "HH"))

@@ -14,7 +14,11 @@ and matters for exactly-once:
 * S3: a new object appears whole (so a commit is one PUT), but a "move" is
   a copy and a delete: the publish manifest makes a move interrupted
   half-way finishable; there is no lock (one load at a time comes from the
-  scheduler: warehouse_load runs one DAG run at a time).
+  scheduler: warehouse_load runs one DAG run at a time);
+* replacing a whole directory at once (``swap_dir``, a reloaded hour) is
+  one ``renameat2(RENAME_EXCHANGE)`` locally; HDFS and S3 have no such
+  call (two renames leave a moment with no directory), so there it is
+  refused.
 
 HDFS needs Hadoop's native client library (libhdfs.so, ARROW_LIBHDFS_DIR)
 and its jars on the CLASSPATH (``hadoop classpath --glob``) on the driver and
@@ -25,11 +29,32 @@ tested.
 """
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import posixpath
 import urllib.parse
 import uuid
+
+#: renameat2's flag: swap the two paths, both must exist (linux/fs.h)
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+
+
+def exchange(a: str, b: str) -> None:
+    """Swap two local paths (directories or files) in one step: after it,
+    ``a`` names what ``b`` named and the other way round; a process opening
+    either path sees one or the other, never neither (Linux's
+    ``renameat2(RENAME_EXCHANGE)``, glibc 2.28 and later; ext4, xfs, btrfs
+    and tmpfs have it). OSError when the call or the file system lacks it."""
+    call = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if call is None:
+        raise OSError(errno.ENOSYS, "this C library has no renameat2", a)
+    if call(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"renameat2(RENAME_EXCHANGE) of {a} and {b}: "
+                            f"{os.strerror(code)}", a)
 
 
 class OutputError(RuntimeError):
@@ -189,6 +214,32 @@ class OutputFS:
         self.makedirs(posixpath.dirname(target))
         self.fs.move(self.path(source), self.path(target))
         return True
+
+    def swap_dir(self, new: str, target: str, aside: str) -> bool:
+        """Put directory ``new`` at ``target`` in one step (paths relative to
+        the root); what was at ``target`` ends at ``aside`` (made for it).
+        A reader listing ``target`` sees the old directory whole or the new
+        one whole, never a mix and never nothing: locally the two are
+        exchanged by one ``renameat2`` (or ``new`` renamed into place when
+        ``target`` did not exist), then the old one is renamed aside.
+        True when there was an old directory. OutputError elsewhere: HDFS
+        and S3 have no atomic exchange."""
+        if self.kind != "local":
+            raise OutputError(f"output {self.output}: replacing a directory at once needs a "
+                              f"local output (HDFS and S3 cannot exchange two directories "
+                              f"atomically)")
+        self.makedirs(posixpath.dirname(target))
+        if not self.exists(target):
+            os.rename(self.path(new), self.path(target))
+            return False
+        exchange(self.path(new), self.path(target))
+        self.makedirs(posixpath.dirname(aside))
+        os.rename(self.path(new), self.path(aside))
+        return True
+
+    def modified_s(self, *parts: str) -> float:
+        """Last modification of a file or directory (seconds since the epoch)."""
+        return self._info(*parts).mtime_ns / 1e9
 
     def delete_file(self, *parts: str) -> None:
         try:

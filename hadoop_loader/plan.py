@@ -17,10 +17,16 @@ Retention: a committed offset below the partition's earliest retained one
 means data was deleted before it was loaded. ``on_retention_gap="fail"``
 (the default) refuses to plan; ``"skip"`` starts at the earliest offset and
 reports the bytes skipped (the audit then shows them as loss).
+
+A reload of an hour plans from the ranges recorded for it instead
+(``plan_ranges``): the same units, each range checked against what the
+brokers still keep, all or nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import re
+import time
 from dataclasses import dataclass
 
 from broker.client.admin import AdminClient
@@ -91,65 +97,116 @@ def split_range(start: int, end: int, boundaries: list[int], max_bytes: int) -> 
     return [p for p in pieces if p[1] > p[0]]
 
 
-def plan(zookeeper: str, committed: dict[str, int], *, whitelist: str = ".*",
-         blacklist: str = "", max_unit_bytes: int = 256 << 20,
-         on_retention_gap: str = "fail", now_ms: int | None = None) -> Plan:
-    """The work of one load of the cluster at ``zookeeper`` (with its chroot)."""
-    import time
-    if on_retention_gap not in ("fail", "skip"):
-        raise ValueError("on_retention_gap is 'fail' or 'skip'")
-    loaded = topic_filter(whitelist, blacklist)
+@contextlib.contextmanager
+def _cluster(zookeeper: str):
+    """(the cluster's view, an AdminClient per broker address, made on first
+    use), for the length of a plan."""
     client = make_client(zookeeper)
     try:
         start_client(client, zookeeper, timeout=10.0, what="loader")
     except OSError as exc:
         raise PlanError(f"cannot plan: {exc}") from None
+    admins: dict[str, AdminClient] = {}
     try:
-        view = ClusterView(client)
-        units: list[WorkUnit] = []
-        ends: dict[str, int] = {}
-        skipped: dict[str, tuple[int, int]] = {}
-        stamp = int(time.time() * 1000) if now_ms is None else now_ms
-        admins: dict[str, AdminClient] = {}
-        try:
-            for topic in view.topics():
-                if not loaded(topic):
-                    continue
-                for bp in view.partitions(topic):
-                    broker_id, partition = parse_broker_partition(bp)
-                    address = view.address(broker_id)
-                    if address is None:
-                        continue
-                    admin = admins.get(address) or admins.setdefault(address,
-                                                                     AdminClient(address))
-                    earliest = admin.earliest_offset(topic, partition)
-                    latest = admin.latest_offset(topic, partition)
-                    k = state.key(topic, broker_id, partition)
-                    start = committed.get(k, earliest)
-                    if start < earliest:
-                        if on_retention_gap == "fail":
-                            raise PlanError(
-                                f"{k}: the last load stopped at offset {start}, but the broker "
-                                f"keeps data only from {earliest} ({earliest - start} bytes "
-                                f"were deleted by retention before they were loaded); set "
-                                f"on_retention_gap=skip to go on from {earliest} and record "
-                                f"the loss")
-                        skipped[k] = (start, earliest)
-                        start = earliest
-                    if start > latest:
-                        raise PlanError(f"{k}: the last load stopped at {start}, beyond the "
-                                        f"partition's end {latest} (was the topic re-created?)")
-                    ends[k] = latest
-                    if latest == start:
-                        continue
-                    segments = admin.offsets(topic, partition, stamp, max_offsets=100_000) \
-                        if latest - start > max_unit_bytes else []
-                    for a, b in split_range(start, latest, segments, max_unit_bytes):
-                        units.append(WorkUnit(topic, broker_id, partition, address, a, b))
-        finally:
-            for admin in admins.values():
-                admin.close()
-        return Plan(units, ends, skipped)
+        yield ClusterView(client), lambda address: admins.get(address) or admins.setdefault(
+            address, AdminClient(address))
     finally:
+        for admin in admins.values():
+            admin.close()
         client.stop()
         client.close()
+
+
+def _units(topic: str, broker_id: int, partition: int, address: str, admin, start: int,
+           end: int, max_unit_bytes: int, stamp: int) -> list[WorkUnit]:
+    """[start, end) as work units of at most ``max_unit_bytes`` where segment
+    starts allow."""
+    segments = admin.offsets(topic, partition, stamp, max_offsets=100_000) \
+        if end - start > max_unit_bytes else []
+    return [WorkUnit(topic, broker_id, partition, address, a, b)
+            for a, b in split_range(start, end, segments, max_unit_bytes)]
+
+
+def plan(zookeeper: str, committed: dict[str, int], *, whitelist: str = ".*",
+         blacklist: str = "", max_unit_bytes: int = 256 << 20,
+         on_retention_gap: str = "fail", now_ms: int | None = None) -> Plan:
+    """The work of one load of the cluster at ``zookeeper`` (with its chroot)."""
+    if on_retention_gap not in ("fail", "skip"):
+        raise ValueError("on_retention_gap is 'fail' or 'skip'")
+    loaded = topic_filter(whitelist, blacklist)
+    units: list[WorkUnit] = []
+    ends: dict[str, int] = {}
+    skipped: dict[str, tuple[int, int]] = {}
+    stamp = int(time.time() * 1000) if now_ms is None else now_ms
+    with _cluster(zookeeper) as (view, admin_for):
+        for topic in view.topics():
+            if not loaded(topic):
+                continue
+            for bp in view.partitions(topic):
+                broker_id, partition = parse_broker_partition(bp)
+                address = view.address(broker_id)
+                if address is None:
+                    continue
+                admin = admin_for(address)
+                earliest = admin.earliest_offset(topic, partition)
+                latest = admin.latest_offset(topic, partition)
+                k = state.key(topic, broker_id, partition)
+                start = committed.get(k, earliest)
+                if start < earliest:
+                    if on_retention_gap == "fail":
+                        raise PlanError(
+                            f"{k}: the last load stopped at offset {start}, but the broker "
+                            f"keeps data only from {earliest} ({earliest - start} bytes "
+                            f"were deleted by retention before they were loaded); set "
+                            f"on_retention_gap=skip to go on from {earliest} and record "
+                            f"the loss")
+                    skipped[k] = (start, earliest)
+                    start = earliest
+                if start > latest:
+                    raise PlanError(f"{k}: the last load stopped at {start}, beyond the "
+                                    f"partition's end {latest} (was the topic re-created?)")
+                ends[k] = latest
+                if latest > start:
+                    units += _units(topic, broker_id, partition, address, admin, start,
+                                    latest, max_unit_bytes, stamp)
+    return Plan(units, ends, skipped)
+
+
+class RetentionCut(PlanError):
+    """Part of the ranges to re-read has been deleted by the brokers' retention."""
+
+
+def plan_ranges(zookeeper: str, ranges: dict[str, list[list[int]]], *,
+                max_unit_bytes: int = 256 << 20, now_ms: int | None = None) -> Plan:
+    """The work of re-reading ``ranges`` ({broker-partition key: [[start,
+    end], ...]}, an hour's record: state.HourRanges). RetentionCut naming
+    every broker-partition whose earliest retained offset lies past the
+    start of its first range; PlanError when a broker-partition is not on a
+    live broker or ends before its ranges do. Nothing is read."""
+    stamp = int(time.time() * 1000) if now_ms is None else now_ms
+    units: list[WorkUnit] = []
+    cut: list[str] = []
+    with _cluster(zookeeper) as (view, admin_for):
+        for k, spans in sorted(ranges.items()):
+            topic, broker_id, partition = state.parse_key(k)
+            address = view.address(broker_id)
+            if address is None:
+                raise PlanError(f"{k}: broker {broker_id} is not registered in the cluster: "
+                                f"its ranges cannot be read again")
+            admin = admin_for(address)
+            earliest = admin.earliest_offset(topic, partition)
+            latest = admin.latest_offset(topic, partition)
+            first, last = spans[0][0], spans[-1][1]
+            if earliest > first:
+                cut.append(f"{k} held them from offset {first}, the broker keeps data only "
+                           f"from {earliest} ({earliest - first} bytes deleted)")
+                continue
+            if last > latest:
+                raise PlanError(f"{k}: the rows were read up to offset {last}, beyond the "
+                                f"partition's end {latest} (was the topic re-created?)")
+            for start, end in spans:
+                units += _units(topic, broker_id, partition, address, admin, start, end,
+                                max_unit_bytes, stamp)
+    if cut:
+        raise RetentionCut("; ".join(cut))
+    return Plan(units, {}, {})

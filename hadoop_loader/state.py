@@ -1,9 +1,11 @@
 """The loader's offsets, stored with the output (not in the brokers, not in
-ZooKeeper), as Camus kept them.
+ZooKeeper), as Camus kept them; and, per event hour, the offset ranges its
+rows were loaded from.
 
 Layout under the output root::
 
     _samsa/offsets/00000000000000000042.json   a commit: {"run": ..., "offsets": {...}}
+    _samsa/hours/date=2026-11-26/hour=10.json  {"ranges": {"page_views/0-1": [[0, 9120]]}}
 
 A commit is one new file, created only if absent (outputfs.py's
 ``create_new``: locally a hard link of a written temporary file, atomic;
@@ -17,6 +19,18 @@ A load writes its data first and commits its offsets last: a run that dies
 before the commit leaves the previous position, and the next run loads the
 same ranges again into a fresh staging area (see the job), so each message
 lands in the output once.
+
+An hour's ranges (``HourRanges``) are what a reload of that hour re-reads:
+every load that wrote rows of the hour into a topic adds, for each of the
+topic's broker-partitions, the whole range [start, end) it read, not the
+offsets of those rows alone (finding those would cost a look at every
+message on the normal path). So the ranges hold every row of the hour,
+and other hours' rows too, which the reload filters out: hourly loads keep
+that to about two hours of data; a catch-up load over many hours adds its
+whole range to each of them. Ranges that touch are merged. They are
+written during the publish, before the offsets commit, from the publish
+manifest (an interrupted publish writes them when it is finished): adding
+a range twice changes nothing.
 """
 from __future__ import annotations
 
@@ -26,6 +40,7 @@ import uuid
 from dataclasses import dataclass, field
 
 OFFSETS_DIR = "_samsa/offsets"
+HOURS_DIR = "_samsa/hours"
 
 
 class StateError(RuntimeError):
@@ -39,6 +54,18 @@ class Commit:
     offsets: dict[str, int]
     committed_ms: int
     extra: dict = field(default_factory=dict)
+
+
+def hour_id(hour_ms: int) -> str:
+    """"YYYY-MM-DD/HH" (UTC) of the hour starting at ``hour_ms``: how a
+    load's rows and the hour records are keyed."""
+    return time.strftime("%Y-%m-%d/%H", time.gmtime(hour_ms // 1000))
+
+
+def hour_partition(topic: str, hour_ms: int) -> str:
+    """A topic's hour partition, relative to the output root."""
+    date, _, hh = hour_id(hour_ms).partition("/")
+    return f"{topic}/date={date}/hour={hh}"
 
 
 def key(topic: str, broker_id: int, partition: int) -> str:
@@ -105,3 +132,50 @@ class OffsetStore:
     def _prune(self) -> None:
         for sequence in self._sequences()[:-self.keep]:
             self.fs.delete_file(*self._name(sequence))
+
+
+def merge_ranges(ranges) -> list[list[int]]:
+    """[start, end) ranges sorted, those that overlap or touch made one."""
+    merged: list[list[int]] = []
+    for start, end in sorted((int(a), int(b)) for a, b in ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+class HourRanges:
+    """Per event hour ("YYYY-MM-DD/HH", as a load's rows are keyed), the
+    offset ranges per broker-partition key that hold its rows (the module's
+    docstring says how exact). Not thread-safe: one load at a time writes
+    (the output's lock)."""
+
+    def __init__(self, output) -> None:
+        from hadoop_loader.outputfs import OutputFS
+        self.fs = output if isinstance(output, OutputFS) else OutputFS(output)
+
+    @staticmethod
+    def _name(hour: str) -> tuple[str, str, str]:
+        date, _, hh = hour.partition("/")
+        return (HOURS_DIR, f"date={date}", f"hour={hh}.json")
+
+    def get(self, hour: str) -> dict[str, list[list[int]]] | None:
+        """The hour's ranges, None when no load recorded any."""
+        name = self._name(hour)
+        if not self.fs.exists(*name):
+            return None
+        try:
+            data = json.loads(self.fs.read_text(*name))
+            return {k: merge_ranges(v) for k, v in data["ranges"].items()}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StateError(f"unreadable hour record {self.fs.path(*name)}: {exc}") from None
+
+    def add(self, additions: dict[str, dict[str, list[int]]]) -> None:
+        """Merge ``{hour: {key: [start, end]}}`` into the records (each
+        hour's file replaced whole)."""
+        for hour, ranges in sorted(additions.items()):
+            found = self.get(hour) or {}
+            for k, (start, end) in ranges.items():
+                found[k] = merge_ranges(found.get(k, []) + [[start, end]])
+            self.fs.write_json(self._name(hour), {"ranges": found})

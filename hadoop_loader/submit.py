@@ -10,7 +10,7 @@ and executors' Python set to this interpreter (``spark.pyspark.python``),
 ``--py-files`` when ``[warehouse] py_files`` names a zip, any
 ``spark_args``, then the job (``hadoop_loader/__main__.py``) with its own
 options. Its exit status is the job's: 0 loaded, 1 failed (nothing
-committed), 2 bad settings.
+committed), 2 bad settings, 3 an hour to reload cannot be (hadoop_loader/cli.py).
 """
 from __future__ import annotations
 
@@ -40,8 +40,9 @@ def job_script() -> str:
 
 def command(config_path: str, overrides: list[str] = (), *, spark_submit: str = "",
             master: str = "local[*]", py_files: str = "", spark_args: str = "",
-            app_name: str = "samsa-hadoop-loader") -> list[str]:
-    """The spark-submit command line of one load."""
+            app_name: str = "samsa-hadoop-loader", job_args: list[str] = ()) -> list[str]:
+    """The spark-submit command line of one load (``job_args``: more of the
+    job's own options, e.g. ``--reload-hour``)."""
     argv = [spark_submit or default_spark_submit(), "--master", master, "--name", app_name,
             "--conf", f"spark.pyspark.python={sys.executable}",
             "--conf", f"spark.pyspark.driver.python={sys.executable}"]
@@ -51,7 +52,7 @@ def command(config_path: str, overrides: list[str] = (), *, spark_submit: str = 
     argv += [job_script(), "--config", config_path]
     for item in overrides:
         argv += ["--set", item]
-    return argv
+    return argv + list(job_args)
 
 
 def environment() -> dict[str, str]:

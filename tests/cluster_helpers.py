@@ -100,3 +100,26 @@ def read_all(cluster: Cluster, topic: str) -> dict[str, list[Message]]:
         finally:
             consumer.close()
     return out
+
+
+def cut_by_retention(cluster: Cluster, topic: str, broker_id: int = 0,
+                     partition: int = 0) -> tuple[int, int]:
+    """Make the broker's retention delete the oldest part of a partition (of
+    small segments): the broker is restarted keeping only about the newest
+    third of it (``log.retention_bytes``, checked every 100 ms). Waits until
+    the topic is back in ZooKeeper and the earliest offset has moved; returns
+    (the earliest offset kept, the partition's end)."""
+    broker = cluster.brokers[broker_id]
+    with AdminClient(broker.address) as admin:
+        end = admin.latest_offset(topic, partition)
+    broker.stop()
+    broker.settings.update({"log.retention_bytes": end // 3, "retention_check_ms": 100})
+    broker.start()
+    for path in (paths.broker_id_path(broker_id), paths.broker_topic_path(topic, broker_id)):
+        wait_until(lambda: cluster.zk.exists(path), 20,
+                   what=f"{path} of the restarted broker {broker_id} in ZooKeeper")
+
+    def earliest() -> int:
+        with AdminClient(broker.address) as admin:
+            return admin.earliest_offset(topic, partition)
+    return wait_until(earliest, 30, what=f"retention to delete the start of {topic}"), end

@@ -67,6 +67,7 @@ sensor_timeout_s = 7200.0
 retries = 4
 retry_delay_s = 60.0
 load_timeout_s = 5400.0
+step_timeout_s = 900.0
 """)
     assert found["errors"] == {}
     assert found["parse_s"] < 2.0, found["parse_s"]
@@ -88,7 +89,17 @@ load_timeout_s = 5400.0
         ("AuditCompleteSensor", 120.0, 7200.0, 0)
     assert tasks["load"]["retries"] == 4 and tasks["load"]["backoff"] is True
     assert tasks["load"]["retry_delay_s"] == 60.0
-    assert tasks["load"]["execution_timeout_s"] == 5400.0
+    # every task of both DAGs has a bounded run time: a hung step fails
+    # instead of holding its hour (the sensor's wait in the triggerer is
+    # bounded by its own timeout)
+    bounds = {(dag_id, task_id): t["execution_timeout_s"]
+              for dag_id, dag in found["dags"].items() for task_id, t in dag["tasks"].items()}
+    assert set(dag_id for dag_id, _ in bounds) == {"warehouse_load", "audit_report"}
+    assert bounds == {("warehouse_load", "audit_complete"): 900.0,
+                      ("warehouse_load", "load"): 5400.0,
+                      ("warehouse_load", "validate"): 900.0,
+                      ("warehouse_load", "mark_success"): 900.0,
+                      ("audit_report", "report"): 900.0}
 
     report = found["dags"]["audit_report"]
     assert report["timetable"] == "PeriodStartTimetable" and report["summary"] == "0 0 * * *"

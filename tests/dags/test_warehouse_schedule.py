@@ -19,7 +19,11 @@ Three past hours, catchup on, and one of them triggered by hand first:
 
 Every hour has exactly one run, and the schedule's next run is the hour
 after them. Then hour A is reloaded the documented way, by clearing its
-run: it runs again, and no run is added.
+run through the REST API: it runs again, no run is added, and its load
+rebuilds the hour (the same event ids in new files, hour B untouched).
+Then the broker's retention deletes the start of hour A's data, and
+clearing the hour again fails its load at once ("left the brokers'
+retention"), the partition left as it was.
 """
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ from audit.counting import (
 from audit.service import AuditService
 from broker.client.cluster_producer import ClusterProducer
 from broker_helpers import unused_port, wait_until
+from cluster_helpers import cut_by_retention
 from infra.local import airflow_stack
 from schemas import catalog
 from schemas.registry import SchemaRegistry
@@ -76,7 +81,8 @@ def produce(cluster, registry, hour_a: int, hour_b: int) -> int:
     """30 page views in hour A; 10 in hour B, whose producer also counts LOST
     more that never reach the cluster. Returns the rows expected in A."""
     writer = ValueWriter(registry, "page_views", version=1)
-    producer = ClusterProducer(cluster.connect, acks="flushed")
+    # small batches: many small segments, which retention can delete later
+    producer = ClusterProducer(cluster.connect, acks="flushed", batch_size=5)
     counter = TierCounter(CounterConfig(tier="producer", datacenter="analysis",
                                         cluster="analysis", window_ms=WINDOW))
     sender = AuditedProducer(producer, counter)
@@ -106,6 +112,20 @@ def marker_of(output, hour_ms: int) -> list[str]:
                          / "_SUCCESS"))
 
 
+def parquet_in(output, hour_ms: int) -> set[str]:
+    """The Parquet files of the page views' hour partition."""
+    hour = dt.datetime.fromtimestamp(hour_ms / 1000, dt.timezone.utc)
+    return set(glob.glob(str(output / "page_views" / f"date={hour:%Y-%m-%d}" / f"hour={hour:%H}"
+                             / "*.parquet")))
+
+
+def ids_in(output, hour_ms: int) -> list[bytes]:
+    """The event ids of the page views' hour partition, sorted."""
+    return sorted(h["event_id"] for h in ds.dataset(
+        sorted(parquet_in(output, hour_ms)), format="parquet").to_table(
+            columns=["header"]).column("header").to_pylist())
+
+
 def task_log(state_dir: str, run_id: str, task_id: str) -> str:
     """Everything Airflow logged for a task of a run: the worker's and the
     triggerer's files."""
@@ -121,6 +141,8 @@ def task_log(state_dir: str, run_id: str, task_id: str) -> str:
 def test_the_scheduler_waits_for_the_audit_runs_each_hour_once_and_times_out(clusters,
                                                                             tmp_path):
     analysis = clusters("analysis")
+    # one partition of small segments: retention can delete the start of an hour
+    analysis.create_topic("page_views", 1, config={"segment.bytes": "512"})
     registry = SchemaRegistry.open(f"zookeeper://{analysis.connect}")
     registry.register("page_views", catalog.load("samsa.events.PageViewEvent"))
     registry.register(AUDIT_TOPIC, catalog.load(catalog.MONITORING_EVENT))
@@ -248,21 +270,54 @@ retry_delay_s = 2.0
         assert not marker_of(output, hour_b)
 
         # reload hour A, the documented way: clear its run. It runs again from
-        # the sensor (the load finds nothing new), and the schedule is untouched
+        # the sensor; the load finds nothing new and rebuilds hour A: the same
+        # rows in new files, hour B's partition untouched; the schedule too
+        files_a, files_b, ids_a = parquet_in(output, hour_a), parquet_in(output, hour_b), \
+            ids_in(output, hour_a)
+        assert files_a and files_b and len(ids_a) == rows_a
         run_url = f"{runs_url}/{run_a['dag_run_id']}"
-        call(f"{url}/api/v2/dags/warehouse_load/clearTaskInstances", token,
-             {"dry_run": False, "dag_run_id": run_a["dag_run_id"], "only_failed": False})
 
-        def reloaded() -> bool:
-            sensor = call(f"{run_url}/taskInstances/audit_complete", token)
-            return sensor["try_number"] >= 2 and call(run_url, token)["state"] in (
-                "success", "failed")
-        wait_until(reloaded, 300, interval=2.0, what=lambda: call(run_url, token))
-        assert call(run_url, token)["state"] == "success"
-        assert "nothing new to load" in task_log(state_dir, run_a["dag_run_id"], "load")
+        def clear_and_wait(attempt: int) -> str:
+            call(f"{url}/api/v2/dags/warehouse_load/clearTaskInstances", token,
+                 {"dry_run": False, "dag_run_id": run_a["dag_run_id"], "only_failed": False})
+
+            def ended() -> bool:
+                sensor = call(f"{run_url}/taskInstances/audit_complete", token)
+                return sensor["try_number"] >= attempt and call(run_url, token)["state"] in (
+                    "success", "failed")
+            wait_until(ended, 300, interval=2.0, what=lambda: call(run_url, token))
+            return call(run_url, token)["state"]
+
+        assert clear_and_wait(2) == "success"
+        load_log = task_log(state_dir, run_a["dag_run_id"], "load")
+        assert "nothing new to load" in load_log, load_log[-4000:]
+        assert f"reloaded page_views: {rows_a} rows" in load_log, load_log[-4000:]
+        assert ids_in(output, hour_a) == ids_a
+        reloaded = parquet_in(output, hour_a)
+        assert reloaded and not reloaded & files_a
+        assert parquet_in(output, hour_b) == files_b
         assert {h: [r["dag_run_id"] for r in rs] for h, rs in runs().items()} == \
             {h: [r["dag_run_id"] for r in rs] for h, rs in found.items()}
         assert marker_of(output, hour_a)
+
+        # the brokers' retention deletes the start of hour A's data; clearing
+        # the hour again fails its load at once, saying so, and leaves the
+        # partition as it was (the audit's readers are done: stop them first)
+        stop.set()
+        reader.join(30)
+        counter.stop()
+        counting.join(30)
+        cut_by_retention(analysis, "page_views")
+        assert clear_and_wait(3) == "failed"
+        load_ti = call(f"{run_url}/taskInstances/load", token)
+        load_log = task_log(state_dir, run_a["dag_run_id"], "load")
+        # failed at once: no retry after it
+        assert load_ti["state"] == "failed" and load_ti["try_number"] >= 3, load_ti
+        assert "cannot be rebuilt: part of it has left the brokers' retention" in load_log, \
+            load_log[-4000:]
+        assert "page_views/0-0 held them from offset 0" in load_log, load_log[-4000:]
+        assert parquet_in(output, hour_a) == reloaded
+        assert ids_in(output, hour_a) == ids_a
     finally:
         airflow_stack.down(state_dir, say=lambda *_: None)
         stop.set()

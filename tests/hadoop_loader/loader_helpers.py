@@ -33,10 +33,13 @@ def hour_key(ms: int) -> str:
     return f"{t:%Y-%m-%d}/{t:%H}"
 
 
-def produce(cluster, registry, n: int, base: int, bad: list[bytes] = ()) -> dict[str, int]:
-    """n page views over three hours (v1 and v2 alternately); rows per hour."""
+def produce(cluster, registry, n: int, base: int, bad: list[bytes] = (),
+            **producer_settings) -> dict[str, int]:
+    """n page views over three hours (v1 and v2 alternately); rows per hour.
+    ``producer_settings`` go to the producer (``batch_size=5``: many small
+    requests, so many small segments where segments are small)."""
     per_hour: dict[str, int] = {}
-    producer = ClusterProducer(cluster.connect, acks="flushed")
+    producer = ClusterProducer(cluster.connect, acks="flushed", **producer_settings)
     try:
         for i in range(n):
             t = base + (i % 3) * HOUR + i
