@@ -80,6 +80,34 @@ class BrokerConfig:
     zookeeper_session_timeout_ms: int = 6000
     """ZooKeeper session timeout: how long after a crash the broker's
     registration lingers."""
+    rack: str = ""
+    """The rack or availability zone of this broker: replicas of a partition
+    are spread across racks (docs/replication.md). Empty: none declared."""
+    replication_factor: int = 0
+    """Replicas of each partition of a topic created (or auto-created) through
+    this broker, cluster-wide, with leaders elected through ZooKeeper (needs
+    ``zookeeper``; a CreateTopic may ask for its own with the topic setting
+    ``replication.factor``). 0: the paper's topics, whose partitions live on
+    each broker on their own, unreplicated."""
+    min_insync_replicas: int = 1
+    """Fewest in-sync replicas with which an acks=all produce is taken
+    (NOT_ENOUGH_REPLICAS otherwise); topic setting ``min.insync.replicas``."""
+    replica_lag_time_max_ms: int = 10_000
+    """A follower that has not caught up with its leader's log end for this
+    long leaves the in-sync set."""
+    replica_fetch_wait_ms: int = 500
+    """How long a follower's fetch waits at the leader for new bytes."""
+    replica_fetch_max_bytes: int = 1 << 20
+    """Bytes a follower asks for per partition and fetch (at least
+    max_message_bytes)."""
+    unclean_leader_election: bool = False
+    """Let a replica that is not in sync lead when no in-sync one is live:
+    the partition comes back sooner, and loses what that replica lacks
+    (committed messages included). Topic setting
+    ``unclean.leader.election.enable``."""
+    controlled_shutdown_timeout_ms: int = 5000
+    """At a clean shutdown, how long the broker waits for its followers to
+    catch up before handing its partitions' leadership to them."""
     drop_behind: str = "auto"
     """Drop flushed log data from the page cache beyond ``page_cache_budget_bytes``
     (see broker/storage/page_cache.py): "on", "off" (leave caching to the
@@ -117,6 +145,13 @@ class BrokerConfig:
         if self.drop_behind not in ("auto", "on", "off"):
             raise ConfigError(f"drop_behind must be 'auto', 'on' or 'off', "
                               f"got {self.drop_behind!r}")
+        if not 0 <= self.replication_factor <= 100:
+            raise ConfigError(f"replication_factor must be 0..100, got {self.replication_factor}")
+        if self.replication_factor and not self.zookeeper:
+            raise ConfigError("replication_factor needs zookeeper: replicas are placed and "
+                              "leaders elected through it")
+        if self.min_insync_replicas < 1:
+            raise ConfigError("min_insync_replicas must be >= 1")
         if self.page_cache_budget_bytes < 0:
             raise ConfigError("page_cache_budget_bytes must be >= 0")
         if self.zookeeper:
@@ -127,7 +162,9 @@ class BrokerConfig:
                 raise ConfigError(str(exc)) from None
         for name in ("max_fetch_wait_ms", "retention_check_ms", "checkpoint_interval_ms",
                      "zookeeper_session_timeout_ms", "max_queued_requests_per_connection",
-                     "queued_max_request_bytes", "connections_max_idle_ms"):
+                     "queued_max_request_bytes", "connections_max_idle_ms",
+                     "replica_lag_time_max_ms", "replica_fetch_wait_ms",
+                     "replica_fetch_max_bytes", "controlled_shutdown_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
 

@@ -16,6 +16,13 @@ register.
 
 A topic not yet known in ZooKeeper is sent to a random live broker with
 "any partition" (auto-created there), as Kafka 0.7 did.
+
+A replicated topic (docs/replication.md) has partitions numbered cluster-
+wide, each served by its leader: a message goes to partition
+``crc32(key) % partitions`` (or as ``partitioner`` says), through one
+``Producer`` per partition whose connection follows the partition's leader
+in ZooKeeper: a batch refused with NOT_LEADER_FOR_PARTITION is sent again,
+in order, to the leader ZooKeeper names by then.
 """
 from __future__ import annotations
 
@@ -106,8 +113,8 @@ class ClusterProducer:
             groups = routed
         batches: list[Batch] = []
         for bp, (vals, stamps, ks) in groups.items():
-            broker_id, partition = paths.parse_broker_partition(bp)
-            batches += self._producer(broker_id).send_records(topic, partition, vals, stamps, ks)
+            target, partition = self._target(topic, bp)
+            batches += self._producer(target).send_records(topic, partition, vals, stamps, ks)
         return batches
 
     def send_message_set(self, topic: str, message_set: bytes, count: int,
@@ -132,8 +139,8 @@ class ClusterProducer:
                 groups.append((random.choice(partitions), unkeyed, unkeyed_count))
         batches: list[Batch] = []
         for bp, data, n in groups:
-            broker_id, partition = paths.parse_broker_partition(bp)
-            batches.append(self._producer(broker_id).send_message_set(
+            target, partition = self._target(topic, bp)
+            batches.append(self._producer(target).send_message_set(
                 topic, partition, data, n, max_timestamp))
         return batches
 
@@ -169,17 +176,28 @@ class ClusterProducer:
                 send: Callable[[Producer, int], Batch]) -> Batch:
         """``send(producer of the chosen broker, partition on it)``; a
         key-less message's batch is told to the sticky partitioner."""
-        broker_id, partition, sticky = self._choose(topic, key)
-        batch = send(self._producer(broker_id), partition)
+        target, partition, sticky = self._choose(topic, key)
+        batch = send(self._producer(target), partition)
         if sticky is not None:
             self._sticky.joined(topic, sticky, batch)
         return batch
 
-    def _choose(self, topic: str, key: bytes | None) -> tuple[int, int, int | None]:
-        """(broker id, partition on it, and for a key-less message its index
-        among the sorted broker-partitions, to tell the sticky partitioner
-        which batch it joined; else None)."""
+    def _choose(self, topic: str, key: bytes | None) -> tuple[object, int, int | None]:
+        """(broker id, or (topic, partition) of a replicated one; partition
+        on it; and for a key-less message its index among the sorted
+        partitions, to tell the sticky partitioner which batch it joined;
+        else None)."""
         partitions = self.cluster.partitions(topic)
+        if partitions and partitions[0].isdigit():     # replicated: numbered partitions
+            n = len(partitions)
+            mode = self.config.partitioner
+            if key is not None:
+                index, sticky = key_partition(key, n), None
+            elif mode == "sticky":
+                index = sticky = self._sticky.partition(topic, n)
+            else:
+                index, sticky = random.randrange(n), None
+            return (topic, index), index, sticky
         if partitions:
             mode = self.config.partitioner
             if key is not None:
@@ -202,26 +220,46 @@ class ClusterProducer:
                              f"before sending keyed messages")
         return random.choice(brokers), api.ANY_PARTITION, None
 
-    def _producer(self, broker_id: int) -> Producer:
-        producer = self._producers.get(broker_id)
+    def _producer(self, target) -> Producer:
+        """The producer of a broker (its id), or of a replicated partition
+        ((topic, partition): it follows the partition's leader)."""
+        producer = self._producers.get(target)
         if producer is None:
             with self._lock:
-                producer = self._producers.get(broker_id)
+                producer = self._producers.get(target)
                 if producer is None:
-                    address = self.cluster.address(broker_id)
-                    if address is None:
-                        raise SamsaError(ErrorCode.UNKNOWN, f"broker {broker_id} left the cluster")
-                    producer = Producer(replace(self.config, bootstrap=address))
+                    if isinstance(target, tuple):
+                        producer = Producer(replace(self.config,
+                                                    bootstrap=self._leader_address(*target)
+                                                    or "127.0.0.1:9"),
+                                            leader=lambda t=target: self._leader_address(*t))
+                    else:
+                        address = self.cluster.address(target)
+                        if address is None:
+                            raise SamsaError(ErrorCode.UNKNOWN,
+                                             f"broker {target} left the cluster")
+                        producer = Producer(replace(self.config, bootstrap=address))
                     producer.delivery_listener = self._delivery_listener
-                    self._producers[broker_id] = producer
+                    self._producers[target] = producer
         return producer
+
+    def _leader_address(self, topic: str, partition: int) -> str | None:
+        leader = self.cluster.leader(topic, partition)
+        return self.cluster.address(leader) if leader is not None else None
+
+    def _target(self, topic: str, name: str) -> tuple[object, int]:
+        """(producer target, partition) of a partition name."""
+        if name.isdigit():
+            return (topic, int(name)), int(name)
+        return paths.parse_broker_partition(name)
 
     def _brokers_changed(self) -> None:
         """Close the producers of brokers that left (on a thread of its own:
         this runs on kazoo's thread, and closing flushes)."""
         live = self.cluster.brokers()
         with self._lock:
-            gone = [b for b in self._producers if b not in live]
+            # a replicated partition's producer stays: it follows its leader
+            gone = [b for b in self._producers if not isinstance(b, tuple) and b not in live]
             closing = [self._producers.pop(b) for b in gone]
         if closing:
             log.info("brokers %s left: closing their producers", gone)

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from broker.coordination import offsets as zk_offsets
-from broker.coordination import paths
 from broker.coordination.cluster import ClusterView
 from broker.coordination.ownership import Assignment, GroupMember, Subscription
 from broker.coordination.zk import make_client, start_client
@@ -422,7 +421,12 @@ class GroupConsumer:
         committed offset, else the reset policy)."""
         by_broker: dict[int, dict] = {}
         for topic, bp in self._owned:
-            broker_id, partition = paths.parse_broker_partition(bp)
+            # a replicated partition is fetched from its leader: a change of
+            # leader changes the cluster view, and the rebalance it starts
+            # brings the fetchers here again
+            broker_id, partition = self.cluster.locate(topic, bp)
+            if broker_id is None:
+                continue              # no leader now: fetched once one is elected
             start = self._handed_to.get((topic, bp),
                                         self._delivered.get((topic, bp),
                                                             self.config.auto_offset_reset))

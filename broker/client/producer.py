@@ -33,6 +33,14 @@ a later one (Kafka without idempotence behaves the same). A batch refused
 with UNKNOWN_TOPIC_OR_PARTITION fails (as any error that is not retriable)
 and makes the producer ask the topic's partition count again; a lost
 connection makes it ask every topic's.
+
+A replicated partition's batch refused with NOT_LEADER_FOR_PARTITION (the
+broker does not lead it, or no longer) is handled as a lost connection:
+every batch in flight goes back to the head of the queue, in order, and the
+producer connects again after the back-off, to the address its ``leader``
+callable names then (a ClusterProducer passes the partition's leader from
+ZooKeeper), or to the same address (a load balancer, which may pick
+another broker).
 """
 from __future__ import annotations
 
@@ -59,7 +67,8 @@ from .record_accumulator import Batch, RecordAccumulator, is_single
 log = logging.getLogger(__name__)
 
 RETRIABLE = {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.BROKER_SHUTTING_DOWN,
-             ErrorCode.STORAGE_ERROR}
+             ErrorCode.STORAGE_ERROR, ErrorCode.NOT_ENOUGH_REPLICAS,
+             ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
 PARTITIONERS = ("sticky", "random", "any")
 _MAX_WRITE = 4 << 20           # bytes of produce frames per socket write
 _SINGLES_PER_WRITE = 8192      # ~2 MB of 200-byte messages per write on the batch-1 path
@@ -158,7 +167,10 @@ SendFuture = Batch   # what send() returns: the batch is its own future
 class Producer:
     """Thread-safe: any number of threads may call ``send``."""
 
-    def __init__(self, config: ProducerConfig | None = None, **overrides) -> None:
+    def __init__(self, config: ProducerConfig | None = None,
+                 leader: Callable[[], str | None] | None = None, **overrides) -> None:
+        """``leader``, if given, names the address to connect to at each
+        (re)connection (None: not known now: wait and retry)."""
         if config is None:
             config = ProducerConfig(**overrides)
         elif overrides:
@@ -169,6 +181,7 @@ class Producer:
         host, port = parse_address(config.bootstrap)
         self.conn = BrokerConnection(host, port, config.client_id,
                                      request_timeout=config.request_timeout_ms / 1000)
+        self._leader = leader
         self._encoder = api.ProduceFrameEncoder(config.client_id, self._acks,
                                                 config.request_timeout_ms)
         self._partition_counts = PartitionCounts(
@@ -516,6 +529,11 @@ class Producer:
 
     def _write(self, frames, expected, batches) -> bool:
         try:
+            if self._leader is not None and not self.conn.connected:
+                address = self._leader()
+                if address is None:
+                    raise BrokerConnectionError("the partition has no live leader now")
+                self.conn.host, self.conn.port = parse_address(address)
             self.conn.send_frames(frames, expected)
             return True
         except BrokerConnectionError as exc:
@@ -536,6 +554,12 @@ class Producer:
             result = response.results[0]
             error = SamsaError(result.error, result.message) if result.error else None
         if error is not None:
+            if error.code == ErrorCode.NOT_LEADER_FOR_PARTITION and \
+                    batch.attempts <= self.config.retries:
+                # the oldest in flight goes back first, then the others
+                self._inflight.appendleft((expected_cid, batch))
+                self._connection_lost(error, [])
+                return
             if error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 self._partition_counts.refresh(batch.topic)
             with self._cond:

@@ -2,6 +2,12 @@
 where), and which partitions each holds of each topic. Kept current by
 watches on /brokers/ids and /brokers/topics; listeners hear of every change.
 
+Replicated topics (docs/replication.md) are watched too (/replication/topics:
+each topic's partition count and each partition's leader); their partitions
+are named by number ("0", "1", ...) and ``locate`` finds the broker that
+serves one (its leader) as it finds a broker-partition's. A change of leader
+is a change of the view like any other.
+
 Used by producers (to spread or key messages over the whole cluster) and by
 consumer groups (a change of brokers or partitions triggers a rebalance).
 Thread-safe: the watches update it on kazoo's thread; readers take a copy.
@@ -30,9 +36,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from . import paths
+from .replica_state import NO_LEADER, PartitionState, TopicAssignment
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +59,17 @@ class ClusterView:
         self.version = 0                                   # bumped on every change
         self._unread: set = set()       # what a watch could not read: read again on reconnect
         self._watch_calls: dict = {}    # _BROKER_IDS or a topic -> its watch's calls so far
+        self._replicated: dict[str, int] = {}               # topic -> partition count
+        self._leaders: dict[tuple[str, int], int] = {}      # (topic, partition) -> leader
+        self._replicated_watches: set[str] = set()
+        self._state_watches: set[tuple[str, int]] = set()
         client.add_listener(self._on_state)
         client.ensure_path(paths.BROKER_IDS)
         client.ensure_path(paths.BROKER_TOPICS)
+        client.ensure_path(paths.REPLICATED_TOPICS)
         ChildrenWatch(client, paths.BROKER_IDS, self._on_broker_ids)
         ChildrenWatch(client, paths.BROKER_TOPICS, self._on_topics)
+        ChildrenWatch(client, paths.REPLICATED_TOPICS, self._on_replicated_topics)
 
     # ------------------------------------------------------------ reading
 
@@ -66,15 +79,39 @@ class ClusterView:
 
     def topics(self) -> list[str]:
         with self._lock:
-            return sorted(t for t, holders in self._topics.items()
-                          if any(b in self._brokers for b in holders))
+            return sorted({t for t, holders in self._topics.items()
+                           if any(b in self._brokers for b in holders)} | set(self._replicated))
 
     def partitions(self, topic: str) -> list[str]:
-        """The topic's broker-partitions ("b-p") on live brokers, sorted."""
+        """The topic's partitions: of a replicated topic every one, by number
+        ("0", "1", ...), led or not; else its broker-partitions ("b-p") on
+        live brokers, sorted."""
         with self._lock:
+            count = self._replicated.get(topic)
+            if count is not None:
+                return [str(p) for p in range(count)]
             holders = self._topics.get(topic, {})
             return [paths.broker_partition(b, p) for b in sorted(holders)
                     if b in self._brokers for p in range(holders[b])]
+
+    def is_replicated(self, topic: str) -> bool:
+        with self._lock:
+            return topic in self._replicated
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        """The live broker leading a replicated partition, else None."""
+        with self._lock:
+            leader = self._leaders.get((topic, partition))
+            return leader if leader in self._brokers else None
+
+    def locate(self, topic: str, name: str) -> tuple[int | None, int]:
+        """(broker serving it, partition number on that broker) of a
+        partition name: a broker-partition's broker, a replicated
+        partition's live leader (None while it has none). ValueError for a
+        name that is neither."""
+        if name.isdigit():
+            return self.leader(topic, int(name)), int(name)
+        return paths.parse_broker_partition(name)
 
     def address(self, broker_id: int) -> str | None:
         with self._lock:
@@ -216,6 +253,59 @@ class ClusterView:
                 self._on_broker_ids(children, read_since=since)
             else:
                 self._on_topic_brokers(what, children, read_since=since)
+
+    # ------------------------------------------------------------ replicated topics
+
+    def _on_replicated_topics(self, topics: list[str]) -> None:
+        for topic in topics:
+            if topic not in self._replicated_watches:
+                self._replicated_watches.add(topic)
+                try:
+                    DataWatch(self.client, paths.replicated_topic_path(topic),
+                              lambda data, _stat, t=topic: self._on_assignment(t, data))
+                except (KazooException, KazooTimeoutError) as exc:
+                    log.warning("cluster: watching replicated topic %r: %s", topic,
+                                type(exc).__name__)
+
+    def _on_assignment(self, topic: str, data: bytes | None) -> bool | None:
+        if data is None:
+            with self._lock:
+                self._replicated_watches.discard(topic)
+                self._replicated.pop(topic, None)
+                for key in [k for k in self._leaders if k[0] == topic]:
+                    del self._leaders[key]
+                    self._state_watches.discard(key)
+            self._notify()
+            return False
+        try:
+            count = len(TopicAssignment.from_json(data).partitions)
+        except ValueError as exc:
+            log.error("cluster: ignoring replicated topic %r: %s", topic, exc)
+            return None
+        for p in range(count):
+            if (topic, p) not in self._state_watches:
+                self._state_watches.add((topic, p))
+                DataWatch(self.client, paths.partition_state_path(topic, p),
+                          lambda d, _s, t=topic, p=p: self._on_partition_state(t, p, d))
+        with self._lock:
+            self._replicated[topic] = count
+        self._notify()
+        return None
+
+    def _on_partition_state(self, topic: str, partition: int, data: bytes | None
+                            ) -> bool | None:
+        if (topic, partition) not in self._state_watches:
+            return False
+        try:
+            leader = PartitionState.from_json(data).leader if data else NO_LEADER
+        except ValueError:
+            leader = NO_LEADER
+        with self._lock:
+            if self._leaders.get((topic, partition)) == leader:
+                return None
+            self._leaders[(topic, partition)] = leader
+        self._notify()
+        return None
 
     def _notify(self) -> None:
         with self._changed:

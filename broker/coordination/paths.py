@@ -11,12 +11,42 @@ ensemble can serve several clusters::
 
 A *broker-partition* names partition p of broker b as "b-p" (partitions
 are numbered per broker); sorted numerically by (b, p).
+
+Replicated topics (docs/replication.md; replica_state.py) live beside them::
+
+    /brokers/racks/<broker id>                       ephemeral  "<rack>"
+    /replication/topics/<topic>                      persistent assignment (JSON)
+    /replication/topics/<topic>/<partition>          persistent leader, epoch, in-sync set (JSON)
+    /replication/controller                          ephemeral  the controller (JSON)
+    /replication/controller_epoch                    persistent "<epoch>"
+
+Their partitions are numbered cluster-wide, and a replicated partition is
+named by its number alone ("0", "1", ...): it has no fixed broker. Its
+consumer offsets live at /consumers/<group>/offsets/<topic>/<partition>, as
+in Kafka 0.8.
 """
 from __future__ import annotations
 
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONSUMERS = "/consumers"
+BROKER_RACKS = "/brokers/racks"
+REPLICATION = "/replication"
+REPLICATED_TOPICS = "/replication/topics"
+CONTROLLER = "/replication/controller"
+CONTROLLER_EPOCH = "/replication/controller_epoch"
+
+
+def broker_rack_path(broker_id: int) -> str:
+    return f"{BROKER_RACKS}/{broker_id}"
+
+
+def replicated_topic_path(topic: str) -> str:
+    return f"{REPLICATED_TOPICS}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{REPLICATED_TOPICS}/{topic}/{partition}"
 
 
 def broker_id_path(broker_id: int) -> str:
@@ -62,5 +92,12 @@ def parse_broker_partition(name: str) -> tuple[int, int]:
     return int(broker), int(partition)
 
 
+def partition_sort_key(name: str) -> tuple[int, ...]:
+    """Numeric order of partition names: a replicated partition's ("3") by
+    number, a broker-partition's ("3-1") by (broker, partition)."""
+    return (int(name),) if name.isdigit() else parse_broker_partition(name)
+
+
 def sort_broker_partitions(names) -> list[str]:
-    return sorted(names, key=parse_broker_partition)
+    """Partition names (of either kind) in numeric order."""
+    return sorted(names, key=partition_sort_key)

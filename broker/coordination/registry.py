@@ -4,6 +4,7 @@ The broker makes, in its cluster's chroot::
 
     /brokers/ids/<id>                  ephemeral "host:port"
     /brokers/topics/<topic>/<id>       ephemeral "<partition count>", one per topic
+    /brokers/racks/<id>                ephemeral "<rack>", when the broker declares one
 
 States of the registration (kazoo's session states drive them)::
 
@@ -46,10 +47,14 @@ class BrokerRegistry:
     """Thread-safe: ``set_topics`` may be called from any thread."""
 
     def __init__(self, connect: str, broker_id: int, host: str, port: int,
-                 session_timeout_ms: int = 6000) -> None:
+                 session_timeout_ms: int = 6000, rack: str = "") -> None:
         self.connect = connect
         self.broker_id = broker_id
         self.address = f"{host}:{port}"
+        self.rack = rack
+        # called (on a thread of kazoo's) once the client first connects:
+        # the replication layer's watches and the controller start there
+        self.on_connected: list = []
         self.client = make_client(connect, session_timeout_ms)
         self.state = "STARTING"
         self.registered = threading.Event()     # set while our nodes are known to exist
@@ -72,6 +77,11 @@ class BrokerRegistry:
         self.client.add_listener(self._on_state)
         self._worker.start()
         self._dirty.set()
+        for callback in self.on_connected:
+            try:
+                callback(self.client)
+            except Exception:   # noqa: BLE001 - it must not stop the registration
+                log.exception("broker %d: a ZooKeeper start-up step failed", self.broker_id)
 
     def _on_state(self, state: str) -> None:
         # kazoo's thread: never block here
@@ -104,6 +114,8 @@ class BrokerRegistry:
             if self.client.connected:
                 for topic in list(self._wanted_topics):
                     self._delete_if_ours(paths.broker_topic_path(topic, self.broker_id))
+                if self.rack:
+                    self._delete_if_ours(paths.broker_rack_path(self.broker_id))
                 self._delete_if_ours(paths.broker_id_path(self.broker_id))
         except (KazooException, KazooTimeoutError) as exc:
             log.warning("broker %d: could not remove its ZooKeeper nodes: %s",
@@ -137,6 +149,12 @@ class BrokerRegistry:
         session = zk.client_id[0] if zk.client_id else None
         zk.ensure_path(paths.BROKER_IDS)
         zk.ensure_path(paths.BROKER_TOPICS)
+        if self.rack:
+            # before the id: whoever sees the broker sees its rack
+            zk.ensure_path(paths.BROKER_RACKS)
+            if not self._ensure_ephemeral(paths.broker_rack_path(self.broker_id),
+                                          self.rack.encode(), session):
+                return False
         if not self._ensure_ephemeral(paths.broker_id_path(self.broker_id),
                                       self.address.encode(), session):
             return False

@@ -2,7 +2,9 @@
 
 A fetch is answered at once when its entries hold ``min_bytes`` of visible
 data (visible = below the log's flushed end: a consumer never sees bytes that
-are not on disk), when one entry has an error, when ``max_wait_ms`` is 0 or
+are not on disk; for a replicated partition also below its high watermark,
+and only where this broker leads it: else NOT_LEADER_FOR_PARTITION), when
+one entry has an error, when ``max_wait_ms`` is 0 or
 the broker is stopping. Otherwise it is *parked*: it waits until a flush of
 one of its logs makes enough visible (``wake``), its ``max_wait_ms`` (capped
 by ``max_fetch_wait_ms``) runs out, its topic is deleted, the broker stops
@@ -69,6 +71,13 @@ class FetchLongPoll:
         self._loop = loop
         self.stopping = False         # set by the server: answer fetches at once
         self._parked: dict[Log, set[FetchWait]] = {}
+        self.replication = None       # ReplicaManager, when the broker replicates
+        self._replicated: dict = {}
+
+    def set_replication(self, replication) -> None:
+        """Refuse fetches of replicated logs this broker does not lead."""
+        self.replication = replication
+        self._replicated = replication.replicated
 
     def handle(self, conn: Connection, header, req: api.FetchRequest) -> None:
         """A Fetch request: answer it now, or park it (see the module docstring)."""
@@ -192,6 +201,10 @@ class FetchLongPoll:
                     f"unknown topic or partition {quote_name(entry.topic)}/{entry.partition}",
                     -1, -1, None, 0, 0)
         lg = topic.logs[entry.partition]
+        if self._replicated and lg in self._replicated:
+            refusal = self.replication.read_refusal(lg)
+            if refusal is not None:
+                return (entry, refusal[0], refusal[1], -1, -1, None, 0, 0)
         try:
             seg, position, length = lg.locate(entry.offset, entry.max_bytes)
         except OffsetOutOfRangeError as exc:
@@ -201,7 +214,7 @@ class FetchLongPoll:
             # bit rot or lost bytes found by recovery: tell where to go on
             payload = api.encode_corrupt_range(exc.start, exc.end)
             return (entry, ErrorCode.CORRUPT_MESSAGE, str(exc), lg.earliest_offset,
-                    lg.flushed_end, payload, 0, len(payload))
+                    lg.visible_end, payload, 0, len(payload))
         if length and not lg.check_message_at(entry.offset, self.config.max_message_bytes):
             # The broker has no index, but it can tell that no valid message
             # starts here: the client would otherwise parse garbage lengths.
@@ -211,10 +224,10 @@ class FetchLongPoll:
                 payload = api.encode_corrupt_range(entry.offset, end)
                 return (entry, ErrorCode.CORRUPT_MESSAGE,
                         f"the message at offset {entry.offset} is corrupt; the next one "
-                        f"starts at {end}", lg.earliest_offset, lg.flushed_end, payload, 0,
+                        f"starts at {end}", lg.earliest_offset, lg.visible_end, payload, 0,
                         len(payload))
             return (entry, ErrorCode.INVALID_OFFSET,
                     f"offset {entry.offset} is not the start of a valid message",
-                    lg.earliest_offset, lg.flushed_end, None, 0, 0)
-        return (entry, ErrorCode.NONE, "", lg.earliest_offset, lg.flushed_end, seg, position,
+                    lg.earliest_offset, lg.visible_end, None, 0, 0)
+        return (entry, ErrorCode.NONE, "", lg.earliest_offset, lg.visible_end, seg, position,
                 length)

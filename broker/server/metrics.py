@@ -27,6 +27,19 @@ Metrics (all prefixed ``samsa_``):
                                                       an unprivileged writer may still use
                                                       (statvfs f_bavail) and its size; absent
                                                       when it cannot be read
+Replication (docs/replication.md), on brokers that replicate:
+  leader_partitions, under_replicated_partitions      partitions this broker leads, and
+                                                      those of them with a replica out of sync
+  under_min_isr_partitions                            led partitions refusing acks=all
+  partition_in_sync_replicas{topic,partition}         size of a led partition's in-sync set
+  log_high_watermark{topic,partition}                 the committed end (consumers read below
+                                                      it and below the flushed end)
+  follower_lag_bytes{topic,partition,follower}        a leader's view of each follower
+  isr_shrinks_total, isr_expands_total, leader_changes_total, replica_truncations_total
+  replication_bytes_in_total, replication_bytes_out_total
+  controller_active, offline_partitions               1 on the controller; partitions with
+                                                      no leader (the controller's count)
+  controller_elections_total, unclean_elections_total
 """
 from __future__ import annotations
 
@@ -62,6 +75,15 @@ class BrokerMetrics:
         self.connections_closed_idle = 0
         self.memory_pool = None            # RequestMemoryPool, set by the server
         self.page_cache = None             # PageCacheBudget when drop-behind is on
+        # replication (replica_manager.py, replica_fetcher.py)
+        self.leader_changes = 0
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.truncations = 0
+        self.replication_bytes_in = 0
+        self.replication_bytes_out = 0
+        self.replicas = None               # () -> the broker's PartitionReplicas, when replicating
+        self.controller = None             # ControllerStats, when replicating
 
     def observe_flush(self, seconds: float) -> None:
         self.flushes += 1
@@ -187,6 +209,79 @@ class BrokerCollector:
             quarantined.add_metric(labels, lg.quarantined_bytes)
         yield from (size, segs, end, flushed, quarantined)
         yield from self._log_dir_space()
+        if m.replicas is not None:
+            yield from self._replication(m)
+
+    def _replication(self, m: BrokerMetrics):
+        for name, doc, value in (
+                ("samsa_isr_shrinks", "In-sync sets this broker shrank as leader", m.isr_shrinks),
+                ("samsa_isr_expands", "In-sync sets this broker expanded as leader",
+                 m.isr_expands),
+                ("samsa_leader_changes", "Times this broker became a partition's leader",
+                 m.leader_changes),
+                ("samsa_replica_truncations", "Follower logs cut to agree with their leader",
+                 m.truncations),
+                ("samsa_replication_bytes_in", "Bytes appended as a follower",
+                 m.replication_bytes_in),
+                ("samsa_replication_bytes_out", "Bytes sent to followers",
+                 m.replication_bytes_out)):
+            fam = CounterMetricFamily(name, doc)
+            fam.add_metric([], value)
+            yield fam
+        led = under = under_min = 0
+        isr = GaugeMetricFamily("samsa_partition_in_sync_replicas",
+                                "Replicas in a led partition's in-sync set",
+                                labels=["topic", "partition"])
+        hw = GaugeMetricFamily("samsa_log_high_watermark",
+                               "Committed end of a replicated partition on this replica",
+                               labels=["topic", "partition"])
+        lag = GaugeMetricFamily("samsa_follower_lag_bytes",
+                                "Bytes a follower lacks of its leader's log (the leader's view)",
+                                labels=["topic", "partition", "follower"])
+        for rep in list(m.replicas()):
+            labels = [rep.topic, str(rep.partition)]
+            if rep.log.high_watermark is not None:
+                hw.add_metric(labels, rep.log.high_watermark)
+            if rep.role.value != "leader":
+                continue
+            led += 1
+            under += len(rep.isr) < len(rep.replicas)
+            under_min += len(rep.isr) < rep.min_insync
+            isr.add_metric(labels, len(rep.isr))
+            for follower, progress in list(rep.followers.items()):
+                behind = rep.log.written_end - progress.log_end if progress.log_end >= 0 else \
+                    rep.log.written_end - rep.log.earliest_offset
+                lag.add_metric(labels + [str(follower)], max(0, behind))
+        for name, doc, value in (
+                ("samsa_leader_partitions", "Partitions this broker leads", led),
+                ("samsa_under_replicated_partitions",
+                 "Led partitions with a replica out of the in-sync set", under),
+                ("samsa_under_min_isr_partitions",
+                 "Led partitions with fewer in-sync replicas than min.insync.replicas "
+                 "(acks=all refused)", under_min)):
+            gauge = GaugeMetricFamily(name, doc)
+            gauge.add_metric([], value)
+            yield gauge
+        yield from (isr, hw, lag)
+        c = m.controller
+        if c is not None:
+            gauge = GaugeMetricFamily("samsa_controller_active", "1 on the cluster's controller")
+            gauge.add_metric([], int(c.active))
+            yield gauge
+            gauge = GaugeMetricFamily("samsa_offline_partitions",
+                                      "Partitions with no leader (counted by the controller; 0 "
+                                      "elsewhere)")
+            gauge.add_metric([], c.offline_partitions if c.active else 0)
+            yield gauge
+            for name, doc, value in (
+                    ("samsa_controller_elections", "Leaders this broker chose as controller",
+                     c.elections),
+                    ("samsa_unclean_elections",
+                     "Out-of-sync replicas made leader (committed messages lost)",
+                     c.unclean_elections)):
+                fam = CounterMetricFamily(name, doc)
+                fam.add_metric([], value)
+                yield fam
 
     def _log_dir_space(self):
         """Free and total bytes of the log directory's file system (one

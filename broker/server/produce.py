@@ -101,12 +101,24 @@ class ProducePath:
         self._failed_logs: dict[Log, tuple[int, str]] = {}
         self._close_after_flush_pending = False
         self._flush_waiters: dict[Log, list] = {}
+        # acks=all: log -> (end, wait, result) waiting for the high watermark
+        self._replica_waiters: dict[Log, list] = {}
+        # set by the server when the broker replicates (replica_manager.py):
+        # its ``replicated`` map (log -> replica) is read on every append
+        self.replication = None
+        self._replicated: dict = {}
         self._flush_timers: set[Log] = set()
         self._reflush: set[Log] = set()
         self._flusher = Flusher(lambda results: loop.call_soon_threadsafe(
             self._flushes_done, results))
         self._validator = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="samsa-validate")
+
+    def set_replication(self, replication) -> None:
+        """Check every append to a replicated log with ``replication``
+        (ReplicaManager: produce_refusal, log_written)."""
+        self.replication = replication
+        self._replicated = replication.replicated
 
     def close(self) -> None:
         """Stop the flusher and validation threads (after the last flush)."""
@@ -132,7 +144,7 @@ class ProducePath:
         append = self._append
         if acks == Acks.NONE:
             for topic, partition, message_set, info in entries:
-                result = append(topic, partition, message_set, info, now, True)
+                result = append(topic, partition, message_set, info, now, Acks.NONE)
                 if result[2]:
                     # No response can carry the error: log it and close the
                     # connection so the producer notices (Kafka does so for acks=0).
@@ -143,7 +155,7 @@ class ProducePath:
                         and result[6] is not None:
                     no_ack_logs[(topic, partition)] = result[6]
             return
-        results = [append(topic, partition, message_set, info, now, False)
+        results = [append(topic, partition, message_set, info, now, acks)
                    for topic, partition, message_set, info in entries]
         reply = Reply()
         conn.add_reply(reply)
@@ -204,10 +216,13 @@ class ProducePath:
         return i + 1, None
 
     def _append(self, topic_name: str, partition: int, message_set, info, now: int,
-                no_ack: bool) -> list:
+                acks: int) -> list:
         """Validate (unless ``info`` says it was) and buffer one message set.
         Returns the result row [topic, partition, error, message, base, end, log].
-        Never raises: whatever goes wrong becomes this entry's error."""
+        Never raises: whatever goes wrong becomes this entry's error. A
+        replicated log takes it only where this broker leads (and, for
+        acks=all, has enough replicas in sync)."""
+        no_ack = acks == Acks.NONE
         try:
             topic = self.logs.topics.get(topic_name)
             if topic is None:
@@ -215,6 +230,14 @@ class ProducePath:
                     return self._error_result(topic_name, partition,
                                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                               f"unknown topic {quote_name(topic_name)}")
+                if self.replication is not None and self.config.replication_factor:
+                    # created cluster-wide, in ZooKeeper: answered "retry" meanwhile
+                    self.replication.auto_create(topic_name)
+                    return self._error_result(
+                        topic_name, partition, ErrorCode.NOT_LEADER_FOR_PARTITION,
+                        f"topic {quote_name(topic_name)} is being created with "
+                        f"{self.config.replication_factor} replicas; retry once its leaders "
+                        f"are known")
                 try:
                     topic = self.logs.create_topic(topic_name, self.config.default_partitions)
                     self._on_topics_changed()
@@ -226,8 +249,18 @@ class ProducePath:
                                               f"cannot create topic: {exc}")
             logs = topic.logs
             if partition == api.ANY_PARTITION:
-                partition = topic.next_any_partition % len(logs)
-                topic.next_any_partition = partition + 1
+                if topic.replicated and self.replication is not None:
+                    # a replicated topic: one of the partitions this broker leads
+                    led = self.replication.led_partitions(topic_name)
+                    if not led:
+                        return self._error_result(
+                            topic_name, partition, ErrorCode.NOT_LEADER_FOR_PARTITION,
+                            f"this broker leads no partition of {quote_name(topic_name)}")
+                    partition = led[topic.next_any_partition % len(led)]
+                    topic.next_any_partition += 1
+                else:
+                    partition = topic.next_any_partition % len(logs)
+                    topic.next_any_partition = partition + 1
             elif not 0 <= partition < len(logs):
                 return self._error_result(topic_name, partition,
                                           ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -242,6 +275,10 @@ class ProducePath:
                 return self._error_result(topic_name, partition, info.code, str(info))
             count, size, first_ts, max_ts = info
             lg = logs[partition]
+            if self._replicated and lg in self._replicated:
+                refusal = self.replication.produce_refusal(lg, acks)
+                if refusal is not None:
+                    return self._error_result(topic_name, partition, *refusal)
             if count == 0:
                 return [topic_name, partition, 0, "", lg.end_offset, lg.end_offset, None]
             lost = self._failed_logs.get(lg) if self._failed_logs else None
@@ -377,6 +414,8 @@ class ProducePath:
                 self._request_flush(lg)
             elif lg.unflushed_messages:
                 self._arm_flush_timer(lg)
+            if self._replicated and lg in self._replicated:
+                self.replication.log_written(lg)
         self._dirty.clear()
         failed, self._failed_logs = self._failed_logs, {}
         if self._close_after_flush_pending:
@@ -393,6 +432,8 @@ class ProducePath:
                                                         -1, -1, None)
             if pw.acks == Acks.FLUSHED:
                 self._await_flush(pw)
+            elif pw.acks == Acks.ALL:
+                self._await_replicas(pw)
             else:
                 self._finish_produce(pw)
 
@@ -409,18 +450,89 @@ class ProducePath:
             pw.timer = self._loop.call_later(max(1, pw.timeout_ms) / 1000,
                                              self._produce_timed_out, pw)
 
+    def _await_replicas(self, pw: ProduceWait) -> None:
+        """acks=all: each entry of a replicated log waits for the high
+        watermark to pass its end; one of a log without replication waits
+        for its flush (the only copy made durable)."""
+        for r in pw.results:
+            lg = r[6]
+            if lg is None:
+                continue
+            if lg in self._replicated:
+                if lg.high_watermark < r[5]:
+                    pw.outstanding += 1
+                    self._replica_waiters.setdefault(lg, []).append((r[5], pw, r))
+                elif not self.replication.enough_in_sync(lg):
+                    self._not_enough_after_append(lg, r)
+            elif lg.flushed_end < r[5]:
+                pw.outstanding += 1
+                self._flush_waiters.setdefault(lg, []).append((r[5], pw, r))
+                self._request_flush(lg, force=True)
+        if pw.outstanding == 0:
+            self._finish_produce(pw)
+        else:
+            pw.timer = self._loop.call_later(max(1, pw.timeout_ms) / 1000,
+                                             self._produce_timed_out, pw)
+
+    def _not_enough_after_append(self, lg: Log, r: list) -> None:
+        r[2] = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        r[3] = (f"appended to {lg.name} and replicated to the in-sync set, but that set is "
+                f"smaller than min.insync.replicas")
+        self.metrics.errors[("produce", "NOT_ENOUGH_REPLICAS_AFTER_APPEND")] += 1
+
+    def high_watermark_advanced(self, lg: Log) -> None:
+        """The high watermark of ``lg`` moved (or its in-sync set changed):
+        answer the acks=all entries it now covers."""
+        waiters = self._replica_waiters.get(lg)
+        if not waiters:
+            return
+        hw = lg.high_watermark
+        keep = []
+        done = []
+        for w in waiters:
+            (done if hw >= w[0] else keep).append(w)
+        if not done:
+            return
+        self._replica_waiters[lg] = keep
+        enough = self.replication.enough_in_sync(lg)
+        for _end, pw, r in done:
+            if not enough:
+                self._not_enough_after_append(lg, r)
+            self._flush_wait_over(pw)
+
+    def fail_replica_waiters(self, lg: Log, code: int, message: str) -> None:
+        """``lg``'s replica stopped leading: its acks=all entries fail."""
+        for _end, pw, r in self._replica_waiters.pop(lg, ()):
+            r[2], r[3] = code, message
+            self.metrics.errors[("produce", ErrorCode(code).name)] += 1
+            self._flush_wait_over(pw)
+
+    def append_replica(self, lg: Log, message_set, count: int, first_ts: int,
+                       max_ts: int) -> None:
+        """A follower appends its leader's bytes: written now, flushed by the
+        rules of every log (flush.messages, flush.ms). Raises StorageError."""
+        now = self._clock()
+        lg.append(message_set, count, first_ts, max_ts, now)
+        lg.write_pending()
+        if lg.needs_flush(now):
+            self._request_flush(lg)
+        elif lg.unflushed_messages:
+            self._arm_flush_timer(lg)
+
     def _produce_timed_out(self, pw: ProduceWait) -> None:
         if pw.outstanding == 0:
             return
-        for lg, waiters in list(self._flush_waiters.items()):
-            keep = []
-            for w in waiters:
-                if w[1] is pw:
-                    w[2][2] = ErrorCode.REQUEST_TIMED_OUT
-                    w[2][3] = "not flushed within the request timeout"
-                else:
-                    keep.append(w)
-            self._flush_waiters[lg] = keep
+        for waiting, what in ((self._flush_waiters, "flushed"),
+                              (self._replica_waiters, "replicated to every in-sync replica")):
+            for lg, waiters in list(waiting.items()):
+                keep = []
+                for w in waiters:
+                    if w[1] is pw:
+                        w[2][2] = ErrorCode.REQUEST_TIMED_OUT
+                        w[2][3] = f"not {what} within the request timeout"
+                    else:
+                        keep.append(w)
+                waiting[lg] = keep
         pw.outstanding = 0
         self._finish_produce(pw)
 
@@ -445,6 +557,7 @@ class ProducePath:
         self.write_dirty_logs()
         for lg in logs:
             self._reflush.discard(lg)
+            self.fail_replica_waiters(lg, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic deleted")
             for _end, pw, r in self._flush_waiters.pop(lg, ()):
                 r[2], r[3] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic deleted"
                 self._flush_wait_over(pw)

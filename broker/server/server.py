@@ -86,6 +86,8 @@ class BrokerServer:
         self._tasks: list[asyncio.Task] = []
         self._metrics_server = None
         self.registry = None          # BrokerRegistry when config.zookeeper is set
+        self.replication = None       # ReplicaManager when config.zookeeper is set
+        self.controller = None        # Controller when config.zookeeper is set
         # the requests other than produce (which handle_frames decodes on a fast
         # path of its own); start() adds FETCH, once the fetch long-poll exists
         self._handlers = {
@@ -124,6 +126,18 @@ class BrokerServer:
                                         on_flushed=self.fetch_long_poll.wake,
                                         on_topics_changed=self._topics_changed)
         self._handlers[ApiKey.FETCH] = self.fetch_long_poll.handle
+        if self.config.zookeeper:
+            from .replica_manager import ReplicaManager
+            self.replication = ReplicaManager(self.config, self.logs, self.metrics, self._loop,
+                                              self.clock)
+            self.replication.produce_path = self.produce_path
+            self.replication.fetch_long_poll = self.fetch_long_poll
+            self.replication.load_local()
+            self.produce_path.set_replication(self.replication)
+            self.fetch_long_poll.set_replication(self.replication)
+            self.metrics.replicas = lambda: list(self.replication.partitions.values())
+            self._handlers[ApiKey.REPLICA_FETCH] = self.replication.handle_replica_fetch
+            self._handlers[ApiKey.LEADER_EPOCH_END] = self.replication.handle_leader_epoch_end
         self._server = await self._loop.create_server(
             lambda: Connection(self), self.config.host, self.config.port, reuse_address=True,
             backlog=1024)
@@ -136,9 +150,16 @@ class BrokerServer:
             self.metrics_port = self._metrics_server.port
         if self.config.zookeeper:
             from broker.coordination.registry import BrokerRegistry
+            from broker.coordination.controller import Controller
             self.registry = BrokerRegistry(self.config.zookeeper, self.config.broker_id,
                                            self.config.public_host, self.port,
-                                           self.config.zookeeper_session_timeout_ms)
+                                           self.config.zookeeper_session_timeout_ms,
+                                           rack=self.config.rack)
+            self.controller = Controller(self.registry.client, self.config.broker_id,
+                                         lambda: self.config.unclean_leader_election)
+            self.metrics.controller = self.controller.stats
+            self.registry.on_connected += [self.replication.start,
+                                           lambda _client: self.controller.start()]
             self._topics_changed()
             self.registry.start()
         self._tasks.append(self._loop.create_task(self._periodic(
@@ -171,9 +192,16 @@ class BrokerServer:
         self.produce_path.stopping = self.fetch_long_poll.stopping = True
         log.info("shutting down (%s)", reason, extra={"event": "shutdown"})
         self._server.close()
+        if self.replication is not None:
+            # hand the partitions this broker leads to their followers first
+            await self.replication.hand_over_leadership(
+                self.config.controlled_shutdown_timeout_ms / 1000)
+            await self._loop.run_in_executor(None, self.controller.close)
         if self.registry is not None:
             # leave the cluster first, so producers and consumers move away now
             await self._loop.run_in_executor(None, self.registry.close)
+        if self.replication is not None:
+            self.replication.close()
         for task in self._tasks:
             task.cancel()
         for conn in list(self.connections):
@@ -233,7 +261,9 @@ class BrokerServer:
     def _topics_changed(self) -> None:
         """Tell ZooKeeper (if any) which topics this broker now holds."""
         if self.registry is not None:
-            self.registry.set_topics({name: len(t.logs) for name, t in self.logs.topics.items()})
+            # replicated topics are found through /replication, not per broker
+            self.registry.set_topics({name: len(t.logs) for name, t in self.logs.topics.items()
+                                      if not t.replicated})
 
     def _partition_snapshot(self):
         for name, topic in list(self.logs.topics.items()):
@@ -252,6 +282,8 @@ class BrokerServer:
         self.connections.discard(conn)
         self.metrics.connections = len(self.connections)
         self._held_frames.pop(conn, None)
+        if self.replication is not None:      # first: both kinds share parked_fetches
+            self.replication.drop_connection(conn)
         self.fetch_long_poll.drop_connection(conn)
 
     # ------------------------------------------------------------ dispatch
@@ -370,13 +402,18 @@ class BrokerServer:
                                        f"{req.partition}", ())
         else:
             lg = topic.logs[req.partition]
-            if req.time == api.LATEST:
-                offsets = [lg.flushed_end]
-            elif req.time == api.EARLIEST:
-                offsets = [lg.earliest_offset]
+            refusal = (self.replication.read_refusal(lg) if topic.replicated
+                       and self.replication is not None else None)
+            if refusal is not None:
+                resp = api.OffsetsResponse(refusal[0], refusal[1], ())
             else:
-                offsets = lg.offsets_before(req.time, req.max_offsets)
-            resp = api.OffsetsResponse(0, "", tuple(offsets[:req.max_offsets]))
+                if req.time == api.LATEST:
+                    offsets = [lg.visible_end]
+                elif req.time == api.EARLIEST:
+                    offsets = [lg.earliest_offset]
+                else:
+                    offsets = lg.offsets_before(req.time, req.max_offsets)
+                resp = api.OffsetsResponse(0, "", tuple(offsets[:req.max_offsets]))
         conn.add_reply(Reply(api.encode_response(header.correlation_id, resp)))
 
     def _handle_metadata(self, conn: Connection, header, req: api.MetadataRequest) -> None:
@@ -388,7 +425,7 @@ class BrokerServer:
                 topics.append(api.TopicInfo(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                             f"unknown topic {quote_name(name)}"))
                 continue
-            parts = tuple(api.PartitionInfo(p, lg.earliest_offset, lg.flushed_end,
+            parts = tuple(api.PartitionInfo(p, lg.earliest_offset, lg.visible_end,
                                             lg.size_bytes, len(lg.segments))
                           for p, lg in enumerate(topic.logs))
             topics.append(api.TopicInfo(name, 0, "", tuple(sorted(topic.overrides.items())),
@@ -398,6 +435,11 @@ class BrokerServer:
         conn.add_reply(Reply(api.encode_response(header.correlation_id, resp)))
 
     def _handle_create_topic(self, conn: Connection, header, req: api.CreateTopicRequest) -> None:
+        if self.replication is not None and (
+                self.config.replication_factor or
+                any(k == "replication.factor" for k, _v in req.config)):
+            self._create_replicated_topic(conn, header, req)
+            return
         try:
             self.logs.create_topic(req.name, req.partitions, parse_overrides(req.config))
             self._topics_changed()
@@ -413,6 +455,29 @@ class BrokerServer:
             data = api.encode_error_response(header.correlation_id, ErrorCode.STORAGE_ERROR,
                                              f"cannot create topic: {exc}")
         conn.add_reply(Reply(data))
+
+    def _create_replicated_topic(self, conn: Connection, header,
+                                 req: api.CreateTopicRequest) -> None:
+        """In ZooKeeper, off the loop; answered once written (the replicas
+        are created by each broker's watch, the leaders serve soon after)."""
+        reply = Reply()
+        conn.add_reply(reply)
+        future = self._loop.run_in_executor(None, self.replication.create_topic, req.name,
+                                            req.partitions, dict(req.config),
+                                            self.config.replication_factor or 1)
+
+        def done(f) -> None:
+            try:
+                code, message = f.result()
+            except Exception as exc:   # a bug: answer it, keep serving
+                log.exception("creating replicated topic %s", quote_name(req.name))
+                code, message = ErrorCode.UNKNOWN, f"internal error: {exc}"
+            reply.set([api.encode_error_response(header.correlation_id, code, message)
+                       if code else api.encode_response(header.correlation_id,
+                                                        api.EmptyResponse())])
+            conn.pump()
+
+        future.add_done_callback(done)
 
     def _handle_delete_topic(self, conn: Connection, header, req: api.DeleteTopicRequest) -> None:
         topic = self.logs.get(req.name)

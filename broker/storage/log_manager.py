@@ -2,7 +2,9 @@
 
 On disk::
 
-    <data dir>/topics/<topic>/topic.json         {"partitions": N, "config": {"retention.ms": "..."}}
+    <data dir>/topics/<topic>/topic.json         {"partitions": N, "config": {"retention.ms": "..."},
+                                                  "replicated": true}  (a replica of a
+                                                  replicated topic: docs/replication.md)
     <data dir>/topics/<topic>/<partition>/...    one partition log (see log.py)
 
 A topic is created by writing its partition directories first and topic.json
@@ -53,6 +55,9 @@ class Topic:
     overrides: dict[str, str]
     logs: list[Log] = field(default_factory=list)
     next_any_partition: int = 0      # round-robin cursor for "any partition" produce
+    # the partitions are replicas of a cluster-wide replicated topic (the
+    # replication layer decides who may write them), not this broker's own
+    replicated: bool = False
 
 
 class LogManager:
@@ -78,7 +83,7 @@ class LogManager:
                 spec = json.load(f)
             overrides = {str(k): str(v) for k, v in spec.get("config", {}).items()}
             config = self.default_config.with_overrides(overrides)
-            topic = Topic(name, config, overrides)
+            topic = Topic(name, config, overrides, replicated=bool(spec.get("replicated")))
             for p in range(int(spec["partitions"])):
                 topic.logs.append(Log(os.path.join(tdir, str(p)), config, self.clock,
                                       f"{name}/{p}"))
@@ -86,7 +91,8 @@ class LogManager:
             log.info("loaded topic %s: %d partitions", name, len(topic.logs))
 
     def create_topic(self, name: str, partitions: int,
-                     overrides: dict[str, str] | None = None) -> Topic:
+                     overrides: dict[str, str] | None = None,
+                     replicated: bool = False) -> Topic:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
@@ -97,13 +103,16 @@ class LogManager:
         tdir = os.path.join(self.topics_dir, name)
         if os.path.exists(tdir):
             shutil.rmtree(tdir)     # leftovers of an interrupted create/delete
-        topic = Topic(name, config, overrides)
+        topic = Topic(name, config, overrides, replicated=replicated)
         for p in range(partitions):
             topic.logs.append(Log(os.path.join(tdir, str(p)), config, self.clock,
                                   f"{name}/{p}"))
         tmp = os.path.join(tdir, TOPIC_FILE + ".tmp")
         with open(tmp, "w") as f:
-            json.dump({"partitions": partitions, "config": overrides}, f)
+            spec = {"partitions": partitions, "config": overrides}
+            if replicated:
+                spec["replicated"] = True
+            json.dump(spec, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(tdir, TOPIC_FILE))

@@ -1,0 +1,284 @@
+"""The controller: one broker of the cluster at a time chooses the leaders of
+the replicated partitions (Kafka 0.8's controller, reduced to its duty).
+
+States (on each broker; kazoo's session drives the edges)::
+
+    CANDIDATE --created /replication/controller--> ACTIVE
+        ^                                             |
+        +---- the node is gone / our session LOST ----+
+    CANDIDATE: watch /replication/controller; when it is deleted, try to create it.
+    ACTIVE:    raise /replication/controller_epoch, then keep every partition's
+               state right (below) on each change of the live brokers or the
+               replicated topics, and every ``check_interval`` s as a safety net.
+
+What "right" means, per partition (replica_state.choose_leader):
+  * its leader is live: in-sync replicas that are no longer live are taken
+    out of the in-sync set (the leader would shrink it anyway after its lag
+    time; done at once, so that acks=all writes stop waiting on a dead one);
+  * its leader is gone (or there is none): the first live in-sync replica in
+    assignment order leads, with the epoch raised and the in-sync set cut to
+    the live ones; with none live, unclean election (if the topic or the
+    broker allows it) takes a live out-of-sync replica, which loses what it
+    lacks; otherwise the partition is offline (leader -1) and keeps its last
+    in-sync set, so the first of them to return leads again.
+Every write is a compare-and-set on the state node's version, so a write of
+the leader's (an in-sync change) or of a controller that lost its session
+meanwhile is never overwritten unseen: on a failed set the pass runs again.
+
+The hard race: a controller whose session expired may still be in the
+middle of a pass when its successor starts. Its writes then fail (the
+client is disconnected) or, after a reconnection with a new session, fail
+their compare-and-set against whatever the successor wrote, since every
+pass reads each state just before it writes it. It stops acting as soon as
+kazoo reports the session LOST.
+
+Thread-safety: the watches only set an event; one worker thread does all
+the reading and writing.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from . import paths
+from .replica_state import NO_LEADER, PartitionState, TopicAssignment, choose_leader
+
+log = logging.getLogger(__name__)
+
+
+class ControllerStats:
+    """Counters for the broker's metrics (read from any thread)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.elections = 0
+        self.unclean_elections = 0
+        self.offline_partitions = 0
+
+
+class Controller:
+    def __init__(self, client: KazooClient, broker_id: int,
+                 unclean_default: Callable[[], bool] = lambda: False,
+                 check_interval: float = 5.0) -> None:
+        """``client`` is started (or being started) and rooted at the
+        cluster's chroot; it is the broker's own, so that the controller's
+        node goes with the broker's session."""
+        self.client = client
+        self.broker_id = broker_id
+        self.unclean_default = unclean_default
+        self.check_interval = check_interval
+        self.stats = ControllerStats()
+        self.epoch = 0
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._active = False
+        self._watching = False
+        self._worker = threading.Thread(target=self._run, name=f"controller-{broker_id}",
+                                        daemon=True)
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    def start(self) -> None:
+        """Call once the client is connected."""
+        self.client.add_listener(self._on_session)
+        self._worker.start()
+        self._dirty.set()
+
+    def close(self) -> None:
+        """Stop acting and give the controller's node up (a clean shutdown)."""
+        self._stop.set()
+        self._dirty.set()
+        if self._worker.is_alive():
+            self._worker.join(timeout=10)
+        if self._active:
+            self._active = self.stats.active = False
+            try:
+                _data, stat = self.client.get_async(paths.CONTROLLER).get(timeout=5)
+                if self.client.client_id and stat.ephemeralOwner == self.client.client_id[0]:
+                    self.client.delete_async(paths.CONTROLLER).get(timeout=5)
+            except (KazooException, KazooTimeoutError) as exc:
+                log.warning("controller %d: could not give up the controller node: %s",
+                            self.broker_id, exc)
+
+    def request_pass(self) -> None:
+        self._dirty.set()
+
+    # ------------------------------------------------------------ session and watches
+
+    def _on_session(self, state: str) -> None:
+        # kazoo's thread: never block here
+        if state == KazooState.LOST and self._active:
+            log.warning("controller %d: ZooKeeper session lost; no longer the controller",
+                        self.broker_id)
+            self._active = self.stats.active = False
+        if state == KazooState.CONNECTED:
+            self._dirty.set()
+
+    def _watch(self) -> None:
+        zk = self.client
+        for path in (paths.BROKER_IDS, paths.REPLICATED_TOPICS):
+            zk.ensure_path(path)
+        ChildrenWatch(zk, paths.BROKER_IDS, lambda _children: self._dirty.set())
+        ChildrenWatch(zk, paths.REPLICATED_TOPICS, lambda _children: self._dirty.set())
+        DataWatch(zk, paths.CONTROLLER, lambda _data, _stat: self._dirty.set())
+        self._watching = True
+
+    # ------------------------------------------------------------ the worker
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait(self.check_interval)
+            if self._stop.is_set():
+                return
+            self._dirty.clear()
+            try:
+                if not self.client.connected:
+                    continue
+                if not self._watching:
+                    self._watch()
+                if not self._active:
+                    self._try_to_become_controller()
+                if self._active:
+                    self._pass()
+            except (KazooException, KazooTimeoutError) as exc:
+                log.warning("controller %d: ZooKeeper failed (%s); trying again", self.broker_id,
+                            type(exc).__name__)
+                self._stop.wait(0.5)
+                self._dirty.set()
+            except Exception:   # a bug: log it, keep the broker's controller alive
+                log.exception("controller %d: pass failed", self.broker_id)
+                self._stop.wait(1.0)
+                self._dirty.set()
+
+    def _try_to_become_controller(self) -> None:
+        zk = self.client
+        zk.ensure_path(paths.REPLICATION)
+        try:
+            zk.create(paths.CONTROLLER, json.dumps({"broker": self.broker_id}).encode(),
+                      ephemeral=True)
+        except NodeExistsError:
+            return
+        self.epoch = self._raise_epoch()
+        zk.set(paths.CONTROLLER, json.dumps({"broker": self.broker_id,
+                                             "epoch": self.epoch}).encode())
+        self._active = self.stats.active = True
+        log.info("broker %d is the controller (controller epoch %d)", self.broker_id,
+                 self.epoch, extra={"event": "controller_elected", "epoch": self.epoch})
+
+    def _raise_epoch(self) -> int:
+        zk = self.client
+        while True:
+            try:
+                data, stat = zk.get(paths.CONTROLLER_EPOCH)
+            except NoNodeError:
+                try:
+                    zk.create(paths.CONTROLLER_EPOCH, b"1")
+                    return 1
+                except NodeExistsError:
+                    continue
+            epoch = int(data.decode() or 0) + 1
+            try:
+                zk.set(paths.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+                return epoch
+            except BadVersionError:
+                continue
+
+    def _pass(self) -> None:
+        """Put every replicated partition's state right (module docstring)."""
+        zk = self.client
+        live = {int(c) for c in zk.get_children(paths.BROKER_IDS) if c.isdigit()}
+        offline = 0
+        again = False
+        for topic in zk.get_children(paths.REPLICATED_TOPICS):
+            if not self._active or self._stop.is_set():
+                return
+            try:
+                data, _stat = zk.get(paths.replicated_topic_path(topic))
+                assignment = TopicAssignment.from_json(data)
+            except NoNodeError:
+                continue
+            except ValueError as exc:
+                log.error("controller: ignoring topic %r: %s", topic, exc)
+                continue
+            unclean = _flag(assignment.config.get("unclean.leader.election.enable"),
+                            self.unclean_default())
+            for partition, replicas in enumerate(assignment.partitions):
+                try:
+                    leader = self._fix_partition(topic, partition, replicas, live, unclean)
+                except BadVersionError:
+                    again = True        # someone wrote meanwhile: read it again
+                    continue
+                if leader == NO_LEADER:
+                    offline += 1
+        self.stats.offline_partitions = offline
+        if again:
+            self._dirty.set()
+
+    def _fix_partition(self, topic: str, partition: int, replicas: tuple[int, ...],
+                       live: set[int], unclean: bool) -> int:
+        """Make one partition's state right; returns its leader."""
+        zk = self.client
+        path = paths.partition_state_path(topic, partition)
+        try:
+            data, stat = zk.get(path)
+            state = PartitionState.from_json(data)
+        except NoNodeError:
+            # a topic whose creator died between its two writes (they are one
+            # transaction, so only a node deleted by hand): start it afresh
+            isr = tuple(b for b in replicas if b in live) or replicas
+            state = PartitionState(NO_LEADER, 0, isr, self.epoch)
+            leader, _ = choose_leader(replicas, isr, live)
+            state = state.with_leader(leader, isr, self.epoch)
+            zk.create(path, state.to_json(), makepath=True)
+            return leader
+        except ValueError as exc:
+            log.error("controller: ignoring %s: %s", path, exc)
+            return NO_LEADER
+        if state.leader != NO_LEADER and state.leader in live:
+            isr = tuple(b for b in state.isr if b in live)
+            if isr != state.isr:
+                zk.set(path, state.with_isr(isr).to_json(), version=stat.version)
+                log.info("controller: %s/%d in-sync replicas %s -> %s (brokers gone)", topic,
+                         partition, list(state.isr), list(isr))
+            return state.leader
+        leader, was_unclean = choose_leader(replicas, state.isr, live, unclean)
+        if leader == NO_LEADER:
+            if state.leader != NO_LEADER:
+                # the leader is gone and no in-sync replica is live: offline,
+                # keeping the in-sync set for the first of them to come back
+                zk.set(path, state.with_leader(NO_LEADER, state.isr, self.epoch).to_json(),
+                       version=stat.version)
+                log.error("controller: %s/%d is offline: its leader %d is gone and no "
+                          "in-sync replica %s is live", topic, partition, state.leader,
+                          list(state.isr), extra={"event": "partition_offline"})
+            return NO_LEADER
+        isr = (leader,) if was_unclean else tuple(b for b in state.isr if b in live)
+        new = state.with_leader(leader, isr, self.epoch)
+        zk.set(path, new.to_json(), version=stat.version)
+        self.stats.elections += 1
+        if was_unclean:
+            self.stats.unclean_elections += 1
+            log.error("controller: UNCLEAN election of %s/%d: broker %d leads (epoch %d) "
+                      "although it was not in sync; what it lacks of what was committed is "
+                      "lost", topic, partition, leader, new.leader_epoch,
+                      extra={"event": "unclean_election"})
+        else:
+            log.info("controller: %s/%d leader %s -> %d (epoch %d, in sync %s)", topic,
+                     partition, state.leader if state.leader != NO_LEADER else "none", leader,
+                     new.leader_epoch, list(isr), extra={"event": "leader_elected"})
+        return leader
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")

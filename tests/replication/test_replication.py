@@ -1,0 +1,228 @@
+"""Replication on real brokers (issue 28): followers copy their leader byte
+for byte, the in-sync set and the high watermark, acks=all, the controller's
+elections, fencing by epoch, truncation of a divergent tail (KIP-101), a wiped
+replica coming back, and the hand-over at a clean shutdown."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from broker.protocol import api
+from broker.protocol.api import Acks
+from broker.protocol.errors import ErrorCode
+from broker.protocol.message import decode_message_set
+from broker_helpers import connect, fetch, message_set, produce, read_partition, wait_until
+from replication_helpers import (REPLICATED, assert_replicas_identical, create_replicated,
+                                 leader_of, log_end_on_disk, replica_bytes, state,
+                                 wait_in_sync, wait_serving)
+
+
+def values_of(messages) -> list[bytes]:
+    return [m.value for m in messages]
+
+
+def produce_values(cluster, topic: str, partition: int, values: list[bytes],
+                   acks: Acks = Acks.ALL) -> list[api.ProduceResult]:
+    leader = leader_of(cluster, topic, partition)
+    with connect(cluster.brokers[leader].address) as conn:
+        return [produce(conn, topic, partition, message_set([v]), acks) for v in values]
+
+
+def read_all(cluster, topic: str, partition: int) -> list[bytes]:
+    leader = wait_serving(cluster, topic, partition)
+    with connect(cluster.brokers[leader].address) as conn:
+        return values_of(read_partition(conn, topic, partition))
+
+
+def test_followers_copy_the_leader_byte_for_byte(clusters):
+    cluster = clusters("copy", brokers=3, settings=REPLICATED)
+    create_replicated(cluster, "events", partitions=2, replication_factor=3)
+    for p in range(2):
+        s = wait_in_sync(cluster, "events", p, {0, 1, 2})
+        assert s.leader_epoch == 0
+        values = [f"p{p}-{i}".encode() * (i % 7 + 1) for i in range(300)]
+        results = produce_values(cluster, "events", p, values)
+        assert [r.error for r in results] == [0] * 300
+        assert read_all(cluster, "events", p) == values
+        hw = assert_replicas_identical(cluster, "events", p)
+        assert hw == results[-1].end_offset
+    # each partition leads from its preferred replica, spread over brokers
+    leaders = {leader_of(cluster, "events", p) for p in range(2)}
+    assert len(leaders) == 2
+
+
+def test_only_the_leader_serves_clients(clusters):
+    cluster = clusters("roles", brokers=2, settings=REPLICATED)
+    create_replicated(cluster, "t", replication_factor=2)
+    leader = leader_of(cluster, "t", 0)
+    follower = 1 - leader
+    with connect(cluster.brokers[follower].address) as conn:
+        r = produce(conn, "t", 0, message_set([b"x"]), Acks.WRITTEN)
+        assert r.error == ErrorCode.NOT_LEADER_FOR_PARTITION
+        assert f"broker {leader} does" in r.message
+        assert fetch(conn, "t", 0, 0).error == ErrorCode.NOT_LEADER_FOR_PARTITION
+        offsets = conn.request(api.OffsetsRequest("t", 0, api.LATEST))
+        assert offsets.error == ErrorCode.NOT_LEADER_FOR_PARTITION
+
+
+def test_consumers_see_only_what_every_in_sync_replica_has(clusters):
+    """A follower stopped (SIGSTOP) holds the high watermark back: acks=written
+    writes are taken but not visible, until the follower leaves the in-sync
+    set (after replica_lag_time_max_ms) or catches up."""
+    cluster = clusters("hw", brokers=2, settings={**REPLICATED,
+                                                  "replica_lag_time_max_ms": 60_000})
+    create_replicated(cluster, "t", replication_factor=2)
+    wait_in_sync(cluster, "t", 0, {0, 1})
+    produce_values(cluster, "t", 0, [b"a", b"b"])
+    leader = leader_of(cluster, "t", 0)
+    follower = cluster.brokers[1 - leader]
+    follower.proc.send_signal(signal.SIGSTOP)
+    try:
+        results = produce_values(cluster, "t", 0, [b"c"], Acks.WRITTEN)
+        assert results[0].error == 0
+        time.sleep(0.5)     # flushed long since (flush_ms 10), yet not committed
+        assert read_all(cluster, "t", 0) == [b"a", b"b"]
+    finally:
+        follower.proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: read_all(cluster, "t", 0) == [b"a", b"b", b"c"], 20,
+               what="the write to become visible once the follower caught up")
+
+
+def test_acks_all_needs_min_insync_replicas(clusters):
+    cluster = clusters("minisr", brokers=2, settings=REPLICATED)
+    create_replicated(cluster, "t", replication_factor=2, **{"min.insync.replicas": "2"})
+    wait_in_sync(cluster, "t", 0, {0, 1})
+    assert produce_values(cluster, "t", 0, [b"ok"])[0].error == 0
+    leader = leader_of(cluster, "t", 0)
+    cluster.brokers.pop(1 - leader).kill()
+    wait_in_sync(cluster, "t", 0, {leader})       # the controller saw it go
+    r = produce_values(cluster, "t", 0, [b"refused"])[0]
+    assert r.error == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert "min.insync.replicas=2" in r.message
+    # weaker acknowledgements are still taken, and nothing was appended before
+    assert produce_values(cluster, "t", 0, [b"written"], Acks.WRITTEN)[0].error == 0
+    assert read_all(cluster, "t", 0) == [b"ok", b"written"]
+
+
+def test_leader_killed_an_in_sync_follower_leads_and_nothing_acknowledged_is_lost(clusters):
+    cluster = clusters("kill", brokers=3, settings=REPLICATED)
+    create_replicated(cluster, "t", replication_factor=3)
+    wait_in_sync(cluster, "t", 0, {0, 1, 2})
+    acked = []
+    for round_ in range(3):
+        values = [f"r{round_}-{i}".encode() for i in range(100)]
+        results = produce_values(cluster, "t", 0, values)
+        assert all(r.error == 0 for r in results)
+        acked += values
+        old = leader_of(cluster, "t", 0)
+        epoch = state(cluster, "t", 0).leader_epoch
+        cluster.brokers[old].kill()
+        new = wait_serving(cluster, "t", 0, not_on={old})
+        assert state(cluster, "t", 0).leader_epoch > epoch
+        assert read_all(cluster, "t", 0) == acked
+        # the killed broker comes back as a follower and catches up
+        cluster.brokers[old].start()
+        wait_in_sync(cluster, "t", 0, {0, 1, 2})
+        assert leader_of(cluster, "t", 0) == new
+    assert_replicas_identical(cluster, "t", 0)
+
+
+def test_returning_leader_truncates_its_unreplicated_tail(clusters):
+    """KIP-101's case: the leader took writes its follower never had
+    (acks=written), then died; the follower led and took other writes; the
+    old leader comes back, cuts its tail to where the logs agree (by leader
+    epoch) and copies the new leader's bytes."""
+    cluster = clusters("diverge", brokers=2, settings={**REPLICATED,
+                                                       "replica_lag_time_max_ms": 60_000})
+    create_replicated(cluster, "t", replication_factor=2, **{"min.insync.replicas": "1"})
+    wait_in_sync(cluster, "t", 0, {0, 1})
+    assert produce_values(cluster, "t", 0, [b"committed"])[0].error == 0
+    old = leader_of(cluster, "t", 0)
+    follower = cluster.brokers[1 - old]
+    follower.proc.send_signal(signal.SIGSTOP)
+    try:
+        tail = produce_values(cluster, "t", 0, [b"lost-1", b"lost-2"], Acks.WRITTEN)
+        assert all(r.error == 0 for r in tail)
+        wait_until(lambda: log_end_on_disk(cluster.brokers[old], "t", 0) >= tail[-1].end_offset,
+                   10, what="the leader's unreplicated tail on disk")
+        cluster.brokers[old].kill()
+    finally:
+        follower.proc.send_signal(signal.SIGCONT)
+    new = wait_serving(cluster, "t", 0, not_on={old})
+    assert new == 1 - old
+    assert produce_values(cluster, "t", 0, [b"after-1", b"after-2", b"after-3"])[0].error == 0
+    cluster.brokers[old].start()
+    wait_in_sync(cluster, "t", 0, {0, 1})
+    assert read_all(cluster, "t", 0) == [b"committed", b"after-1", b"after-2", b"after-3"]
+    assert_replicas_identical(cluster, "t", 0)
+    _earliest, data = replica_bytes(cluster.brokers[old], "t", 0)
+    assert b"lost-1" not in data
+
+
+def test_wiped_replica_comes_back_and_copies_everything(clusters):
+    cluster = clusters("wipe", brokers=2, settings=REPLICATED)
+    create_replicated(cluster, "t", partitions=2, replication_factor=2)
+    for p in range(2):
+        wait_in_sync(cluster, "t", p, {0, 1})
+        produce_values(cluster, "t", p, [f"{p}-{i}".encode() * 50 for i in range(200)])
+    victim = cluster.brokers[1]
+    victim.kill()
+    shutil.rmtree(victim.data_dir)
+    for p in range(2):
+        wait_serving(cluster, "t", p, not_on={1})
+        produce_values(cluster, "t", p, [f"{p}-more".encode()])
+    victim.start()
+    for p in range(2):
+        wait_in_sync(cluster, "t", p, {0, 1})
+        assert_replicas_identical(cluster, "t", p)
+    assert os.path.isdir(os.path.join(victim.data_dir, "topics", "t"))
+
+
+def test_clean_shutdown_hands_leadership_over_first(clusters):
+    cluster = clusters("handover", brokers=2, settings=REPLICATED)
+    create_replicated(cluster, "t", replication_factor=2)
+    wait_in_sync(cluster, "t", 0, {0, 1})
+    produce_values(cluster, "t", 0, [b"before"], Acks.WRITTEN)
+    old = leader_of(cluster, "t", 0)
+    epoch = state(cluster, "t", 0).leader_epoch
+    started = time.monotonic()
+    cluster.stop_broker(old)
+    new = wait_serving(cluster, "t", 0, not_on={old}, timeout=5)
+    took = time.monotonic() - started
+    assert new == 1 - old and state(cluster, "t", 0).leader_epoch == epoch + 1
+    # well within the session timeout (4 s): the broker wrote the change itself
+    assert took < 3, took
+    assert read_all(cluster, "t", 0) == [b"before"]
+
+
+@pytest.mark.parametrize("racks", [("a", "a", "b", "b")])
+def test_replicas_spread_across_racks(clusters, racks):
+    cluster = clusters("racks", brokers=0)
+    for broker_id, rack in enumerate(racks):
+        cluster.add_broker(broker_id, {**REPLICATED, "rack": rack})
+    create_replicated(cluster, "t", partitions=8, replication_factor=2)
+    from broker.coordination import paths
+    from broker.coordination.replica_state import TopicAssignment
+    assignment = TopicAssignment.from_json(cluster.zk.get(paths.replicated_topic_path("t"))[0])
+    for replicas in assignment.partitions:
+        assert {racks[b] for b in replicas} == {"a", "b"}, assignment.partitions
+    leaders = [r[0] for r in assignment.partitions]
+    assert set(leaders) == {0, 1, 2, 3}
+
+
+def test_messages_decode_on_every_replica(clusters):
+    """The followers' bytes are whole, valid messages (what a new leader serves)."""
+    cluster = clusters("decode", brokers=2, settings=REPLICATED)
+    create_replicated(cluster, "t", replication_factor=2)
+    wait_in_sync(cluster, "t", 0, {0, 1})
+    values = [os.urandom(100) for _ in range(50)]
+    produce_values(cluster, "t", 0, values)
+    assert_replicas_identical(cluster, "t", 0)
+    for broker in cluster.brokers.values():
+        earliest, data = replica_bytes(broker, "t", 0)
+        messages, used = decode_message_set(data, earliest, True, "t", 0)
+        assert used == len(data) and values_of(messages) == values
