@@ -6,10 +6,16 @@ On disk, one directory per partition::
     00000000000001073741802.log
     recovery-point.json          {"recovery_point": X,
                                   "segments": {base: [first_ts, max_ts, size]},
-                                  "quarantined": [[start, end], ...]}
+                                  "quarantined": [[start, end], ...],
+                                  "high_watermark": H}     (replicated logs only)
+    leader-epochs.json           {"epochs": [[epoch, start], ...]}  (see leader_epochs.py;
+                                  only once the log has had a leader epoch)
 
 The checkpoint records, for every segment wholly below the recovery point,
-its timestamps and its size; and the quarantined byte ranges (below).
+its timestamps and its size; the quarantined byte ranges (below); and the
+high watermark of a replicated log, read back at start-up as
+``checkpointed_high_watermark`` (a hint for the replication layer: the log
+itself opens with ``high_watermark = None`` until it is told).
 
 In memory, the log keeps a sorted list of segment base offsets (``bases``);
 a read at offset X finds its segment by binary search and reads at position
@@ -22,6 +28,17 @@ Offsets and invariants (0 <= earliest <= flushed_end <= written_end <= end_offse
   * ``flushed_end``  bytes up to here are fsync'ed. Reads never return a byte
                      at or beyond ``flushed_end``: a message is exposed to
                      consumers only after it is flushed.
+  * ``high_watermark`` None for an unreplicated log. For a replicated one (set
+                     by the replication layer with ``set_high_watermark``):
+                     earliest <= high_watermark <= end_offset, the end of the
+                     bytes every in-sync replica holds.
+  * ``visible_end``  = flushed_end, or min(flushed_end, high_watermark) when
+                     replicated: consumers read only below it. A replicated
+                     log still accepts reads at offsets up to written_end
+                     (0 bytes past visible_end), so a consumer that read up to
+                     an old leader's high watermark is not reset by a new
+                     leader that learns it late. A follower's replica fetch
+                     reads up to an explicit ``upto`` (the leader's written end).
   * Segments tile [earliest, end_offset): segment i+1 starts where segment i
     ends, except where recovery found bytes missing (a segment shorter than
     its successor's base): that gap is a quarantined range. Only the last
@@ -33,7 +50,15 @@ Offsets and invariants (0 <= earliest <= flushed_end <= written_end <= end_offse
     one raises CorruptRangeError (whose ``end`` is the next valid offset), and
     a read before one stops at its start. Every message outside them is kept.
   * Retention deletes whole segments only, oldest first, never the active one
-    and never one holding unflushed bytes.
+    and never one holding bytes at or past visible_end (unflushed, or above
+    the high watermark).
+  * ``epochs`` (a LeaderEpochCache) has no entry starting before earliest nor
+    after end_offset: retention, ``truncate_to`` and ``reset_to`` keep it so,
+    and opening the log drops entries past the recovered end.
+  * ``truncate_to(offset)`` cuts the tail (a follower dropping what its leader
+    does not have); ``reset_to(offset)`` throws the whole log away and starts
+    it empty at ``offset``. Both leave every end == offset (flushed_end and the
+    high watermark only ever go down to it) and write the checkpoint.
   * ``recovery_point`` (persisted in recovery-point.json) <= flushed_end: every
     byte below it was fsync'ed and CRC-valid, so start-up scans only what lies
     beyond it. After a clean shutdown it equals end_offset and nothing is scanned.
@@ -54,7 +79,9 @@ Recovery (start-up) trusts the checkpoint only where the files agree with it:
 Thread-safety: a Log is used by one thread (the broker's event loop). The
 flusher thread only calls ``Segment.sync`` on segments handed to it by
 ``begin_flush`` (which pins them) and reports back through ``complete_flush``
-on the loop thread.
+on the loop thread. A truncation may happen while a flush is in flight:
+``complete_flush`` then exposes nothing at or past the truncation point (the
+bytes appended there since were not in the flush).
 """
 from __future__ import annotations
 
@@ -70,6 +97,8 @@ from typing import Callable
 from broker.protocol.message import scan_valid_prefix
 
 from .errors import CorruptRangeError, OffsetOutOfRangeError, StorageError
+from .files import fsync_directory, remove_file, write_json_atomically
+from .leader_epochs import LeaderEpochCache
 from .log_config import LogConfig
 from .segment import Segment, parse_segment_file_name
 
@@ -137,10 +166,26 @@ class Log:
         self.recovered_bytes_cut = 0
         self.quarantined: list[tuple[int, int]] = []
         self._quarantine_starts: list[int] = []
+        self.checkpointed_high_watermark: int | None = None
         self._load()
         self.written_end = self.end_offset = self.segments[-1].end_offset
         self.flushed_end = self.end_offset
         self.recovery_point = self.end_offset
+        self.high_watermark: int | None = None
+        self.visible_end = self.flushed_end     # kept by _update_visible_end
+        # The target a flush in flight may still expose: lowered by a
+        # truncation while it runs (see complete_flush).
+        self._flush_limit = self.end_offset
+        if self.checkpointed_high_watermark is not None:
+            self.checkpointed_high_watermark = min(max(self.checkpointed_high_watermark,
+                                                       self.earliest_offset), self.end_offset)
+        self.epochs = LeaderEpochCache(directory)
+        # An entry past the recovered end (its messages were a torn tail)
+        # means nothing; one starting exactly at the end is an epoch whose
+        # leader appended nothing yet, and stays. Both calls write nothing
+        # when nothing changes.
+        self.epochs.truncate_from_end(self.end_offset + 1)
+        self.epochs.truncate_from_start(self.earliest_offset)
 
     # ------------------------------------------------------------ start-up
 
@@ -150,6 +195,8 @@ class Log:
         checkpoint = self._read_checkpoint()
         recovery_point = checkpoint.get("recovery_point", 0) if checkpoint else 0
         recorded = checkpoint.get("segments", {}) if checkpoint else {}
+        hw = checkpoint.get("high_watermark") if checkpoint else None
+        self.checkpointed_high_watermark = hw if type(hw) is int else None
         for start, end in (checkpoint.get("quarantined", []) if checkpoint else []):
             self._quarantine(start, end, None)
         now = self.clock()
@@ -348,19 +395,19 @@ class Log:
             return None
 
     def write_checkpoint(self) -> None:
-        """Persist the recovery point (= flushed end) and segment timestamps.
-        Call on the loop thread; the write itself is small and atomic (rename)."""
+        """Persist the recovery point (= flushed end), segment timestamps and
+        the high watermark (when replicated). Call on the loop thread; the
+        write itself is small and atomic (rename). The directory is not
+        fsync'ed: a checkpoint lost in a crash leaves the previous one, which
+        only ever vouches for less (recovery rescans what it doubts)."""
         data = {"recovery_point": self.flushed_end,
                 "segments": {str(s.base_offset): [s.first_timestamp, s.max_timestamp, s.size]
                              for s in self.segments if s.end_offset <= self.flushed_end},
                 "quarantined": [list(r) for r in self.quarantined]}
-        path = os.path.join(self.directory, CHECKPOINT_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if self.high_watermark is not None:
+            data["high_watermark"] = self.high_watermark
+        write_json_atomically(os.path.join(self.directory, CHECKPOINT_FILE), data,
+                              sync_directory=False)
         self.recovery_point = self.flushed_end
 
     # ------------------------------------------------------------ appends
@@ -460,7 +507,7 @@ class Log:
         """Write what is buffered and return the segments to fsync (pinned)
         and the offset that becomes visible once they are synced."""
         self.write_pending()
-        target = self.written_end
+        target = self._flush_limit = self.written_end
         segs = [s for s in self.segments if s.end_offset > self.flushed_end]
         for s in segs:
             s.pin()
@@ -471,11 +518,18 @@ class Log:
     def complete_flush(self, segments: list[Segment], target: int, ok: bool
                        ) -> list[tuple[Segment, int, int]]:
         """Unpin; on success advance ``flushed_end`` to ``target``. Returns the
-        newly durable bytes as (segment, start, end) file positions."""
+        newly durable bytes as (segment, start, end) file positions.
+
+        A ``truncate_to`` or ``reset_to`` during the flush lowered
+        ``_flush_limit`` to its offset: the bytes there and beyond were cut
+        and perhaps appended anew after the fsync started, so the target
+        never passes it (nor, therefore, the written end)."""
         for s in segments:
             s.unpin()
         self.flush_in_progress = False
         durable: list[tuple[Segment, int, int]] = []
+        if target > self._flush_limit:
+            target = self._flush_limit
         if ok and target > self.flushed_end:
             for s in segments:
                 start = max(self.flushed_end, s.base_offset)
@@ -483,6 +537,7 @@ class Log:
                 if end > start:
                     durable.append((s, start - s.base_offset, end - s.base_offset))
             self.flushed_end = target
+            self._update_visible_end()
         return durable
 
     def flush(self) -> None:
@@ -498,17 +553,51 @@ class Log:
 
     # ------------------------------------------------------------ reads
 
-    def locate(self, offset: int, max_bytes: int) -> tuple[Segment, int, int]:
+    def _update_visible_end(self) -> None:
+        """Call whenever flushed_end or high_watermark changes."""
+        hw = self.high_watermark
+        self.visible_end = self.flushed_end if hw is None or hw > self.flushed_end else hw
+
+    def set_high_watermark(self, high_watermark: int | None) -> None:
+        """Make the log replicated with this high watermark, clamped to
+        [earliest, end_offset] (None: unreplicated again). The replication
+        layer owns its rules (it may move it down, e.g. as a follower told a
+        lower one); consumers then read only below ``visible_end``."""
+        if high_watermark is not None:
+            high_watermark = min(max(high_watermark, self.earliest_offset), self.end_offset)
+        self.high_watermark = high_watermark
+        self._update_visible_end()
+
+    def locate(self, offset: int, max_bytes: int,
+               upto: int | None = None) -> tuple[Segment, int, int]:
         """Where a read of up to ``max_bytes`` at ``offset`` lies: (segment,
-        position in it, length). Never past ``flushed_end`` nor past the
-        segment's end; length 0 at the flushed end. Offsets below the
-        earliest or beyond the flushed end raise OffsetOutOfRangeError."""
-        if offset < self.segments[0].base_offset or offset > self.flushed_end:
-            raise OffsetOutOfRangeError(offset, self.segments[0].base_offset, self.flushed_end)
+        position in it, length). Never past the segment's end, nor past:
+
+          * with ``upto`` None (a consumer): ``visible_end``. Offsets below the
+            earliest raise OffsetOutOfRangeError, and so do offsets beyond the
+            flushed end (unreplicated) or beyond the written end (replicated:
+            between the high watermark and there, the read is 0 bytes);
+          * with ``upto`` (a follower's replica fetch; the leader passes its
+            written end): ``upto`` (at most the written end), out of range
+            beyond ``upto``.
+
+        The error's ``latest`` is the end the reader may read up to
+        (visible_end, or upto): where a consumer that is out of range goes."""
+        earliest = self.segments[0].base_offset
+        if upto is None:
+            visible_end = self.visible_end
+            if offset < earliest or offset > (self.flushed_end if self.high_watermark is None
+                                              else self.written_end):
+                raise OffsetOutOfRangeError(offset, earliest, visible_end)
+        else:
+            if offset < earliest or offset > upto:
+                raise OffsetOutOfRangeError(offset, earliest, upto)
+            visible_end = upto if upto < self.written_end else self.written_end
         i = bisect.bisect_right(self.bases, offset) - 1
         seg = self.segments[i]
         position = offset - seg.base_offset
-        visible_end = min(seg.end_offset, self.flushed_end)
+        if seg.end_offset < visible_end:
+            visible_end = seg.end_offset
         if self.quarantined:
             bad = self._quarantined_range_at(offset)
             if bad is not None:
@@ -519,12 +608,14 @@ class Log:
         length = min(max_bytes, visible_end - offset)
         return seg, position, max(length, 0)
 
-    def check_message_at(self, offset: int, max_message_bytes: int) -> bool:
+    def check_message_at(self, offset: int, max_message_bytes: int,
+                         upto: int | None = None) -> bool:
         """Whether a whole, valid message (length <= ``max_message_bytes``,
         inside the visible part of its segment, good CRC) starts at
         ``offset``. The log has no index: this is how a read at an offset
-        that is not a message boundary is told apart. One or two small preads."""
-        seg, position, length = self.locate(offset, max_message_bytes)
+        that is not a message boundary is told apart. One or two small preads.
+        ``upto`` as for ``locate``."""
+        seg, position, length = self.locate(offset, max_message_bytes, upto)
         if length < _MIN_MESSAGE:
             return False
         head = seg.read(position, min(length, 4096))
@@ -534,13 +625,15 @@ class Log:
         body = head[:size] if size <= len(head) else seg.read(position, size)
         return scan_valid_prefix(body)[0] == size
 
-    def corrupt_message_end(self, offset: int, max_message_bytes: int) -> int | None:
+    def corrupt_message_end(self, offset: int, max_message_bytes: int,
+                            upto: int | None = None) -> int | None:
         """For an offset where ``check_message_at`` failed: if a damaged
         message sits there — its length is plausible and a valid message (or
         the visible end) follows it — the offset just past it; else None (the
         offset is not a message boundary). A random offset inside a message
-        practically never lands on a length that leads to a valid message."""
-        seg, position, length = self.locate(offset, max_message_bytes + _MIN_MESSAGE)
+        practically never lands on a length that leads to a valid message.
+        ``upto`` as for ``locate``."""
+        seg, position, length = self.locate(offset, max_message_bytes + _MIN_MESSAGE, upto)
         if length < _MIN_MESSAGE:
             return None
         size = 4 + _LENGTH.unpack_from(seg.read(position, 4), 0)[0]
@@ -550,13 +643,14 @@ class Log:
         if after == offset + length and length <= max_message_bytes:
             return after                      # the damaged message ends the visible data
         try:
-            return after if self.check_message_at(after, max_message_bytes) else None
+            return after if self.check_message_at(after, max_message_bytes, upto) else None
         except (CorruptRangeError, OffsetOutOfRangeError):
             return None
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        """The visible bytes at ``offset`` (copying; the broker uses sendfile)."""
-        seg, position, length = self.locate(offset, max_bytes)
+    def read(self, offset: int, max_bytes: int, upto: int | None = None) -> bytes:
+        """The visible bytes at ``offset`` (copying; the broker uses sendfile).
+        ``upto`` as for ``locate``."""
+        seg, position, length = self.locate(offset, max_bytes, upto)
         return seg.read(position, length) if length else b""
 
     def offsets_before(self, time_ms: int, max_offsets: int) -> list[int]:
@@ -564,21 +658,23 @@ class Log:
         first message is at or before ``time_ms``, newest first. A consumer
         seeking to a time starts at the first one and misses nothing after it."""
         out = [s.base_offset for s in reversed(self.segments)
-               if 0 <= s.first_timestamp <= time_ms and s.base_offset < self.flushed_end
+               if 0 <= s.first_timestamp <= time_ms and s.base_offset < self.visible_end
                and self._quarantined_range_at(s.base_offset) is None]
         return out[:max_offsets]
 
     # ------------------------------------------------------------ retention
 
     def apply_retention(self, now: int) -> list[Segment]:
-        """Delete closed, flushed segments past retention.ms or beyond
-        retention.bytes; return the ones deleted."""
+        """Delete closed segments wholly below ``visible_end`` (flushed, and
+        below the high watermark when replicated: a segment a follower may
+        still need stays) past retention.ms or beyond retention.bytes; return
+        the ones deleted. The leader epochs then start at the new earliest."""
         deleted: list[Segment] = []
         cfg = self.config
         size = self.size_bytes
         while len(self.segments) > 1:
             oldest = self.segments[0]
-            if oldest.end_offset > self.flushed_end:
+            if oldest.end_offset > self.visible_end:
                 break
             too_old = cfg.retention_ms > 0 and oldest.max_timestamp >= 0 and \
                 now - oldest.max_timestamp > cfg.retention_ms
@@ -593,7 +689,135 @@ class Log:
             deleted.append(oldest)
             log.info("retention: deleted %s (%d bytes, %s)", oldest.path, oldest.size,
                      "age" if too_old else "size")
+        if deleted:
+            self.epochs.truncate_from_start(self.earliest_offset)
         return deleted
+
+    # ------------------------------------------------------------ replication
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log's tail so that ``end_offset == offset``: a follower
+        dropping the messages its leader does not have.
+
+        Preconditions (ValueError otherwise): earliest <= offset <= end_offset,
+        and nothing buffered (call ``write_pending`` first). ``offset`` must be
+        a message boundary: that is the caller's job (the log has no index to
+        check it; the offsets come from the leader epochs).
+
+        Segments starting at or past ``offset`` are deleted (the first one is
+        kept, emptied, when ``offset`` is the earliest); the one holding
+        ``offset`` is cut there and fsync'ed, and the deletions made durable
+        (a crash must not bring the cut messages back). flushed_end, the
+        recovery point and the high watermark go down to ``offset`` if they
+        were past it; quarantined ranges and leader epochs past it go; the
+        checkpoint is written.
+
+        Pinned segments (a sendfile or an fsync in flight) stay safe: a
+        deleted one is unlinked at once but its descriptor closes at the last
+        unpin (Segment.delete), so the sendfile goes on reading the old bytes;
+        a cut one keeps its bytes until the last unpin (Segment.cut), and the
+        log rolls to a new segment at ``offset`` so that no append overwrites
+        bytes being sent. A flush in flight exposes nothing past ``offset``
+        (see complete_flush). The segment's timestamps are kept: its max may
+        now be an overestimate, which only delays time retention."""
+        if self._pending:
+            raise ValueError(f"{self.name}: truncate_to with buffered appends; "
+                             "call write_pending first")
+        if not self.earliest_offset <= offset <= self.end_offset:
+            raise ValueError(f"{self.name}: cannot truncate to {offset}: the log holds "
+                             f"{self.earliest_offset}..{self.end_offset}")
+        if offset == self.end_offset:
+            return
+        log.info("truncating %s from %d to %d (%d bytes)", self.name, self.end_offset, offset,
+                 self.end_offset - offset)
+        keep = max(bisect.bisect_left(self.bases, offset), 1)   # segments starting below offset
+        for seg in self.segments[keep:]:
+            seg.delete()
+        del self.segments[keep:]
+        del self.bases[keep:]
+        last = self.segments[-1]
+        if last.end_offset > offset:
+            self._cut_last_segment(offset)
+        elif last.end_offset < offset:
+            # ``offset`` lies at the end of a quarantined gap (bytes missing
+            # after ``last``): appends must land at ``offset``, so they go to
+            # a new segment based there.
+            self.segments.append(Segment(self.directory, offset, self.clock()))
+            self.bases.append(offset)
+        fsync_directory(self.directory)
+        self.end_offset = self.written_end = offset
+        self._lower_ends_to(offset)
+        kept = [(s, min(e, offset)) for s, e in self.quarantined if s < offset]
+        if kept != self.quarantined:
+            self.quarantined = kept
+            self._quarantine_starts = [s for s, _e in kept]
+        if self.written_end <= self.flushed_end:
+            self.unflushed_messages = 0
+        # else: some cut-short count of unflushed messages remains; keeping
+        # the old one only makes the next flush come sooner.
+        self.epochs.truncate_from_end(offset)
+        self.write_checkpoint()
+
+    def _cut_last_segment(self, offset: int) -> None:
+        """Make the last segment end at ``offset``, which lies inside it."""
+        last = self.segments[-1]
+        size = offset - last.base_offset
+        if size == 0:
+            # The first segment, emptied. A new file rather than a cut, so a
+            # pinned one keeps its bytes for its readers (and a cut to 0 could
+            # not roll: the new segment would have the same name).
+            last.delete()
+            self.segments[-1] = Segment(self.directory, last.base_offset, self.clock())
+        elif last.cut(size):
+            last.sync()
+        else:
+            # pinned: no more writes to it (see Segment.cut)
+            seg = Segment(self.directory, offset, self.clock())
+            self.segments.append(seg)
+            self.bases.append(offset)
+
+    def _lower_ends_to(self, offset: int) -> None:
+        """flushed_end, recovery point, high watermark and a flush in flight
+        never pass ``offset`` (truncate_to and reset_to)."""
+        self.flushed_end = min(self.flushed_end, offset)
+        self.recovery_point = min(self.recovery_point, offset)
+        self._flush_limit = min(self._flush_limit, offset)
+        if self.high_watermark is not None:
+            self.high_watermark = min(self.high_watermark, offset)
+        self._update_visible_end()
+
+    def reset_to(self, offset: int) -> None:
+        """Throw the whole log away and start it empty at ``offset``: a
+        replica whose log lies wholly below its leader's earliest offset, or a
+        wiped disk re-replicating from a leader whose earliest offset is > 0.
+        Buffered appends are dropped too. Every segment is deleted (pinned ones
+        safely, as in truncate_to), one empty segment is created at ``offset``,
+        every end (and a high watermark) becomes ``offset``, the quarantine and
+        the leader epochs are cleared, and the checkpoint is written."""
+        if offset < 0:
+            raise ValueError(f"{self.name}: cannot reset to offset {offset}")
+        log.info("resetting %s (%d..%d) to start empty at %d", self.name,
+                 self.earliest_offset, self.end_offset, offset)
+        self._pending = []
+        self._pending_first_ts = self._pending_max_ts = -1
+        self._pending_messages = 0
+        for seg in self.segments:
+            seg.delete()
+        self.segments = [Segment(self.directory, offset, self.clock())]
+        self.bases = [offset]
+        fsync_directory(self.directory)
+        self.end_offset = self.written_end = offset
+        # Every end goes to ``offset``, up or down: an empty log is all durable.
+        self.flushed_end = self.recovery_point = offset
+        self._flush_limit = min(self._flush_limit, offset)
+        if self.high_watermark is not None:
+            self.high_watermark = offset
+        self._update_visible_end()
+        self.unflushed_messages = 0
+        self.quarantined = []
+        self._quarantine_starts = []
+        self.epochs.clear()
+        self.write_checkpoint()
 
     # ------------------------------------------------------------ shutdown
 
@@ -611,11 +835,8 @@ class Log:
         self.deleted = True
         for s in self.segments:
             s.delete()
-        for name in (CHECKPOINT_FILE, CHECKPOINT_FILE + ".tmp"):
-            try:
-                os.unlink(os.path.join(self.directory, name))
-            except FileNotFoundError:
-                pass
+        remove_file(os.path.join(self.directory, CHECKPOINT_FILE))
+        self.epochs.clear()
         try:
             os.rmdir(self.directory)
         except OSError:

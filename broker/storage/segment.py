@@ -14,14 +14,18 @@ Invariants:
     ``end_offset`` (segments tile the offset space), except where recovery
     found bytes missing: that gap is quarantined (see log.py).
   * ``size`` is the number of bytes written to the file by this process (or
-    found valid by recovery); the file is never shorter than ``size``.
+    found valid by recovery); the file is never shorter than ``size``. It is
+    longer only while a ``cut`` waits for the last pin to go (see ``cut``);
+    such a segment takes no more writes.
   * ``first_timestamp``/``max_timestamp`` are of the messages inside (-1 when
     empty); retention by time uses ``max_timestamp``.
 
 Thread-safety: all methods run on the broker's event-loop thread, except
 ``sync()``, which the flusher thread may call while ``pin()`` holds the
 segment open. ``close()`` is deferred until the last pin is released, so a
-sendfile or fsync in flight never sees a closed (or reused) descriptor.
+sendfile or fsync in flight never sees a closed (or reused) descriptor; so
+is the ftruncate of a ``cut``, so a sendfile in flight never finds the file
+shorter than the range it promised to send.
 """
 from __future__ import annotations
 
@@ -50,7 +54,7 @@ def parse_segment_file_name(name: str) -> int | None:
 
 class Segment:
     __slots__ = ("path", "base_offset", "fd", "size", "first_timestamp", "max_timestamp",
-                 "created_ms", "_pins", "_closing", "deleted")
+                 "created_ms", "_pins", "_closing", "deleted", "_cut_when_unpinned")
 
     def __init__(self, directory: str, base_offset: int, created_ms: int,
                  size: int | None = None) -> None:
@@ -64,6 +68,7 @@ class Segment:
         self._pins = 0
         self._closing = False
         self.deleted = False
+        self._cut_when_unpinned: int | None = None
 
     @property
     def end_offset(self) -> int:
@@ -116,6 +121,24 @@ class Segment:
         os.ftruncate(self.fd, size)
         self.size = size
 
+    def cut(self, size: int) -> bool:
+        """End the segment at ``size`` (<= ``size``) bytes, the bytes past it
+        being thrown away (a log truncated to where its replicas agree).
+
+        Unpinned: the file is cut now and True returned (fsync it to make the
+        cut durable). Pinned: a sendfile in flight may still be sending bytes
+        past ``size``, and would send a short reply if the file shrank under
+        it; so ``size`` drops now, the ftruncate happens at the last unpin, and
+        False is returned: the caller must never write to this segment again
+        (a write would overwrite bytes being sent); the log rolls to a new one.
+        Until the ftruncate, the file is longer than ``size``."""
+        if self._pins:
+            self._cut_when_unpinned = size
+            self.size = size
+            return False
+        self.truncate(size)
+        return True
+
     def sync(self) -> None:
         """fdatasync the file. May run on the flusher thread (pin first)."""
         os.fdatasync(self.fd)
@@ -126,7 +149,18 @@ class Segment:
 
     def unpin(self) -> None:
         self._pins -= 1
-        if self._pins == 0 and self._closing:
+        if self._pins:
+            return
+        if self._cut_when_unpinned is not None:
+            size, self._cut_when_unpinned = self._cut_when_unpinned, None
+            if not self.deleted and self.fd >= 0:
+                try:
+                    os.ftruncate(self.fd, size)
+                except OSError:
+                    # Left longer than ``size``: recovery cuts a segment that
+                    # runs past its successor's base (the log rolled at ``size``).
+                    pass
+        if self._closing:
             self._really_close()
 
     def close(self) -> None:

@@ -71,9 +71,9 @@ def read_from(log: Log, offset: int) -> list[Stored]:
     """Every visible message from ``offset`` on, fetching segment by segment
     as a consumer does (one read never crosses a segment end)."""
     out: list[Stored] = []
-    while offset < log.flushed_end:
+    while offset < log.visible_end:
         data = log.read(offset, READ_ALL)
-        assert data, f"empty read at {offset} below flushed_end {log.flushed_end}"
+        assert data, f"empty read at {offset} below visible_end {log.visible_end}"
         messages, used = decode(data, offset)
         assert used == len(data), "a read must end on a message boundary here"
         out.extend(messages)
@@ -87,7 +87,7 @@ def read_skipping_quarantine(log: Log, offset: int) -> tuple[list[Stored], list[
     and the ranges skipped."""
     out: list[Stored] = []
     skipped: list[tuple[int, int]] = []
-    while offset < log.flushed_end:
+    while offset < log.visible_end:
         try:
             data = log.read(offset, READ_ALL)
         except CorruptRangeError as exc:
@@ -95,7 +95,7 @@ def read_skipping_quarantine(log: Log, offset: int) -> tuple[list[Stored], list[
             skipped.append((exc.start, exc.end))
             offset = exc.end
             continue
-        assert data, f"empty read at {offset} below flushed_end {log.flushed_end}"
+        assert data, f"empty read at {offset} below visible_end {log.visible_end}"
         messages, used = decode(data, offset)
         assert used == len(data), "a read must end on a message boundary here"
         out.extend(messages)
