@@ -522,3 +522,19 @@ def test_reads_after_truncation_raise_past_the_new_end(tmp_path):
     with pytest.raises(OffsetOutOfRangeError):
         lg.read(150, 100, upto=lg.written_end)
     lg.close()
+
+
+def test_quarantined_ranges_past_the_recovered_end_are_dropped(tmp_path):
+    """A crash lost the checkpoint a truncation wrote: the previous one names
+    a quarantined range in bytes that are gone; new messages there must not
+    be refused as corrupt."""
+    d = str(tmp_path)
+    lg, _ = log_of(tmp_path, 4)
+    lg.close()
+    data = checkpoint(d)
+    data["quarantined"] = [[0, 20], [150, 300]]
+    with open(os.path.join(d, CHECKPOINT_FILE), "w") as f:
+        json.dump(data, f)
+    lg = Log(d, SEGMENT_OF_TWO, FakeClock())
+    assert lg.quarantined == [(0, 20), (150, 200)]
+    lg.close()
