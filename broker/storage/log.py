@@ -234,9 +234,11 @@ class Log:
         if not self.segments:
             self.segments.append(Segment(self.directory, 0, now))
             self.bases.append(0)
-        # Ranges no segment holds any more (deleted by hand) mean nothing.
+        # Ranges no segment holds any more (deleted by hand, or cut by a
+        # truncation whose checkpoint a crash lost) mean nothing.
         earliest = self.segments[0].base_offset
         self._drop_quarantine_below(earliest)
+        self._drop_quarantine_from(self.segments[-1].end_offset)
         # From now on a crash must rescan: the checkpoint stays valid only for
         # bytes below its recovery point, which appends never touch.
 
@@ -364,6 +366,13 @@ class Log:
             self.quarantined = kept
             self._quarantine_starts = [s for s, _e in kept]
 
+    def _drop_quarantine_from(self, offset: int) -> None:
+        """Forget quarantined bytes at or past ``offset`` (the log's new end)."""
+        kept = [(s, min(e, offset)) for s, e in self.quarantined if s < offset]
+        if kept != self.quarantined:
+            self.quarantined = kept
+            self._quarantine_starts = [s for s, _e in kept]
+
     @property
     def quarantined_bytes(self) -> int:
         return sum(e - s for s, e in self.quarantined)
@@ -394,12 +403,13 @@ class Log:
             log.warning("ignoring unreadable %s: %s", path, exc)
             return None
 
-    def write_checkpoint(self) -> None:
+    def write_checkpoint(self, sync_directory: bool = False) -> None:
         """Persist the recovery point (= flushed end), segment timestamps and
         the high watermark (when replicated). Call on the loop thread; the
-        write itself is small and atomic (rename). The directory is not
-        fsync'ed: a checkpoint lost in a crash leaves the previous one, which
-        only ever vouches for less (recovery rescans what it doubts)."""
+        write itself is small and atomic (rename). Without ``sync_directory``
+        a crash may leave the previous checkpoint, which vouches for less as
+        the log grows; truncate_to and reset_to sync it, since the previous
+        one describes bytes they threw away."""
         data = {"recovery_point": self.flushed_end,
                 "segments": {str(s.base_offset): [s.first_timestamp, s.max_timestamp, s.size]
                              for s in self.segments if s.end_offset <= self.flushed_end},
@@ -407,7 +417,7 @@ class Log:
         if self.high_watermark is not None:
             data["high_watermark"] = self.high_watermark
         write_json_atomically(os.path.join(self.directory, CHECKPOINT_FILE), data,
-                              sync_directory=False)
+                              sync_directory)
         self.recovery_point = self.flushed_end
 
     # ------------------------------------------------------------ appends
@@ -747,16 +757,13 @@ class Log:
         fsync_directory(self.directory)
         self.end_offset = self.written_end = offset
         self._lower_ends_to(offset)
-        kept = [(s, min(e, offset)) for s, e in self.quarantined if s < offset]
-        if kept != self.quarantined:
-            self.quarantined = kept
-            self._quarantine_starts = [s for s, _e in kept]
+        self._drop_quarantine_from(offset)
         if self.written_end <= self.flushed_end:
             self.unflushed_messages = 0
         # else: some cut-short count of unflushed messages remains; keeping
         # the old one only makes the next flush come sooner.
         self.epochs.truncate_from_end(offset)
-        self.write_checkpoint()
+        self.write_checkpoint(sync_directory=True)
 
     def _cut_last_segment(self, offset: int) -> None:
         """Make the last segment end at ``offset``, which lies inside it."""
@@ -817,7 +824,7 @@ class Log:
         self.quarantined = []
         self._quarantine_starts = []
         self.epochs.clear()
-        self.write_checkpoint()
+        self.write_checkpoint(sync_directory=True)
 
     # ------------------------------------------------------------ shutdown
 

@@ -122,7 +122,7 @@ class Segment:
         self.size = size
 
     def cut(self, size: int) -> bool:
-        """End the segment at ``size`` (<= ``size``) bytes, the bytes past it
+        """End the segment at ``size`` bytes (at most its size), the bytes past it
         being thrown away (a log truncated to where its replicas agree).
 
         Unpinned: the file is cut now and True returned (fsync it to make the

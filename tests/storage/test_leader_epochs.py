@@ -295,6 +295,16 @@ class EpochCacheMachine(RuleBasedStateMachine):
         self.earliest = offset
         assert [epoch_at(self.model, x) for x in range(offset, self.log_end)] == before
 
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def truncate_at_an_epoch_start(self, data) -> None:
+        """The boundaries are where off-by-one mistakes live."""
+        start = data.draw(st.sampled_from([s for _e, s in self.model]))
+        if data.draw(st.booleans(), label="from the end"):
+            self.truncate_from_end(self.log_end - start)
+        else:
+            self.truncate_from_start(start - self.earliest)
+
     @precondition(lambda self: self.log_end > 0)
     @rule()
     def clear(self) -> None:
@@ -311,6 +321,8 @@ class EpochCacheMachine(RuleBasedStateMachine):
         if not hasattr(self, "cache"):
             return
         assert self.cache.entries == self.model
+        for (e0, s0), (e1, s1) in zip(self.model, self.model[1:]):
+            assert e0 < e1 and s0 < s1
         on_disk = written(self.dir)
         if on_disk is None:
             assert self.model == []
