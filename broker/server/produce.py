@@ -501,11 +501,14 @@ class ProducePath:
             self._flush_wait_over(pw)
 
     def fail_replica_waiters(self, lg: Log, code: int, message: str) -> None:
-        """``lg``'s replica stopped leading: its acks=all entries fail."""
-        for _end, pw, r in self._replica_waiters.pop(lg, ()):
-            r[2], r[3] = code, message
-            self.metrics.errors[("produce", ErrorCode(code).name)] += 1
-            self._flush_wait_over(pw)
+        """``lg``'s replica stopped leading: its acks=all and acks=flushed
+        entries fail (what they wait for may be cut from the log, as the
+        replica agrees with its new leader, and other bytes take its place)."""
+        for waiting in (self._replica_waiters, self._flush_waiters):
+            for _end, pw, r in waiting.pop(lg, ()):
+                r[2], r[3] = code, message
+                self.metrics.errors[("produce", ErrorCode(code).name)] += 1
+                self._flush_wait_over(pw)
 
     def append_replica(self, lg: Log, message_set, count: int, first_ts: int,
                        max_ts: int) -> None:
@@ -557,10 +560,10 @@ class ProducePath:
         self.write_dirty_logs()
         for lg in logs:
             self._reflush.discard(lg)
-            self.fail_replica_waiters(lg, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic deleted")
             for _end, pw, r in self._flush_waiters.pop(lg, ()):
                 r[2], r[3] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic deleted"
                 self._flush_wait_over(pw)
+            self.fail_replica_waiters(lg, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic deleted")
 
     # ------------------------------------------------------------ flushing
 

@@ -240,7 +240,7 @@ class BrokerServer:
 
     def _write_checkpoints(self) -> None:
         for lg in list(self.logs.all_logs()):
-            if lg.flushed_end != lg.recovery_point:
+            if lg.checkpoint_due:
                 try:
                     lg.write_checkpoint()
                 except OSError as exc:

@@ -419,6 +419,14 @@ class Log:
         write_json_atomically(os.path.join(self.directory, CHECKPOINT_FILE), data,
                               sync_directory)
         self.recovery_point = self.flushed_end
+        self.checkpointed_high_watermark = self.high_watermark
+
+    @property
+    def checkpoint_due(self) -> bool:
+        """Whether the checkpoint lags the flushed end or the high watermark."""
+        return self.flushed_end != self.recovery_point or (
+            self.high_watermark is not None
+            and self.high_watermark != self.checkpointed_high_watermark)
 
     # ------------------------------------------------------------ appends
 
