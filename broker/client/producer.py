@@ -82,7 +82,9 @@ class ProducerConfig:
     acks: str = "none"
     """"none" (fire and forget, the paper's default: fastest, errors only logged),
     "written" (answered once in the broker's log file), "flushed" (once fsync'ed
-    and visible to consumers: nothing acknowledged is lost if the broker dies)."""
+    and visible to consumers: nothing acknowledged is lost if the broker dies),
+    "all" (once every in-sync replica has the messages: the partition's high
+    watermark passed them)."""
     batch_size: int = 200
     """Messages per batch (per produce request). 1 sends each message alone."""
     batch_bytes: int = 512 * 1024
@@ -158,7 +160,8 @@ class ProducerConfig:
         try:
             return Acks[self.acks.upper()]
         except KeyError:
-            raise ValueError(f"acks must be none, written or flushed, not {self.acks!r}") from None
+            raise ValueError(f"acks must be none, written, flushed or all, not {self.acks!r}"
+                             ) from None
 
 
 SendFuture = Batch   # what send() returns: the batch is its own future

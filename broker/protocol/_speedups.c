@@ -554,7 +554,8 @@ static PyObject *produce_frame(PyObject *Py_UNUSED(self), PyObject *args) {
     int32_t timeout_ms = (int32_t)rd32(b + pos + 1);
     int32_t count = (int32_t)rd32(b + pos + 5);
     pos += 9;
-    if (acks < 0 || acks > 2 || count < 0 || (Py_ssize_t)count * 10 > end - pos) goto none;
+    /* acks 0..3: Acks NONE, WRITTEN, FLUSHED, ALL (api.py); others go to Python to be refused */
+    if (acks < 0 || acks > 3 || count < 0 || (Py_ssize_t)count * 10 > end - pos) goto none;
     entries = PyList_New(0);
     if (!entries) goto fail;
     for (int32_t i = 0; i < count; i++) {

@@ -1,10 +1,11 @@
 """Requests and responses of the Samsa protocol (version 0), sans-IO.
 
 Every request and response is an immutable record (a frozen dataclass; a
-NamedTuple for the produce and fetch requests) whose ``encode_body()`` returns
-its body (the frame payload after the header), with a ``decode_*`` function
-that reads one from a ``Reader``, raising only ``ProtocolError`` on malformed
-input. ``encode_request``/``encode_response`` add the header and size prefix.
+NamedTuple for the produce, fetch and replica fetch requests) whose
+``encode_body()`` returns its body (the frame payload after the header), with
+a ``decode_*`` function that reads one from a ``Reader``, raising only
+``ProtocolError`` on malformed input. ``encode_request``/``encode_response``
+add the header and size prefix.
 
 Primitive types (big-endian)::
 
@@ -44,6 +45,8 @@ class ApiKey(enum.IntEnum):
     METADATA = 3
     CREATE_TOPIC = 4
     DELETE_TOPIC = 5
+    REPLICA_FETCH = 6       # a follower's fetch from its leader (Kafka 0.8's replica Fetch)
+    LEADER_EPOCH_END = 7    # where a leader epoch ends (Kafka's OffsetsForLeaderEpoch, KIP-101)
 
 
 class Acks(enum.IntEnum):
@@ -52,6 +55,7 @@ class Acks(enum.IntEnum):
     NONE = 0      # never: fire and forget (the paper's default); errors close the connection
     WRITTEN = 1   # once the messages are in the log file (the OS page cache)
     FLUSHED = 2   # once the messages are fsync'ed, and so visible to consumers
+    ALL = 3       # once every in-sync replica has the messages (the high watermark passed them)
 
 
 _I8 = struct.Struct(">b")
@@ -265,7 +269,7 @@ def _decode_produce_body(buf, pos: int) -> tuple[int, int, list[tuple[str, int, 
         raise ProtocolError("truncated produce request")
     acks, timeout_ms, count = _PRODUCE_FIXED.unpack_from(buf, pos)
     pos += 9
-    if acks not in (0, 1, 2):
+    if not 0 <= acks <= 3:           # Acks; the C accelerator has the same range
         raise ProtocolError(f"unknown acks mode {acks}")
     if count < 0 or count * 10 > end - pos:
         raise ProtocolError(f"bad array count {count}")
@@ -682,9 +686,226 @@ def decode_empty_response(r: Reader) -> EmptyResponse:
     return EmptyResponse()
 
 
+# ----------------------------------------------------------------- replica fetch
+
+class ReplicaFetchEntry(NamedTuple):
+    topic: str
+    partition: int
+    leader_epoch: int       # the epoch of the leader the follower believes it follows
+    offset: int             # the follower's log end: where it wants to read from
+    max_bytes: int
+
+
+class ReplicaFetchRequest(NamedTuple):
+    """replica_id:int32 max_wait_ms:int32 min_bytes:int32
+    entries:array[topic:string partition:int32 leader_epoch:int32 offset:int64
+    max_bytes:int32]
+
+    A follower's fetch from its leader (a NamedTuple like FetchRequest: every
+    follower sends one after another, all the time)."""
+
+    replica_id: int         # the follower's broker id
+    max_wait_ms: int
+    min_bytes: int
+    entries: tuple[ReplicaFetchEntry, ...]
+
+    def encode_body(self) -> bytes:
+        parts = [_I32.pack(self.replica_id), _I32.pack(self.max_wait_ms),
+                 _I32.pack(self.min_bytes), _I32.pack(len(self.entries))]
+        for e in self.entries:
+            parts += (enc_string(e.topic), _REPLICA_FETCH_ENTRY.pack(
+                e.partition, e.leader_epoch, e.offset, e.max_bytes))
+        return b"".join(parts)
+
+
+_REPLICA_FETCH_ENTRY = struct.Struct(">iiqi")     # partition, leader_epoch, offset, max_bytes
+
+
+def decode_replica_fetch_request(r: Reader) -> ReplicaFetchRequest:
+    replica_id = r.int32()
+    max_wait = r.int32()
+    min_bytes = r.int32()
+    if replica_id < 0:
+        raise ProtocolError(f"replica_id must be a broker id (>= 0), not {replica_id}")
+    if max_wait < 0 or min_bytes < 0:
+        raise ProtocolError("max_wait_ms and min_bytes must not be negative")
+    entries = []
+    for _ in range(r.count(22)):
+        topic = r.required_string("topic")
+        partition = r.int32()
+        leader_epoch = r.int32()
+        offset = r.int64()
+        max_bytes = r.int32()
+        if max_bytes < 0:
+            raise ProtocolError("max_bytes must not be negative")
+        entries.append(ReplicaFetchEntry(topic, partition, leader_epoch, offset, max_bytes))
+    r.done()
+    return ReplicaFetchRequest(replica_id, max_wait, min_bytes, tuple(entries))
+
+
+class EpochStart(NamedTuple):
+    """One leader-epoch entry: ``epoch`` began (its leader's first message)
+    at ``start_offset``."""
+
+    epoch: int
+    start_offset: int
+
+
+_EPOCH_START = struct.Struct(">iq")
+_REPLICA_RESULT_MIDDLE = struct.Struct(">iqqqi")  # leader_epoch, earliest, hw, log_end, #epochs
+
+
+def encode_replica_fetch_result_header(topic: str, partition: int, error: int, message: str,
+                                       leader_epoch: int, earliest: int, high_watermark: int,
+                                       log_end: int, epochs: tuple[tuple[int, int], ...],
+                                       size: int) -> bytes:
+    """Everything of one replica fetch result up to its ``size`` message-set
+    bytes, which the broker then sends straight from the segment file
+    (sendfile), as encode_fetch_result_header does for Fetch."""
+    return b"".join([
+        enc_string(topic), _I32.pack(partition), _I16.pack(error), enc_message(message),
+        _REPLICA_RESULT_MIDDLE.pack(leader_epoch, earliest, high_watermark, log_end,
+                                    len(epochs)),
+        *(_EPOCH_START.pack(epoch, start) for epoch, start in epochs),
+        _I32.pack(size)])
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchResult:
+    topic: str
+    partition: int
+    error: int
+    message: str
+    leader_epoch: int       # the leader's current epoch
+    earliest: int           # the leader's earliest retained offset
+    high_watermark: int     # the committed end: every in-sync replica has the bytes below
+    log_end: int            # the leader's written end (its log end offset)
+    epochs: tuple[EpochStart, ...]  # (epoch, start_offset) entries covering the bytes sent
+    message_set: bytes      # raw log bytes from the entry's offset; may end in a partial message
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchResponse:
+    """results:array[topic:string partition:int32 error:int16 message:string
+    leader_epoch:int32 earliest:int64 high_watermark:int64 log_end:int64
+    epochs:array[epoch:int32 start_offset:int64] message_set:bytes]"""
+
+    results: tuple[ReplicaFetchResult, ...]
+
+    def encode_body(self) -> bytes:
+        parts = [_I32.pack(len(self.results))]
+        for x in self.results:
+            parts.append(encode_replica_fetch_result_header(
+                x.topic, x.partition, x.error, x.message, x.leader_epoch, x.earliest,
+                x.high_watermark, x.log_end, x.epochs, len(x.message_set)))
+            parts.append(x.message_set)
+        return b"".join(parts)
+
+
+def decode_replica_fetch_response(r: Reader) -> ReplicaFetchResponse:
+    out = []
+    for _ in range(r.count(46)):
+        topic = r.required_string("topic")
+        partition = r.int32()
+        error = r.int16()
+        message = r.string() or ""
+        leader_epoch = r.int32()
+        earliest = r.int64()
+        hw = r.int64()
+        log_end = r.int64()
+        epochs = tuple(EpochStart(r.int32(), r.int64()) for _ in range(r.count(12)))
+        n = r.int32()
+        if n < -1 or r.pos + n > len(r.buf):
+            raise ProtocolError(f"bad message set size {n}")
+        # a view, not a copy, as decode_fetch_response gives
+        ms = memoryview(r.buf)[r.pos:r.pos + n] if n > 0 else b""
+        r.pos += max(n, 0)
+        out.append(ReplicaFetchResult(topic, partition, error, message, leader_epoch, earliest,
+                                      hw, log_end, epochs, ms))
+    r.done()
+    return ReplicaFetchResponse(tuple(out))
+
+
+# ----------------------------------------------------------------- leader epoch end
+
+_LEADER_EPOCH_END_ENTRY = struct.Struct(">iii")   # partition, current_leader_epoch, epoch
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderEpochEndEntry:
+    topic: str
+    partition: int
+    current_leader_epoch: int   # the epoch of the leader the asker believes it asks
+    epoch: int                  # the epoch whose end is asked (the asker's latest)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderEpochEndRequest:
+    """replica_id:int32 entries:array[topic:string partition:int32
+    current_leader_epoch:int32 epoch:int32]
+
+    Kafka's OffsetsForLeaderEpoch (KIP-101): a replica that becomes a follower
+    asks where its latest epoch ends on the leader, and truncates there."""
+
+    API: ClassVar[ApiKey] = ApiKey.LEADER_EPOCH_END
+    replica_id: int
+    entries: tuple[LeaderEpochEndEntry, ...] = ()
+
+    def encode_body(self) -> bytes:
+        parts = [_I32.pack(self.replica_id), _I32.pack(len(self.entries))]
+        for e in self.entries:
+            parts += (enc_string(e.topic), _LEADER_EPOCH_END_ENTRY.pack(
+                e.partition, e.current_leader_epoch, e.epoch))
+        return b"".join(parts)
+
+
+def decode_leader_epoch_end_request(r: Reader) -> LeaderEpochEndRequest:
+    replica_id = r.int32()
+    entries = tuple(LeaderEpochEndEntry(r.required_string("topic"), r.int32(), r.int32(),
+                                        r.int32())
+                    for _ in range(r.count(14)))
+    r.done()
+    return LeaderEpochEndRequest(replica_id, entries)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderEpochEndResult:
+    topic: str
+    partition: int
+    error: int
+    message: str
+    epoch: int              # the largest epoch <= the asked one the leader knows; -1: none
+    end_offset: int         # where that epoch ends: the start of the next one, or the log end
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderEpochEndResponse:
+    """results:array[topic:string partition:int32 error:int16 message:string
+    epoch:int32 end_offset:int64]"""
+
+    results: tuple[LeaderEpochEndResult, ...]
+
+    def encode_body(self) -> bytes:
+        parts = [_I32.pack(len(self.results))]
+        for x in self.results:
+            parts += (enc_string(x.topic), _I32.pack(x.partition), _I16.pack(x.error),
+                      enc_message(x.message), _I32.pack(x.epoch), _I64.pack(x.end_offset))
+        return b"".join(parts)
+
+
+def decode_leader_epoch_end_response(r: Reader) -> LeaderEpochEndResponse:
+    out = []
+    for _ in range(r.count(22)):
+        out.append(LeaderEpochEndResult(r.required_string("topic"), r.int32(), r.int16(),
+                                        r.string() or "", r.int32(), r.int64()))
+    r.done()
+    return LeaderEpochEndResponse(tuple(out))
+
+
 # NamedTuple classes cannot declare class variables in their body.
 ProduceRequest.API = ApiKey.PRODUCE
 FetchRequest.API = ApiKey.FETCH
+ReplicaFetchRequest.API = ApiKey.REPLICA_FETCH
 
 # ----------------------------------------------------------------- dispatch
 
@@ -695,6 +916,8 @@ REQUEST_DECODERS = {
     ApiKey.METADATA: decode_metadata_request,
     ApiKey.CREATE_TOPIC: decode_create_topic_request,
     ApiKey.DELETE_TOPIC: decode_delete_topic_request,
+    ApiKey.REPLICA_FETCH: decode_replica_fetch_request,
+    ApiKey.LEADER_EPOCH_END: decode_leader_epoch_end_request,
 }
 
 RESPONSE_DECODERS = {
@@ -704,6 +927,8 @@ RESPONSE_DECODERS = {
     ApiKey.METADATA: decode_metadata_response,
     ApiKey.CREATE_TOPIC: decode_empty_response,
     ApiKey.DELETE_TOPIC: decode_empty_response,
+    ApiKey.REPLICA_FETCH: decode_replica_fetch_response,
+    ApiKey.LEADER_EPOCH_END: decode_leader_epoch_end_response,
 }
 
 

@@ -33,6 +33,12 @@ class ErrorCode(enum.IntEnum):
     INVALID_CONFIG = 12             # bad topic configuration value
     BROKER_SHUTTING_DOWN = 13
     INVALID_OFFSET = 14             # a fetch offset that is not the start of a message
+    # replication (docs/protocol.md sections 6.7, 6.8; Kafka 0.8 and KIP-101)
+    NOT_LEADER_FOR_PARTITION = 15   # not the partition's leader here: refresh leaders, retry there
+    NOT_ENOUGH_REPLICAS = 16        # acks=all refused before appending: too few in-sync replicas
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 17   # appended, then the in-sync set shrank: may duplicate
+    FENCED_LEADER_EPOCH = 18        # the request's leader epoch is older than ours: sender behind
+    UNKNOWN_LEADER_EPOCH = 19       # the request's leader epoch is newer than ours: we are behind
 
 
 class ProtocolError(Exception):
@@ -77,4 +83,16 @@ class SamsaError(Exception):
 
     @property
     def retriable(self) -> bool:
-        return self.code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.BROKER_SHUTTING_DOWN)
+        """Whether the same request may succeed if sent again (perhaps to
+        another broker, after refreshing the partition's leader)."""
+        return self.code in _RETRIABLE
+
+
+# the codes after which the same request may succeed (docs/protocol.md 10,
+# column "retry"); FENCED_LEADER_EPOCH is not among them: the sender must
+# first learn the newer epoch, a plain resend is fenced again
+_RETRIABLE = frozenset({
+    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.BROKER_SHUTTING_DOWN,
+    ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.UNKNOWN_LEADER_EPOCH,
+})

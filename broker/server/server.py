@@ -95,6 +95,9 @@ class BrokerServer:
             ApiKey.METADATA: self._handle_metadata,
             ApiKey.CREATE_TOPIC: self._handle_create_topic,
             ApiKey.DELETE_TOPIC: self._handle_delete_topic,
+            # the replication APIs: decoded, not served yet (UNSUPPORTED_VERSION)
+            ApiKey.REPLICA_FETCH: self._handle_not_served,
+            ApiKey.LEADER_EPOCH_END: self._handle_not_served,
         }
 
     # ------------------------------------------------------------ life cycle
@@ -478,6 +481,16 @@ class BrokerServer:
             conn.pump()
 
         future.add_done_callback(done)
+
+    def _handle_not_served(self, conn: Connection, header, req) -> None:
+        """An API the codec knows but this broker does not serve (replication's
+        on a broker without ZooKeeper): answered as an unknown API key is
+        (UNSUPPORTED_VERSION), the connection kept."""
+        name = API_NAMES[header.api_key]
+        self.metrics.errors[(name, ErrorCode.UNSUPPORTED_VERSION.name)] += 1
+        conn.add_reply(Reply(api.encode_error_response(
+            header.correlation_id, ErrorCode.UNSUPPORTED_VERSION,
+            f"this broker does not serve {name} requests (api_key {header.api_key})")))
 
     def _handle_delete_topic(self, conn: Connection, header, req: api.DeleteTopicRequest) -> None:
         topic = self.logs.get(req.name)

@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 from broker.protocol import api
 from broker.protocol.api import (
     ANY_PARTITION, EARLIEST, LATEST, Acks, ApiKey, CreateTopicRequest, DeleteTopicRequest,
-    EmptyResponse, ErrorResponse, FetchEntry, FetchRequest, FetchResponse, FetchResult,
-    MetadataRequest, MetadataResponse, OffsetsRequest, OffsetsResponse, PartitionInfo,
-    ProduceEntry, ProduceRequest, ProduceResponse, ProduceResult, TopicInfo, decode_request,
-    decode_response, encode_error_response, encode_request, encode_response)
+    EmptyResponse, EpochStart, ErrorResponse, FetchEntry, FetchRequest, FetchResponse,
+    FetchResult, LeaderEpochEndEntry, LeaderEpochEndRequest, LeaderEpochEndResponse,
+    LeaderEpochEndResult, MetadataRequest, MetadataResponse, OffsetsRequest, OffsetsResponse,
+    PartitionInfo, ProduceEntry, ProduceRequest, ProduceResponse, ProduceResult,
+    ReplicaFetchEntry, ReplicaFetchRequest, ReplicaFetchResponse, ReplicaFetchResult, TopicInfo,
+    decode_request, decode_response, encode_error_response, encode_request, encode_response)
 from broker.protocol.errors import ErrorCode, FrameTooLargeError, ProtocolError
 from broker.protocol.framing import FrameDecoder
 
@@ -47,8 +49,15 @@ offsets_requests = st.builds(
 metadata_requests = st.builds(MetadataRequest, tuples(text))
 create_topic_requests = st.builds(CreateTopicRequest, text, int32, config)
 delete_topic_requests = st.builds(DeleteTopicRequest, text)
+replica_fetch_requests = st.builds(
+    ReplicaFetchRequest, replica_id=nonneg32, max_wait_ms=nonneg32, min_bytes=nonneg32,
+    entries=tuples(st.builds(ReplicaFetchEntry, text, int32, int32, int64, nonneg32)))
+leader_epoch_end_requests = st.builds(
+    LeaderEpochEndRequest, int32, tuples(st.builds(LeaderEpochEndEntry, text, int32, int32,
+                                                   int32)))
 requests = st.one_of(produce_requests, fetch_requests, offsets_requests, metadata_requests,
-                     create_topic_requests, delete_topic_requests)
+                     create_topic_requests, delete_topic_requests, replica_fetch_requests,
+                     leader_epoch_end_requests)
 
 produce_responses = st.builds(
     ProduceResponse, tuples(st.builds(ProduceResult, text, int32, int16, text, int64, int64)))
@@ -60,12 +69,21 @@ metadata_responses = st.builds(
     tuples(st.builds(TopicInfo, text, int16, text, config,
                      tuples(st.builds(PartitionInfo, int32, int64, int64, int64, int32)))))
 empty_responses = st.just(EmptyResponse())
+epoch_starts = tuples(st.builds(EpochStart, int32, int64), 4)
+replica_fetch_responses = st.builds(
+    ReplicaFetchResponse, tuples(st.builds(ReplicaFetchResult, text, int32, int16, text, int32,
+                                           int64, int64, int64, epoch_starts, blob)))
+leader_epoch_end_responses = st.builds(
+    LeaderEpochEndResponse, tuples(st.builds(LeaderEpochEndResult, text, int32, int16, text,
+                                             int32, int64)))
 responses = st.one_of(
     st.tuples(st.just(ApiKey.PRODUCE), produce_responses),
     st.tuples(st.just(ApiKey.FETCH), fetch_responses),
     st.tuples(st.just(ApiKey.OFFSETS), offsets_responses),
     st.tuples(st.just(ApiKey.METADATA), metadata_responses),
-    st.tuples(st.sampled_from([ApiKey.CREATE_TOPIC, ApiKey.DELETE_TOPIC]), empty_responses))
+    st.tuples(st.sampled_from([ApiKey.CREATE_TOPIC, ApiKey.DELETE_TOPIC]), empty_responses),
+    st.tuples(st.just(ApiKey.REPLICA_FETCH), replica_fetch_responses),
+    st.tuples(st.just(ApiKey.LEADER_EPOCH_END), leader_epoch_end_responses))
 client_ids = st.one_of(st.none(), text)
 
 
@@ -164,6 +182,8 @@ def test_every_truncation_of_every_request_kind_is_refused():
         MetadataRequest(("t",)),
         CreateTopicRequest("t", 1, (("k", "v"),)),
         DeleteTopicRequest("t"),
+        ReplicaFetchRequest(1, 1, 1, (ReplicaFetchEntry("t", 0, 2, 0, 10),)),
+        LeaderEpochEndRequest(1, (LeaderEpochEndEntry("t", 0, 2, 1),)),
     ]
     for request in samples:
         payload = one_frame(encode_request(request, 1, "c"))
@@ -179,6 +199,10 @@ def test_every_truncation_of_every_response_kind_is_refused():
         (ApiKey.OFFSETS, OffsetsResponse(0, "", (0,))),
         (ApiKey.METADATA, MetadataResponse(1, "h", 1, (TopicInfo("t", 0, "", (("k", "v"),),
                                                                  (PartitionInfo(0, 0, 0, 0, 1),)),))),
+        (ApiKey.REPLICA_FETCH, ReplicaFetchResponse((ReplicaFetchResult(
+            "t", 0, 0, "", 2, 0, 3, 5, ((1, 0), (2, 3)), b"abc"),))),
+        (ApiKey.LEADER_EPOCH_END, LeaderEpochEndResponse((LeaderEpochEndResult(
+            "t", 0, 0, "", 1, 24),))),
     ]
     for api_key, response in samples:
         payload = one_frame(encode_response(1, response))
@@ -199,8 +223,12 @@ def test_readable_header_with_bad_body_carries_correlation_id_and_invalid_reques
 
 
 @pytest.mark.parametrize("request_, fix", [
-    (ProduceRequest(3, 10, ()), "unknown acks"),
+    (ProduceRequest(4, 10, ()), "unknown acks"),
     (ProduceRequest(-1, 10, ()), "unknown acks"),
+    (ReplicaFetchRequest(-1, 0, 0, ()), "replica_id"),
+    (ReplicaFetchRequest(1, -1, 0, ()), "negative"),
+    (ReplicaFetchRequest(1, 0, -1, ()), "negative"),
+    (ReplicaFetchRequest(1, 0, 0, (ReplicaFetchEntry("t", 0, 0, 0, -1),)), "max_bytes"),
     (FetchRequest(-1, 0, ()), "negative"),
     (FetchRequest(0, -1, ()), "negative"),
     (FetchRequest(0, 0, (FetchEntry("t", 0, 0, -1),)), "max_bytes"),
@@ -272,8 +300,14 @@ def test_local_misuse_raises_value_error_not_protocol_error():
 
 def test_constants():
     assert (ANY_PARTITION, LATEST, EARLIEST) == (-1, -1, -2)
-    assert [int(a) for a in Acks] == [0, 1, 2]
-    assert [int(k) for k in ApiKey] == [0, 1, 2, 3, 4, 5]
+    assert {a.name: int(a) for a in Acks} == {"NONE": 0, "WRITTEN": 1, "FLUSHED": 2, "ALL": 3}
+    assert {k.name: int(k) for k in ApiKey} == {
+        "PRODUCE": 0, "FETCH": 1, "OFFSETS": 2, "METADATA": 3, "CREATE_TOPIC": 4,
+        "DELETE_TOPIC": 5, "REPLICA_FETCH": 6, "LEADER_EPOCH_END": 7}
+    # every API has a request class naming it and both decoders
+    assert set(api.REQUEST_DECODERS) == set(api.RESPONSE_DECODERS) == set(ApiKey)
+    assert (ReplicaFetchRequest.API, LeaderEpochEndRequest.API) == \
+        (ApiKey.REPLICA_FETCH, ApiKey.LEADER_EPOCH_END)
     assert issubclass(FrameTooLargeError, ProtocolError)
 
 
@@ -303,7 +337,7 @@ def check_fast_produce_infos(entries, max_message_bytes=1 << 30):
 
 @SETTINGS
 @given(st.one_of(fetch_requests, offsets_requests, metadata_requests, create_topic_requests,
-                 delete_topic_requests))
+                 delete_topic_requests, replica_fetch_requests, leader_epoch_end_requests))
 def test_fast_produce_decoder_declines_other_requests(request):
     assert api.decode_produce_frame(one_frame(encode_request(request, 1, "c"))) is None
 
@@ -316,3 +350,73 @@ def test_produce_frame_encoder_matches_encode_request(client_id, acks, timeout_m
     request = ProduceRequest(acks, timeout_ms, (ProduceEntry(topic, partition, ms),))
     assert encoder.frame(correlation_id, topic, partition, ms) == \
         encode_request(request, correlation_id, client_id)
+
+
+# --------------------------------------------------------------- acks ALL
+
+@pytest.mark.parametrize("acks", [0, 1, 2, 3])
+def test_every_acks_mode_decodes_on_every_path(acks):
+    """acks 3 (ALL) is a valid produce request for decode_request, the
+    Python fast path and (when built) the C accelerator alike."""
+    request = ProduceRequest(acks, 10, (ProduceEntry("t", 0, b""),))
+    payload = one_frame(encode_request(request, 4, "c"))
+    assert decode_request(payload)[1] == request
+    assert api._py_decode_produce_frame(payload)[:3] == (4, acks, 10)
+    assert api.decode_produce_frame(payload)[:3] == (4, acks, 10)
+
+
+@pytest.mark.parametrize("acks", [4, 127, -1, -128])
+def test_acks_beyond_all_is_refused_on_every_path(acks):
+    payload = one_frame(encode_request(ProduceRequest(acks, 10, ()), 4, "c"))
+    assert api._py_decode_produce_frame(payload) is None
+    assert api.decode_produce_frame(payload) is None
+    with pytest.raises(ProtocolError, match="unknown acks"):
+        decode_request(payload)
+
+
+# --------------------------------------------------------------- replica fetch
+
+@SETTINGS
+@given(replica_fetch_responses)
+def test_replica_fetch_result_header_is_the_result_without_its_bytes(response):
+    """What the leader sends for one result: the header function's bytes,
+    then the message set (sendfile'd): the same bytes as encode_body."""
+    parts = [len(response.results).to_bytes(4, "big")]
+    for x in response.results:
+        parts += (api.encode_replica_fetch_result_header(
+            x.topic, x.partition, x.error, x.message, x.leader_epoch, x.earliest,
+            x.high_watermark, x.log_end, x.epochs, len(x.message_set)), x.message_set)
+    assert b"".join(parts) == response.encode_body()
+
+
+def test_replica_fetch_message_set_is_a_view_of_the_frame():
+    response = ReplicaFetchResponse((ReplicaFetchResult("t", 0, 0, "", 1, 0, 3, 3, ((1, 0),),
+                                                        b"abc"),
+                                     ReplicaFetchResult("t", 1, 0, "", 1, 0, 0, 0, (), b"")))
+    payload = one_frame(encode_response(1, response))
+    _cid, decoded = decode_response(ApiKey.REPLICA_FETCH, payload)
+    first, second = decoded.results
+    assert isinstance(first.message_set, memoryview)    # a fetch carries MBs: no copy
+    assert first.message_set.obj is payload
+    assert bytes(first.message_set) == b"abc" and second.message_set == b""
+    assert first.epochs == (EpochStart(1, 0),) and isinstance(first.epochs[0], EpochStart)
+
+
+def test_replica_fetch_message_set_may_end_in_a_partial_message():
+    from broker.protocol.message import encode_values
+    two = encode_values([b"one", b"two"], 5)
+    cut = two[:len(two) - 3]                     # max_bytes cut the second message
+    response = ReplicaFetchResponse((ReplicaFetchResult("t", 0, 0, "", 1, 0, 0, len(two),
+                                                        ((1, 0),), cut),))
+    _cid, decoded = decode_response(ApiKey.REPLICA_FETCH, one_frame(encode_response(1, response)))
+    assert bytes(decoded.results[0].message_set) == cut
+
+
+def test_forged_epoch_count_is_refused_before_looping():
+    result = ReplicaFetchResult("t", 0, 0, "", 1, 0, 0, 0, (), b"")
+    payload = bytearray(one_frame(encode_response(1, ReplicaFetchResponse((result,)))))
+    at = len(payload) - 8                         # the epochs count, before the set's length
+    assert payload[at:at + 4] == b"\x00\x00\x00\x00"
+    payload[at:at + 4] = b"\x7f\xff\xff\xff"      # 2^31-1 epochs in 4 bytes
+    with pytest.raises(ProtocolError, match="array count"):
+        decode_response(ApiKey.REPLICA_FETCH, bytes(payload))

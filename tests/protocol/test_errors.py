@@ -12,7 +12,9 @@ def test_wire_values():
         "MESSAGE_TOO_LARGE": 4, "CORRUPT_MESSAGE": 5, "INVALID_REQUEST": 6, "STORAGE_ERROR": 7,
         "TOPIC_ALREADY_EXISTS": 8, "UNSUPPORTED_VERSION": 9, "REQUEST_TIMED_OUT": 10,
         "INVALID_TOPIC": 11, "INVALID_CONFIG": 12, "BROKER_SHUTTING_DOWN": 13,
-        "INVALID_OFFSET": 14}
+        "INVALID_OFFSET": 14, "NOT_LEADER_FOR_PARTITION": 15, "NOT_ENOUGH_REPLICAS": 16,
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND": 17, "FENCED_LEADER_EPOCH": 18,
+        "UNKNOWN_LEADER_EPOCH": 19}
 
 
 def test_every_code_is_documented():
@@ -50,3 +52,18 @@ def test_samsa_error_with_an_unknown_code():
     assert err.code == 999
     assert str(err) == "ERROR_999: from a newer broker"
     assert not err.retriable
+
+
+def test_which_codes_are_retriable():
+    """The "retry" column of docs/protocol.md section 10: a resend (to the
+    partition's leader, once refreshed) may succeed after these and only
+    these. FENCED_LEADER_EPOCH is not: the sender must first learn the newer
+    epoch, or it is fenced again."""
+    retriable = {code for code in ErrorCode if SamsaError(code).retriable}
+    assert retriable == {
+        ErrorCode.REQUEST_TIMED_OUT, ErrorCode.BROKER_SHUTTING_DOWN,
+        ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.UNKNOWN_LEADER_EPOCH}
+    assert not SamsaError(ErrorCode.FENCED_LEADER_EPOCH).retriable
+    assert str(SamsaError(15, "leader is broker 2")) == \
+        "NOT_LEADER_FOR_PARTITION: leader is broker 2"

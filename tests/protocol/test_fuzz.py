@@ -112,6 +112,31 @@ def test_structured_bodies(api_key, body):
     only_protocol_errors(decode_response, api_key, struct.pack(">ihh", 1, 0, -1) + body)
 
 
+@st.composite
+def replica_fetch_response_payloads(draw):
+    """A ReplicaFetch response whose first result is well-formed up to its
+    epochs, then plausible epochs and a message set length that may not fit:
+    the epoch and message-set branches, which random bytes rarely reach."""
+    head = api.encode_replica_fetch_result_header(
+        draw(st.text(max_size=4)), draw(st.integers(-2, 3)), draw(st.integers(-1, 19)), "",
+        draw(st.integers(-1, 5)), 0, draw(st.integers(-1, 100)), draw(st.integers(-1, 100)),
+        (), 0)[:-8]                        # up to log_end: the epochs and the set are drawn
+    n = draw(st.integers(-2, 4))
+    epochs = b"".join(struct.pack(">iq", draw(st.integers(-1, 9)), draw(st.integers(-1, 99)))
+                      for _ in range(max(0, draw(st.integers(0, 4)))))
+    size = draw(st.integers(-2, 40))
+    return b"".join([struct.pack(">ihh", 1, 0, -1), struct.pack(">i", draw(st.integers(-1, 2))),
+                     head, struct.pack(">i", n), epochs, struct.pack(">i", size),
+                     draw(st.binary(max_size=40))])
+
+
+@SETTINGS
+@given(replica_fetch_response_payloads())
+def test_replica_fetch_responses(payload):
+    only_protocol_errors(decode_response, ApiKey.REPLICA_FETCH, payload)
+    only_protocol_errors(decode_response, ApiKey.REPLICA_FETCH, memoryview(payload))
+
+
 # --------------------------------------------------------------- framing
 
 @SETTINGS
@@ -268,7 +293,7 @@ def test_accelerated_encode_values_agrees(values, ts):
 
 @SETTINGS
 @given(st.lists(st.tuples(st.text(max_size=6), st.integers(-2, 3), message_sets), max_size=3),
-       st.sampled_from([0, 1, 2]), st.integers(20, 1 << 30), st.data())
+       st.sampled_from([0, 1, 2, 3]), st.integers(20, 1 << 30), st.data())
 def test_fast_produce_path_on_produce_requests(entries, acks, limit, data):
     request = api.ProduceRequest(acks, 100, tuple(api.ProduceEntry(*e) for e in entries))
     payload = api.encode_request(request, 3, "c")[4:]

@@ -7,10 +7,12 @@ import zlib
 
 from broker.protocol import api
 from broker.protocol.api import (
-    CreateTopicRequest, DeleteTopicRequest, EmptyResponse, ErrorResponse, FetchEntry,
-    FetchRequest, FetchResponse, FetchResult, MetadataRequest, MetadataResponse,
-    OffsetsRequest, OffsetsResponse, PartitionInfo, ProduceEntry, ProduceRequest,
-    ProduceResponse, ProduceResult, TopicInfo, decode_request, decode_response,
+    CreateTopicRequest, DeleteTopicRequest, EmptyResponse, EpochStart, ErrorResponse,
+    FetchEntry, FetchRequest, FetchResponse, FetchResult, LeaderEpochEndEntry,
+    LeaderEpochEndRequest, LeaderEpochEndResponse, LeaderEpochEndResult, MetadataRequest,
+    MetadataResponse, OffsetsRequest, OffsetsResponse, PartitionInfo, ProduceEntry,
+    ProduceRequest, ProduceResponse, ProduceResult, ReplicaFetchEntry, ReplicaFetchRequest,
+    ReplicaFetchResponse, ReplicaFetchResult, TopicInfo, decode_request, decode_response,
     encode_error_response, encode_request, encode_response, encode_response_header)
 from broker.protocol.compression import Codec
 from broker.protocol.framing import FrameDecoder, encode_frame
@@ -208,6 +210,46 @@ def test_delete_topic_request():
     check_request(DeleteTopicRequest("t"), b"\x00\x01t")   # name: "t"
 
 
+def test_produce_request_with_acks_all():
+    check_request(
+        ProduceRequest(acks=api.Acks.ALL, timeout_ms=1000, entries=()),
+        b"".join([
+            b"\x03",                       # acks: 3 (ALL)
+            b"\x00\x00\x03\xe8",           # timeout_ms: 1000
+            b"\x00\x00\x00\x00",           # entries: array count 0
+        ]))
+
+
+def test_replica_fetch_request():
+    check_request(
+        ReplicaFetchRequest(replica_id=2, max_wait_ms=500, min_bytes=1,
+                            entries=(ReplicaFetchEntry("t", 1, 3, 48, 65536),)),
+        b"".join([
+            b"\x00\x00\x00\x02",           # replica_id: 2 (the follower's broker id)
+            b"\x00\x00\x01\xf4",           # max_wait_ms: 500
+            b"\x00\x00\x00\x01",           # min_bytes: 1
+            b"\x00\x00\x00\x01",           # entries: array count 1
+            b"\x00\x01", b"t",             #   topic: "t"
+            b"\x00\x00\x00\x01",           #   partition: 1
+            b"\x00\x00\x00\x03",           #   leader_epoch: 3
+            b"\x00\x00\x00\x00\x00\x00\x00\x30",  # offset: 48 (the follower's log end)
+            b"\x00\x01\x00\x00",           #   max_bytes: 65536
+        ]))
+
+
+def test_leader_epoch_end_request():
+    check_request(
+        LeaderEpochEndRequest(replica_id=2, entries=(LeaderEpochEndEntry("t", 1, 4, 3),)),
+        b"".join([
+            b"\x00\x00\x00\x02",           # replica_id: 2
+            b"\x00\x00\x00\x01",           # entries: array count 1
+            b"\x00\x01", b"t",             #   topic: "t"
+            b"\x00\x00\x00\x01",           #   partition: 1
+            b"\x00\x00\x00\x04",           #   current_leader_epoch: 4
+            b"\x00\x00\x00\x03",           #   epoch: 3 (whose end is asked)
+        ]))
+
+
 # --------------------------------------------------------------- responses
 
 def check_response(api_key: int, response, expected_body: bytes) -> None:
@@ -300,6 +342,77 @@ def test_metadata_response():
             b"\x00\x00\x00\x00\x00\x00\x00\x18",  # size_bytes: 24
             b"\x00\x00\x00\x01",           #     segments: 1
             b"\x00\x10\x00\x00",           # max_message_bytes: 1 MiB
+        ]))
+
+
+def test_replica_fetch_response():
+    check_response(
+        api.ApiKey.REPLICA_FETCH,
+        ReplicaFetchResponse((ReplicaFetchResult(
+            "t", 1, 0, "", leader_epoch=3, earliest=0, high_watermark=24, log_end=48,
+            epochs=(EpochStart(2, 0), EpochStart(3, 24)), message_set=MESSAGE_NO_KEY),)),
+        b"".join([
+            b"\x00\x00\x00\x01",           # results: array count 1
+            b"\x00\x01", b"t",             #   topic: "t"
+            b"\x00\x00\x00\x01",           #   partition: 1
+            b"\x00\x00",                   #   error: 0
+            b"\x00\x00",                   #   message: ""
+            b"\x00\x00\x00\x03",           #   leader_epoch: 3 (the leader's current)
+            b"\x00\x00\x00\x00\x00\x00\x00\x00",  # earliest: 0
+            b"\x00\x00\x00\x00\x00\x00\x00\x18",  # high_watermark: 24 (committed end)
+            b"\x00\x00\x00\x00\x00\x00\x00\x30",  # log_end: 48 (written end)
+            b"\x00\x00\x00\x02",           #   epochs: array count 2
+            b"\x00\x00\x00\x02",           #     epoch: 2
+            b"\x00\x00\x00\x00\x00\x00\x00\x00",  # start_offset: 0
+            b"\x00\x00\x00\x03",           #     epoch: 3
+            b"\x00\x00\x00\x00\x00\x00\x00\x18",  # start_offset: 24
+            b"\x00\x00\x00\x18",           #   message_set: bytes length 24
+            MESSAGE_NO_KEY,                #   message_set (read from offset 24)
+        ]))
+
+
+def test_replica_fetch_result_header_is_the_result_without_its_bytes():
+    head = api.encode_replica_fetch_result_header("t", 0, 18, "x", 5, 10, 24, 30, (), 0)
+    assert head == b"".join([
+        b"\x00\x01", b"t",                 # topic
+        b"\x00\x00\x00\x00",               # partition
+        b"\x00\x12",                       # error: 18 (FENCED_LEADER_EPOCH)
+        b"\x00\x01", b"x",                 # message
+        b"\x00\x00\x00\x05",               # leader_epoch: 5
+        b"\x00\x00\x00\x00\x00\x00\x00\x0a",  # earliest: 10
+        b"\x00\x00\x00\x00\x00\x00\x00\x18",  # high_watermark: 24
+        b"\x00\x00\x00\x00\x00\x00\x00\x1e",  # log_end: 30
+        b"\x00\x00\x00\x00",               # epochs: array count 0
+        b"\x00\x00\x00\x00",               # message_set: length 0
+    ])
+    # with a message set: its length last, its bytes left to the caller
+    assert api.encode_replica_fetch_result_header("t", 0, 0, "", 5, 0, 24, 24, ((5, 0),),
+                                                  24)[-16:] == b"".join([
+        b"\x00\x00\x00\x05",               # epoch: 5
+        b"\x00\x00\x00\x00\x00\x00\x00\x00",  # start_offset: 0
+        b"\x00\x00\x00\x18",               # message_set: length 24, bytes to follow
+    ])
+
+
+def test_leader_epoch_end_response():
+    check_response(
+        api.ApiKey.LEADER_EPOCH_END,
+        LeaderEpochEndResponse((LeaderEpochEndResult("t", 1, 0, "", 2, 24),
+                                LeaderEpochEndResult("u", 0, 19, "", -1, -1))),
+        b"".join([
+            b"\x00\x00\x00\x02",           # results: array count 2
+            b"\x00\x01", b"t",             #   topic: "t"
+            b"\x00\x00\x00\x01",           #   partition: 1
+            b"\x00\x00",                   #   error: 0
+            b"\x00\x00",                   #   message: ""
+            b"\x00\x00\x00\x02",           #   epoch: 2 (largest <= the asked one)
+            b"\x00\x00\x00\x00\x00\x00\x00\x18",  # end_offset: 24
+            b"\x00\x01", b"u",             #   topic: "u"
+            b"\x00\x00\x00\x00",           #   partition: 0
+            b"\x00\x13",                   #   error: 19 (UNKNOWN_LEADER_EPOCH)
+            b"\x00\x00",                   #   message: ""
+            b"\xff\xff\xff\xff",           #   epoch: -1
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",  # end_offset: -1
         ]))
 
 

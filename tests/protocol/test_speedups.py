@@ -73,7 +73,7 @@ def test_wrappers_between_plain_messages():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.text(alphabet="abcXYZ._-", min_size=1, max_size=20),
                           st.integers(-1, 50), values), max_size=4),
-       st.sampled_from([0, 1, 2]), st.integers(0, 2**31 - 1), st.one_of(st.none(), st.text(max_size=10)))
+       st.sampled_from([0, 1, 2, 3]), st.integers(0, 2**31 - 1), st.one_of(st.none(), st.text(max_size=10)))
 def test_produce_fast_path_matches_reference(entries, acks, cid, client_id):
     req = api.ProduceRequest(acks, 1000, tuple(api.ProduceEntry(t, p, M.encode_values(v, 5))
                                               for t, p, v in entries))
@@ -87,6 +87,26 @@ def test_produce_fast_path_matches_reference(entries, acks, cid, client_id):
     for (_t, _p, ms, info) in fast[3]:
         if info is not None:
             assert tuple(info) == tuple(M.py_validate_message_set(ms))
+
+
+def test_produce_fast_path_takes_acks_0_to_3_only():
+    """acks 3 (ALL) is a valid produce request: the C decoder takes it (the
+    same answer as the Python one); 4 and above it declines, and the Python
+    decoder refuses them."""
+    for acks in range(-1, 6):
+        entry = api.ProduceEntry("t", 0, M.encode_values([b"x"], 1))
+        req = api.ProduceRequest(acks, 1000, (entry,))
+        frame = api.encode_request(req, 7, "c")[4:]
+        fast = api.produce_frame_c(frame, 1 << 20)
+        if 0 <= acks <= 3:
+            assert fast is not None and fast[:3] == (7, acks, 1000)
+            assert api.decode_produce_frame(frame)[:3] == (7, acks, 1000)
+            assert api.decode_request(frame)[1] == req
+        else:
+            assert fast is None
+            assert api.decode_produce_frame(frame) is None
+            with pytest.raises(ProtocolError, match="unknown acks"):
+                api.decode_request(frame)
 
 
 def test_produce_fast_path_declines_what_it_does_not_handle():

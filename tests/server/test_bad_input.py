@@ -193,6 +193,34 @@ def test_a_request_that_does_not_parse_gets_an_error_with_its_correlation_id(
     assert victim.sizes() == before
 
 
+# The replication APIs: the codec knows them, this broker does not serve them
+# yet. A well-formed request is answered as an unknown API key is.
+NOT_SERVED = {
+    "replica fetch": api.ReplicaFetchRequest(
+        2, 0, 0, (api.ReplicaFetchEntry("t", 0, 1, 0, 1024),)),
+    "leader epoch end": api.LeaderEpochEndRequest(
+        2, (api.LeaderEpochEndEntry("t", 0, 1, 1),)),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_SERVED), ids=list(NOT_SERVED))
+def test_a_replication_request_is_unsupported_for_now(module_broker, good_client, victim, case):
+    request = NOT_SERVED[case]
+    before = victim.sizes()
+    with raw_socket(module_broker.address) as sock:
+        sock.sendall(api.encode_request(request, 4242, "raw"))
+        cid, response = api.decode_response(request.API, read_frame(sock))
+        assert cid == 4242
+        assert isinstance(response, api.ErrorResponse)
+        assert response.error == ErrorCode.UNSUPPORTED_VERSION, response.message
+        assert request.API.name.lower() in response.message
+        sock.sendall(api.encode_request(api.MetadataRequest((victim.topic,)), 4243, "raw"))
+        cid, meta = api.decode_response(ApiKey.METADATA, read_frame(sock))
+        assert cid == 4243 and meta.topics[0].name == victim.topic
+    good_client.keeps_going()
+    assert victim.sizes() == before
+
+
 def test_one_bad_crc_rejects_the_whole_message_set(victim):
     before = victim.sizes()
     good = message_set([b"one", b"two", b"three", b"four"])

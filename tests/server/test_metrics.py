@@ -10,8 +10,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.client.consumer import Consumer
 from broker.client.producer import Producer
+from broker.protocol import api
+from broker.protocol.errors import ErrorCode
 
-from broker_helpers import connect, fetch, log_sizes, metric, scrape_metrics
+from broker_helpers import (connect, fetch, log_sizes, metric, raw_socket, read_frame,
+                            scrape_metrics)
 
 COUNTERS = ("messages_in", "bytes_in", "bytes_out", "messages_out", "requests", "request_errors",
             "flushes", "page_cache_dropped_bytes", "sendfile_bytes", "validations_off_loop",
@@ -79,6 +82,22 @@ def test_error_results_are_counted_by_api_and_error(broker, admin):
     m = scrape_metrics(broker.metrics_port)
     assert metric(m, "samsa_request_errors_total", api="fetch",
                   error="UNKNOWN_TOPIC_OR_PARTITION") == 1
+
+
+def test_replication_requests_are_counted_under_their_own_api(broker):
+    """ReplicaFetch and LeaderEpochEnd decode but are not served yet: each is
+    counted under its API's name, with its UNSUPPORTED_VERSION answer."""
+    requests = [api.ReplicaFetchRequest(1, 0, 0, ()), api.LeaderEpochEndRequest(1, ())]
+    with raw_socket(broker.address) as sock:
+        for i, request in enumerate(requests):
+            sock.sendall(api.encode_request(request, i, "raw"))
+            cid, response = api.decode_response(request.API, read_frame(sock))
+            assert (cid, response.error) == (i, ErrorCode.UNSUPPORTED_VERSION)
+    m = scrape_metrics(broker.metrics_port)
+    for name in ("replica_fetch", "leader_epoch_end"):
+        assert metric(m, "samsa_requests_total", api=name) == 1
+        assert metric(m, "samsa_request_errors_total", api=name,
+                      error="UNSUPPORTED_VERSION") == 1
 
 
 def test_every_family_is_exposed_as_before(broker, admin):
