@@ -262,7 +262,7 @@ class ClusterView:
                 self._replicated_watches.add(topic)
                 try:
                     DataWatch(self.client, paths.replicated_topic_path(topic),
-                              lambda data, _stat, t=topic: self._on_assignment(t, data))
+                              lambda data, _stat, _event, t=topic: self._on_assignment(t, data))
                 except (KazooException, KazooTimeoutError) as exc:
                     log.warning("cluster: watching replicated topic %r: %s", topic,
                                 type(exc).__name__)
@@ -286,7 +286,7 @@ class ClusterView:
             if (topic, p) not in self._state_watches:
                 self._state_watches.add((topic, p))
                 DataWatch(self.client, paths.partition_state_path(topic, p),
-                          lambda d, _s, t=topic, p=p: self._on_partition_state(t, p, d))
+                          lambda d, _s, _event, t=topic, p=p: self._on_partition_state(t, p, d))
         with self._lock:
             self._replicated[topic] = count
         self._notify()

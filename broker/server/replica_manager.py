@@ -213,7 +213,7 @@ class ReplicaManager:
             if topic not in self._watched_topics:
                 self._watched_topics.add(topic)
                 DataWatch(self.client, paths.replicated_topic_path(topic),
-                          lambda data, stat, t=topic: self._on_assignment(t, data))
+                          lambda data, _stat, _event, t=topic: self._on_assignment(t, data))
 
     def _on_assignment(self, topic: str, data: bytes | None) -> bool | None:
         if data is None:
@@ -230,7 +230,7 @@ class ReplicaManager:
             if self.broker_id in replicas and (topic, p) not in self._watched_states:
                 self._watched_states.add((topic, p))
                 DataWatch(self.client, paths.partition_state_path(topic, p),
-                          lambda d, s, t=topic, p=p: self._on_state(t, p, d, s))
+                          lambda d, s, _event, t=topic, p=p: self._on_state(t, p, d, s))
         return None
 
     def _on_state(self, topic: str, partition: int, data: bytes | None, stat) -> bool | None:

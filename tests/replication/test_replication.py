@@ -38,6 +38,19 @@ def read_all(cluster, topic: str, partition: int) -> list[bytes]:
         return values_of(read_partition(conn, topic, partition))
 
 
+def read_back(cluster, topic: str, partition: int, values: list[bytes]) -> None:
+    """Wait until the partition reads ``values`` exactly (acks=all answers
+    once the in-sync replicas have them; consumers see them once the leader
+    also flushed them, flush_ms later)."""
+    got = []
+
+    def same() -> bool:
+        got[:] = read_all(cluster, topic, partition)
+        return got == values
+    wait_until(same, 20, what=lambda: f"{topic}/{partition} to read {len(values)} values; "
+                                      f"it reads {len(got)}: {got[-3:]}")
+
+
 def test_followers_copy_the_leader_byte_for_byte(clusters):
     cluster = clusters("copy", brokers=3, settings=REPLICATED)
     create_replicated(cluster, "events", partitions=2, replication_factor=3)
@@ -47,7 +60,8 @@ def test_followers_copy_the_leader_byte_for_byte(clusters):
         values = [f"p{p}-{i}".encode() * (i % 7 + 1) for i in range(300)]
         results = produce_values(cluster, "events", p, values)
         assert [r.error for r in results] == [0] * 300
-        assert read_all(cluster, "events", p) == values
+        # acknowledged: every in-sync replica has it; visible once also flushed
+        read_back(cluster, "events", p, values)
         hw = assert_replicas_identical(cluster, "events", p)
         assert hw == results[-1].end_offset
     # each partition leads from its preferred replica, spread over brokers
@@ -105,7 +119,7 @@ def test_acks_all_needs_min_insync_replicas(clusters):
     assert "min.insync.replicas=2" in r.message
     # weaker acknowledgements are still taken, and nothing was appended before
     assert produce_values(cluster, "t", 0, [b"written"], Acks.WRITTEN)[0].error == 0
-    assert read_all(cluster, "t", 0) == [b"ok", b"written"]
+    read_back(cluster, "t", 0, [b"ok", b"written"])
 
 
 def test_leader_killed_an_in_sync_follower_leads_and_nothing_acknowledged_is_lost(clusters):
@@ -123,7 +137,7 @@ def test_leader_killed_an_in_sync_follower_leads_and_nothing_acknowledged_is_los
         cluster.brokers[old].kill()
         new = wait_serving(cluster, "t", 0, not_on={old})
         assert state(cluster, "t", 0).leader_epoch > epoch
-        assert read_all(cluster, "t", 0) == acked
+        read_back(cluster, "t", 0, acked)
         # the killed broker comes back as a follower and catches up
         cluster.brokers[old].start()
         wait_in_sync(cluster, "t", 0, {0, 1, 2})
@@ -145,6 +159,10 @@ def test_returning_leader_truncates_its_unreplicated_tail(clusters):
     follower = cluster.brokers[1 - old]
     follower.proc.send_signal(signal.SIGSTOP)
     try:
+        # the follower's fetch parked at the leader is answered (empty) after
+        # replica_fetch_wait_ms; only then is nothing on its way to it that
+        # would bring the tail along when it resumes (no event tells it)
+        time.sleep(3 * REPLICATED["replica_fetch_wait_ms"] / 1000)
         tail = produce_values(cluster, "t", 0, [b"lost-1", b"lost-2"], Acks.WRITTEN)
         assert all(r.error == 0 for r in tail)
         wait_until(lambda: log_end_on_disk(cluster.brokers[old], "t", 0) >= tail[-1].end_offset,
@@ -157,7 +175,7 @@ def test_returning_leader_truncates_its_unreplicated_tail(clusters):
     assert produce_values(cluster, "t", 0, [b"after-1", b"after-2", b"after-3"])[0].error == 0
     cluster.brokers[old].start()
     wait_in_sync(cluster, "t", 0, {0, 1})
-    assert read_all(cluster, "t", 0) == [b"committed", b"after-1", b"after-2", b"after-3"]
+    read_back(cluster, "t", 0, [b"committed", b"after-1", b"after-2", b"after-3"])
     assert_replicas_identical(cluster, "t", 0)
     _earliest, data = replica_bytes(cluster.brokers[old], "t", 0)
     assert b"lost-1" not in data
@@ -196,7 +214,7 @@ def test_clean_shutdown_hands_leadership_over_first(clusters):
     assert new == 1 - old and state(cluster, "t", 0).leader_epoch == epoch + 1
     # well within the session timeout (4 s): the broker wrote the change itself
     assert took < 3, took
-    assert read_all(cluster, "t", 0) == [b"before"]
+    read_back(cluster, "t", 0, [b"before"])
 
 
 @pytest.mark.parametrize("racks", [("a", "a", "b", "b")])
