@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from broker.client.admin import AdminClient
 from broker.coordination.cluster import ClusterView
-from broker.coordination.paths import parse_broker_partition
 from broker.coordination.zk import make_client, start_client
 
 from hadoop_loader import state
@@ -46,15 +45,15 @@ class PlanError(RuntimeError):
 @dataclass(frozen=True)
 class WorkUnit:
     topic: str
-    broker_id: int
-    partition: int
-    address: str          # the broker's host:port
+    name: str             # the partition's name: "b-p", or a replicated partition's "p"
+    partition: int        # its number on the broker that serves it
+    address: str          # that broker's host:port (a replicated partition's leader)
     start: int
     end: int
 
     @property
     def key(self) -> str:
-        return state.key(self.topic, self.broker_id, self.partition)
+        return state.key(self.topic, self.name)
 
     @property
     def size(self) -> int:
@@ -117,13 +116,13 @@ def _cluster(zookeeper: str):
         client.close()
 
 
-def _units(topic: str, broker_id: int, partition: int, address: str, admin, start: int,
+def _units(topic: str, name: str, partition: int, address: str, admin, start: int,
            end: int, max_unit_bytes: int, stamp: int) -> list[WorkUnit]:
     """[start, end) as work units of at most ``max_unit_bytes`` where segment
     starts allow."""
     segments = admin.offsets(topic, partition, stamp, max_offsets=100_000) \
         if end - start > max_unit_bytes else []
-    return [WorkUnit(topic, broker_id, partition, address, a, b)
+    return [WorkUnit(topic, name, partition, address, a, b)
             for a, b in split_range(start, end, segments, max_unit_bytes)]
 
 
@@ -143,14 +142,14 @@ def plan(zookeeper: str, committed: dict[str, int], *, whitelist: str = ".*",
             if not loaded(topic):
                 continue
             for bp in view.partitions(topic):
-                broker_id, partition = parse_broker_partition(bp)
-                address = view.address(broker_id)
+                broker_id, partition = view.locate(topic, bp)
+                address = view.address(broker_id) if broker_id is not None else None
                 if address is None:
-                    continue
+                    continue              # no leader now: the next load takes it
                 admin = admin_for(address)
                 earliest = admin.earliest_offset(topic, partition)
                 latest = admin.latest_offset(topic, partition)
-                k = state.key(topic, broker_id, partition)
+                k = state.key(topic, bp)
                 start = committed.get(k, earliest)
                 if start < earliest:
                     if on_retention_gap == "fail":
@@ -167,7 +166,7 @@ def plan(zookeeper: str, committed: dict[str, int], *, whitelist: str = ".*",
                                     f"partition's end {latest} (was the topic re-created?)")
                 ends[k] = latest
                 if latest > start:
-                    units += _units(topic, broker_id, partition, address, admin, start,
+                    units += _units(topic, bp, partition, address, admin, start,
                                     latest, max_unit_bytes, stamp)
     return Plan(units, ends, skipped)
 
@@ -188,11 +187,14 @@ def plan_ranges(zookeeper: str, ranges: dict[str, list[list[int]]], *,
     cut: list[str] = []
     with _cluster(zookeeper) as (view, admin_for):
         for k, spans in sorted(ranges.items()):
-            topic, broker_id, partition = state.parse_key(k)
-            address = view.address(broker_id)
+            topic, name = state.parse_key(k)
+            broker_id, partition = view.locate(topic, name)
+            address = view.address(broker_id) if broker_id is not None else None
             if address is None:
                 raise PlanError(f"{k}: broker {broker_id} is not registered in the cluster: "
-                                f"its ranges cannot be read again")
+                                f"its ranges cannot be read again" if broker_id is not None
+                                else f"{k}: the partition has no leader now: its ranges "
+                                     f"cannot be read again")
             admin = admin_for(address)
             earliest = admin.earliest_offset(topic, partition)
             latest = admin.latest_offset(topic, partition)
@@ -205,7 +207,7 @@ def plan_ranges(zookeeper: str, ranges: dict[str, list[list[int]]], *,
                 raise PlanError(f"{k}: the rows were read up to offset {last}, beyond the "
                                 f"partition's end {latest} (was the topic re-created?)")
             for start, end in spans:
-                units += _units(topic, broker_id, partition, address, admin, start, end,
+                units += _units(topic, name, partition, address, admin, start, end,
                                 max_unit_bytes, stamp)
     if cut:
         raise RetentionCut("; ".join(cut))

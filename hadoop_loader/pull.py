@@ -66,7 +66,7 @@ def stage_units(units, output: str, staging: str, registry_url: str, fetch_bytes
         for unit in units:
             values, offsets, stamps = pull_unit(unit, fetch_bytes)
             by_schema, bad = split_envelopes(values)
-            name = f"{unit.broker_id}-{unit.partition}-{unit.start}"
+            name = f"{unit.name}-{unit.start}"
             staged = {}
             for sid, bodies in by_schema.items():
                 try:
@@ -84,8 +84,8 @@ def stage_units(units, output: str, staging: str, registry_url: str, fetch_bytes
                 import fastavro
                 with out.open_output(staging, "errors", unit.topic, f"{name}.avro") as f:
                     fastavro.writer(f, fastavro.parse_schema(ERROR_SCHEMA), [
-                        {"topic": unit.topic, "broker_partition": f"{unit.broker_id}-"
-                         f"{unit.partition}", "offset": offsets[i], "error": why,
+                        {"topic": unit.topic, "broker_partition": unit.name,
+                         "offset": offsets[i], "error": why,
                          "value": values[i]} for i, why in sorted(bad)], codec="deflate")
             tallies: dict = {}
             ids: dict = {}

@@ -13,7 +13,9 @@ on HDFS and S3 a check, then a write); its sequence number is one more than
 the last. The newest commit is the loader's position; older ones are kept (a short
 history) and pruned beyond ``keep``. The offsets are keyed by
 ``"topic/broker_id-partition"`` (a broker-partition, as the consumer names
-it): where the next load starts reading each.
+it), or ``"topic/partition"`` for a partition of a replicated topic (whoever
+leads it: byte offsets are the same on every replica): where the next load
+starts reading each.
 
 A load writes its data first and commits its offsets last: a run that dies
 before the commit leaves the previous position, and the next run loads the
@@ -68,14 +70,15 @@ def hour_partition(topic: str, hour_ms: int) -> str:
     return f"{topic}/date={date}/hour={hh}"
 
 
-def key(topic: str, broker_id: int, partition: int) -> str:
-    return f"{topic}/{broker_id}-{partition}"
+def key(topic: str, name: str) -> str:
+    """The key of a partition, by its name ("b-p", or a replicated one's "p")."""
+    return f"{topic}/{name}"
 
 
-def parse_key(text: str) -> tuple[str, int, int]:
-    topic, _, bp = text.rpartition("/")
-    broker, _, partition = bp.partition("-")
-    return topic, int(broker), int(partition)
+def parse_key(text: str) -> tuple[str, str]:
+    """(topic, partition name) of a key."""
+    topic, _, name = text.rpartition("/")
+    return topic, name
 
 
 class OffsetStore:

@@ -26,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "consume, as a consumer group through ZooKeeper, every topic of the "
                     "source clusters that matches --whitelist (and not --blacklist), and "
                     "produce it into the target with the same key, timestamp and value. "
-                    "Source offsets are committed only once the target has flushed the "
-                    "copies: a crash re-sends (duplicates), never skips. Run several "
+                    "Source offsets are committed only once the target acknowledged the "
+                    "copies (acks=all: every in-sync replica, or flushed where unreplicated): a crash re-sends (duplicates), never skips. Run several "
                     "processes with the same --group to share the partitions. Stops "
                     "cleanly on SIGTERM/SIGINT; exits 1 when a send fails for good.",
         epilog="Examples:\n"

@@ -59,7 +59,7 @@ class MirrorConfig:
     compressed wrappers, or corrupt data, takes the decoding path either
     way; false forces it for everything (the copies are the same)."""
     max_unacknowledged: int = 200_000
-    """Messages sent to the target and not yet acknowledged as flushed: the window
+    """Messages sent to the target and not yet acknowledged (acks=all): the window
     re-sent (as duplicates) after a crash; fetching pauses when it is full."""
     commit_interval_ms: int = 1000
     """How often acknowledged source offsets are committed to ZooKeeper."""

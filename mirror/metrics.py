@@ -6,7 +6,7 @@ lock; a collector turns them into metric families when Prometheus scrapes.
 Per source partition ("source", "topic", "partition" = broker-partition):
 
   samsa_mirror_messages_total, samsa_mirror_bytes_total
-        copied and acknowledged (flushed) by the target: rate() = throughput
+        copied and acknowledged (acks=all) by the target: rate() = throughput
   samsa_mirror_lag_bytes        source log end - next offset to copy, for every
                                 partition of the group's topics, owned by this
                                 process, another or nobody (each process reports
@@ -16,7 +16,7 @@ Per source partition ("source", "topic", "partition" = broker-partition):
                                 the partition's mean message size so far
   samsa_mirror_record_age_seconds  now - timestamp of the last message copied,
                                 when it was written to the target
-Per source: samsa_mirror_unacknowledged_messages (sent, not yet flushed by the
+Per source: samsa_mirror_unacknowledged_messages (sent, not yet acknowledged by the
 target), samsa_mirror_resent_messages_total (sent again after a retriable
 failure: an upper bound on the duplicates it caused), samsa_mirror_send_errors_total,
 samsa_mirror_corrupt_skipped_bytes_total (corrupt source data skipped, on_corrupt=skip),
@@ -120,9 +120,9 @@ class MirrorMetrics:
     def _families(self):
         labels = ["source", "topic", "partition"]
         for name, doc, data in (
-                ("samsa_mirror_messages", "Messages copied and flushed in the target",
+                ("samsa_mirror_messages", "Messages copied and acknowledged by the target",
                  self.messages),
-                ("samsa_mirror_bytes", "Payload bytes copied and flushed in the target",
+                ("samsa_mirror_bytes", "Payload bytes copied and acknowledged by the target",
                  self.bytes)):
             family = CounterMetricFamily(name, doc, labels=labels)
             for key, value in data.items():
@@ -152,7 +152,7 @@ class MirrorMetrics:
         yield age
         for name, doc, data in (
                 ("samsa_mirror_unacknowledged_messages",
-                 "Messages sent to the target and not yet flushed there", self.unacknowledged),):
+                 "Messages sent to the target and not yet acknowledged", self.unacknowledged),):
             family = GaugeMetricFamily(name, doc, labels=["source"])
             for source, value in data.items():
                 family.add_metric([source], value)

@@ -3,7 +3,7 @@ source, the target writer, and the window of messages in between.
 
 The rule that makes the mirror lose nothing: a source offset is acknowledged
 to the group (and so committed to ZooKeeper) only after every message before
-it has been acknowledged by the target as *flushed*. Chunks are sent in the
+it has been acknowledged by the target (acks=all: docs/mirror.md). Chunks are sent in the
 order they were fetched and acknowledged in that order too, even when a later
 chunk's batches finish first; a chunk whose send failed is sent again, whole,
 after a back-off (its messages that did arrive become duplicates), and the

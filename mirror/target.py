@@ -1,7 +1,9 @@
 """The target cluster as the mirror writes to it: topics created on first
 use (with the configured partition count, on every live broker, marked as
-mirrored), messages routed as any producer would route them (a key to its
-key's broker-partition), acknowledged only once flushed.
+mirrored; through one broker, cluster-wide, where the brokers replicate),
+messages routed as any producer would route them (a key to its key's
+partition), acknowledged with acks=all (every in-sync replica of a
+replicated topic; flushed on an unreplicated one).
 
 Never retries forever itself: a failed batch comes back to the mirror, which
 decides (re-send after a back-off, or stop).
@@ -44,8 +46,10 @@ class TargetUnavailable(SamsaError):
 
 
 def _holders(view, topic: str) -> set[int]:
-    """The live brokers that hold partitions of ``topic``."""
-    return {paths.parse_broker_partition(bp)[0] for bp in view.partitions(topic)}
+    """The live brokers that hold partitions of ``topic`` (an unreplicated
+    one: a replicated topic is the cluster's, not its brokers')."""
+    return {paths.parse_broker_partition(bp)[0] for bp in view.partitions(topic)
+            if not bp.isdigit()}
 
 
 class TargetCluster:
@@ -55,7 +59,7 @@ class TargetCluster:
         self.ref = ref
         self.config = config
         self.producer = ClusterProducer(ref.zookeeper, ProducerConfig(
-            client_id=f"mirror-{config.group}", acks="flushed", batch_size=config.batch_size,
+            client_id=f"mirror-{config.group}", acks="all", batch_size=config.batch_size,
             batch_bytes=4 << 20, linger_ms=config.linger_ms, max_in_flight=32,
             # throughput over order under retries: the mirror re-sends whole
             # chunks itself, so its order holds only without failures anyway
@@ -84,7 +88,8 @@ class TargetCluster:
                                         f"registered at {self.ref.zookeeper}")
             holders = _holders(self.cluster, topic)
             for broker_id, (host, port) in sorted(brokers.items()):
-                if broker_id in holders:
+                if broker_id in holders or self.cluster.is_replicated(topic):
+                    # a broker of a replicating cluster creates it cluster-wide
                     continue
                 try:
                     with AdminClient(f"{host}:{port}", "samsa-mirror", request_timeout=10) as a:
@@ -98,7 +103,8 @@ class TargetCluster:
                     raise TargetUnavailable(f"cannot create {topic} on target broker "
                                             f"{broker_id}: {exc}") from None
             if not self.cluster.wait_for(
-                    lambda view: set(brokers) <= _holders(view, topic) or not view.brokers(),
+                    lambda view: set(brokers) <= _holders(view, topic) or not view.brokers()
+                    or view.is_replicated(topic),
                     timeout=15):
                 raise TargetUnavailable(f"topic {topic} did not appear in the target's "
                                         f"ZooKeeper in time")

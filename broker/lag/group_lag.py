@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Protocol
 
-from broker.coordination import paths
 from broker.protocol.errors import SamsaError
 
 from broker.client.admin import AdminClient
@@ -28,11 +27,13 @@ from broker.client.connection import BrokerConnectionError
 class BrokerAddresses(Protocol):
     def address(self, broker_id: int) -> str | None: ...
 
+    def locate(self, topic: str, name: str) -> tuple[int | None, int]: ...
+
 
 @dataclass(frozen=True)
 class PartitionLag:
     topic: str
-    partition: str              # the broker-partition "b-p"
+    partition: str              # the broker-partition "b-p", or a replicated one's number
     position: int | None        # where the group stands (None: nothing known)
     log_end: int | None         # the partition's latest offset (None: unreachable)
     lag: int | None             # bytes behind (None when unknown)
@@ -79,12 +80,13 @@ def partition_lags(brokers: BrokerAddresses, partitions: Iterable[tuple[str, str
     offset (and is marked ``uncommitted``); otherwise its lag is None."""
     out = []
     for topic, bp in partitions:
-        broker_id, partition = paths.parse_broker_partition(bp)
+        broker_id, partition = brokers.locate(topic, bp)
         position = positions.get((topic, bp))
-        address = brokers.address(broker_id)
+        address = brokers.address(broker_id) if broker_id is not None else None
         if address is None:
             out.append(PartitionLag(topic, bp, position, None, None,
-                                    error=f"broker {broker_id} is not in the cluster"))
+                                    error=f"broker {broker_id} is not in the cluster"
+                                    if broker_id is not None else "the partition has no leader"))
             continue
         try:
             admin = pool.get(address)

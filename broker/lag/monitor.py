@@ -193,17 +193,21 @@ class LagMonitor:
         """{(topic, bp, offset): result}: one Fetch per broker for every
         (topic, broker-partition, offset) it holds; errors by broker."""
         by_broker: dict[int, list[tuple[str, str, int]]] = {}
+        errors = []
         for topic, bp, offset in wanted:
-            by_broker.setdefault(paths.parse_broker_partition(bp)[0], []).append(
-                (topic, bp, offset))
-        out, errors = {}, []
+            broker_id, _partition = self.cluster.locate(topic, bp)
+            if broker_id is None:
+                errors.append(f"{topic}/{bp} has no leader")
+                continue
+            by_broker.setdefault(broker_id, []).append((topic, bp, offset))
+        out = {}
         for broker_id, entries in by_broker.items():
             address = self.cluster.address(broker_id)
             if address is None:
                 errors.append(f"broker {broker_id} is not registered")
                 continue
             request = api.FetchRequest(0, 0, tuple(
-                api.FetchEntry(t, paths.parse_broker_partition(bp)[1], offset, HEADER_BYTES)
+                api.FetchEntry(t, self.cluster.locate(t, bp)[1], offset, HEADER_BYTES)
                 for t, bp, offset in entries))
             try:
                 response = self._conn(address).request(request)

@@ -430,11 +430,11 @@ def _seconds(value: float | None) -> str:
 
 def _offset_of(cluster, topic: str, bp: str, time_ms: int) -> int:
     """A partition's earliest/latest offset, or the first one at or before a time."""
-    from broker.coordination import paths
-    broker_id, partition = paths.parse_broker_partition(bp)
-    address = cluster.address(broker_id)
+    broker_id, partition = cluster.locate(topic, bp)
+    address = cluster.address(broker_id) if broker_id is not None else None
     if address is None:
-        raise SamsaError(ErrorCode.UNKNOWN, f"broker {broker_id} is not in the cluster")
+        raise SamsaError(ErrorCode.UNKNOWN, f"broker {broker_id} is not in the cluster"
+                         if broker_id is not None else f"{topic}/{bp} has no leader now")
     with AdminClient(address) as admin:
         offsets = admin.offsets(topic, partition, time_ms)
         if not offsets and time_ms >= 0:
@@ -459,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="partition to write (default: by key hash, else sticky per batch)")
     p.add_argument("--key-separator", metavar="SEP",
                    help="split each line at the first SEP into key and value")
-    p.add_argument("--acks", choices=["none", "written", "flushed"], default="written",
+    p.add_argument("--acks", choices=["none", "written", "flushed", "all"], default="written",
                    help="acknowledgement mode (default written)")
     p.add_argument("--batch-size", type=int, default=200, help="messages per batch (200)")
     p.add_argument("--linger-ms", type=int, default=5, help="batch linger time (5)")

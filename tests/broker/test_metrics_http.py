@@ -22,8 +22,8 @@ from broker.service_kit.metrics_http import serve_metrics
 from mirror.metrics import MirrorMetrics
 
 MIRROR_FAMILIES = {
-    "samsa_mirror_messages": ("counter", "Messages copied and flushed in the target"),
-    "samsa_mirror_bytes": ("counter", "Payload bytes copied and flushed in the target"),
+    "samsa_mirror_messages": ("counter", "Messages copied and acknowledged by the target"),
+    "samsa_mirror_bytes": ("counter", "Payload bytes copied and acknowledged by the target"),
     "samsa_mirror_lag_bytes": ("gauge", "Bytes of the source partition not yet copied"),
     "samsa_mirror_lag_messages": ("gauge", "Messages of the source partition not yet copied "
                                            "(estimated: bytes behind / mean message size)"),
@@ -33,7 +33,7 @@ MIRROR_FAMILIES = {
     "samsa_mirror_record_age_seconds": ("gauge", "now - timestamp of the last message "
                                                  "copied, when written"),
     "samsa_mirror_unacknowledged_messages": ("gauge", "Messages sent to the target and not "
-                                                      "yet flushed there"),
+                                                      "yet acknowledged"),
     "samsa_mirror_resent_messages": ("counter", "Messages sent again after a retriable "
                                                 "failure"),
     "samsa_mirror_corrupt_skipped_bytes": ("counter", "Corrupt source bytes skipped "

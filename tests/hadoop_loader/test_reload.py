@@ -168,8 +168,8 @@ def test_an_hour_cut_by_retention_is_refused_and_left_as_it_was(clusters, spark,
 def test_hour_records_merge_and_a_run_adds_its_ranges_to_the_hours_it_wrote(tmp_path):
     assert state.merge_ranges([[5, 9], [0, 3], [3, 4], [8, 12], [20, 21]]) == \
         [[0, 4], [5, 12], [20, 21]]
-    units = [WorkUnit("a", 0, 0, "h:1", 100, 200), WorkUnit("a", 0, 0, "h:1", 200, 250),
-             WorkUnit("a", 0, 1, "h:1", 7, 9), WorkUnit("b", 1, 0, "h:2", 0, 40)]
+    units = [WorkUnit("a", "0-0", 0, "h:1", 100, 200), WorkUnit("a", "0-0", 0, "h:1", 200, 250),
+             WorkUnit("a", "0-1", 1, "h:1", 7, 9), WorkUnit("b", "1-0", 0, "h:2", 0, 40)]
     rows = {"a": {"2027-01-15/08": 3, "2027-01-15/09": 1}, "b": {"2027-01-15/09": 2}}
     added = job.hour_ranges(units, rows)
     assert added == {"2027-01-15/08": {"a/0-0": [100, 250], "a/0-1": [7, 9]},

@@ -15,8 +15,9 @@ def test_no_commit_before_the_first_load(tmp_path):
 
 def test_commits_merge_and_keep_a_short_history(tmp_path):
     store = OffsetStore(str(tmp_path), keep=3)
-    a, b = key("page_views", 0, 1), key("searches", 2, 0)
-    assert (a, parse_key(a)) == ("page_views/0-1", ("page_views", 0, 1))
+    a, b = key("page_views", "0-1"), key("searches", "3")
+    assert (a, parse_key(a)) == ("page_views/0-1", ("page_views", "0-1"))
+    assert (b, parse_key(b)) == ("searches/3", ("searches", "3"))      # replicated
     store.commit({a: 100}, run="r1")
     store.commit({b: 50}, run="r2")
     latest = store.commit({a: 300}, run="r3", extra={"rows": 12})
