@@ -11,16 +11,26 @@ States (on each broker; kazoo's session drives the edges)::
                state right (below) on each change of the live brokers or the
                replicated topics, and every ``check_interval`` s as a safety net.
 
-What "right" means, per partition (replica_state.choose_leader):
-  * its leader is live: in-sync replicas that are no longer live are taken
-    out of the in-sync set (the leader would shrink it anyway after its lag
-    time; done at once, so that acks=all writes stop waiting on a dead one);
-  * its leader is gone (or there is none): the first live in-sync replica in
-    assignment order leads, with the epoch raised and the in-sync set cut to
-    the live ones; with none live, unclean election (if the topic or the
-    broker allows it) takes a live out-of-sync replica, which loses what it
-    lacks; otherwise the partition is offline (leader -1) and keeps its last
-    in-sync set, so the first of them to return leads again.
+A broker *restarted* since a partition's state was written (its
+registration's czxid is newer than the state's mzxid: a new process, or a
+session that expired) no longer counts as in sync: what it had may be gone
+(a wiped disk) or was never flushed. What "right" means, per partition
+(replica_state.choose_leader):
+  * its leader is live and not restarted: in-sync replicas that are gone or
+    restarted are taken out of the in-sync set (the leader would shrink it
+    anyway after its lag time; done at once, so that acks=all writes stop
+    waiting on a dead one);
+  * its leader is gone or restarted (or there is none): the first live
+    in-sync replica that did not restart leads, in assignment order, with
+    the epoch raised and the in-sync set cut to those; if every live
+    in-sync replica restarted (all replicas down and back), the first of
+    them leads again, alone in the set (it has what was committed, unless
+    its disk was lost); with none live, unclean election (if the topic or
+    the broker allows it) takes a live out-of-sync replica, which loses what
+    it lacks; otherwise the partition is offline (leader -1) and keeps its
+    last in-sync set, so the first of them to return leads again. A
+    restarted leader is always written again with a new epoch: a broker acts
+    as leader only on a state written after it registered.
 Every write is a compare-and-set on the state node's version, so a write of
 the leader's (an in-sync change) or of a controller that lost its session
 meanwhile is never overwritten unseen: on a failed set the pass runs again.
@@ -195,7 +205,12 @@ class Controller:
     def _pass(self) -> None:
         """Put every replicated partition's state right (module docstring)."""
         zk = self.client
-        live = {int(c) for c in zk.get_children(paths.BROKER_IDS) if c.isdigit()}
+        live = {}                        # broker id -> czxid of its registration
+        for child in zk.get_children(paths.BROKER_IDS):
+            if child.isdigit():
+                stat = zk.exists(paths.broker_id_path(int(child)))
+                if stat is not None:
+                    live[int(child)] = stat.czxid
         offline = 0
         again = False
         for topic in zk.get_children(paths.REPLICATED_TOPICS):
@@ -224,7 +239,7 @@ class Controller:
             self._dirty.set()
 
     def _fix_partition(self, topic: str, partition: int, replicas: tuple[int, ...],
-                       live: set[int], unclean: bool) -> int:
+                       live: dict[int, int], unclean: bool) -> int:
         """Make one partition's state right; returns its leader."""
         zk = self.client
         path = paths.partition_state_path(topic, partition)
@@ -236,21 +251,26 @@ class Controller:
             # transaction, so only a node deleted by hand): start it afresh
             isr = tuple(b for b in replicas if b in live) or replicas
             state = PartitionState(NO_LEADER, 0, isr, self.epoch)
-            leader, _ = choose_leader(replicas, isr, live)
+            leader, _ = choose_leader(replicas, isr, set(live))
             state = state.with_leader(leader, isr, self.epoch)
             zk.create(path, state.to_json(), makepath=True)
             return leader
         except ValueError as exc:
             log.error("controller: ignoring %s: %s", path, exc)
             return NO_LEADER
-        if state.leader != NO_LEADER and state.leader in live:
-            isr = tuple(b for b in state.isr if b in live)
+        steady = {b for b, czxid in live.items() if czxid < stat.mzxid}   # not restarted since
+        if state.leader != NO_LEADER and state.leader in steady:
+            isr = tuple(b for b in state.isr if b in steady)
             if isr != state.isr:
                 zk.set(path, state.with_isr(isr).to_json(), version=stat.version)
-                log.info("controller: %s/%d in-sync replicas %s -> %s (brokers gone)", topic,
-                         partition, list(state.isr), list(isr))
+                log.info("controller: %s/%d in-sync replicas %s -> %s (brokers gone or "
+                         "restarted)", topic, partition, list(state.isr), list(isr))
             return state.leader
-        leader, was_unclean = choose_leader(replicas, state.isr, live, unclean)
+        in_sync = tuple(b for b in state.isr if b in steady)
+        if not in_sync:
+            # every live in-sync replica restarted: the first of them leads again
+            in_sync = tuple(b for b in state.isr if b in live)[:1]
+        leader, was_unclean = choose_leader(replicas, in_sync, set(live), unclean)
         if leader == NO_LEADER:
             if state.leader != NO_LEADER:
                 # the leader is gone and no in-sync replica is live: offline,
@@ -261,7 +281,7 @@ class Controller:
                           "in-sync replica %s is live", topic, partition, state.leader,
                           list(state.isr), extra={"event": "partition_offline"})
             return NO_LEADER
-        isr = (leader,) if was_unclean else tuple(b for b in state.isr if b in live)
+        isr = (leader,) if was_unclean else in_sync
         new = state.with_leader(leader, isr, self.epoch)
         zk.set(path, new.to_json(), version=stat.version)
         self.stats.elections += 1

@@ -22,6 +22,13 @@ Every change of the wanted state (topics created or deleted) and every
 (re)connection wakes one worker thread that *reconciles* ZooKeeper to the
 wanted state; kazoo's listener only sets an event (listeners must not block).
 
+The registration's creation (its node's czxid, ``registration``) names this
+run of the broker: replication trusts a partition state naming this broker
+only if the state was written after it (docs/replication.md), so a broker
+that restarted, or whose session expired, does not act on what ZooKeeper
+said of its previous run. ``on_registration`` callbacks hear of each change
+(None when the session is lost).
+
 The hard race: after a broker restart, the previous process's ephemeral
 node may survive until its session times out. Creating ours then fails with
 NodeExists although the node is stale; we do not delete a node of another
@@ -55,6 +62,8 @@ class BrokerRegistry:
         # called (on a thread of kazoo's) once the client first connects:
         # the replication layer's watches and the controller start there
         self.on_connected: list = []
+        self.registration: int | None = None     # czxid of our /brokers/ids node
+        self.on_registration: list = []          # called with it (or None) on a change
         self.client = make_client(connect, session_timeout_ms)
         self.state = "STARTING"
         self.registered = threading.Event()     # set while our nodes are known to exist
@@ -92,6 +101,7 @@ class BrokerRegistry:
         elif state == KazooState.LOST:
             self.state = "LOST"
             self.registered.clear()
+            self._set_registration(None)
             log.warning("broker %d: ZooKeeper session lost; will re-register",
                         self.broker_id)
         else:
@@ -158,6 +168,9 @@ class BrokerRegistry:
         if not self._ensure_ephemeral(paths.broker_id_path(self.broker_id),
                                       self.address.encode(), session):
             return False
+        _data, stat = zk.get(paths.broker_id_path(self.broker_id))
+        if stat.ephemeralOwner == session:
+            self._set_registration(stat.czxid)
         with self._lock:
             wanted = dict(self._wanted_topics)
         ok = True
@@ -174,6 +187,16 @@ class BrokerRegistry:
             log.info("broker %d registered in ZooKeeper at %s (%d topics)", self.broker_id,
                      self.connect, len(wanted))
         return ok
+
+    def _set_registration(self, czxid: int | None) -> None:
+        if czxid == self.registration:
+            return
+        self.registration = czxid
+        for callback in self.on_registration:
+            try:
+                callback(czxid)
+            except Exception:   # noqa: BLE001 - it must not stop the registration
+                log.exception("broker %d: a registration callback failed", self.broker_id)
 
     def _ensure_ephemeral(self, path: str, data: bytes, session) -> bool:
         zk = self.client

@@ -230,9 +230,13 @@ class ProducePath:
                     return self._error_result(topic_name, partition,
                                               ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                               f"unknown topic {quote_name(topic_name)}")
-                if self.replication is not None and self.config.replication_factor:
-                    # created cluster-wide, in ZooKeeper: answered "retry" meanwhile
-                    self.replication.auto_create(topic_name)
+                if self.replication is not None and (
+                        self.config.replication_factor
+                        or topic_name in self.replication.known_topics):
+                    # created cluster-wide, in ZooKeeper (or it is, and this
+                    # broker's replicas are being made): answered "retry" meanwhile
+                    if topic_name not in self.replication.known_topics:
+                        self.replication.auto_create(topic_name)
                     return self._error_result(
                         topic_name, partition, ErrorCode.NOT_LEADER_FOR_PARTITION,
                         f"topic {quote_name(topic_name)} is being created with "

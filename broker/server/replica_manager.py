@@ -105,6 +105,8 @@ class PartitionReplica:
     isr_write_in_flight: bool = False
     needs_truncation: bool = True     # follower: agree with the leader before fetching
     epoch_start: int = 0              # leader: the log end when this epoch began
+    state: PartitionState | None = None   # the last state read of ZooKeeper
+    state_mzxid: int = -1                 # ... and the zxid of the write that made it
 
     @property
     def name(self) -> str:
@@ -140,6 +142,10 @@ class ReplicaManager:
         self.addresses: dict[int, tuple[str, int]] = {}
         self.fetchers: dict[int, object] = {}       # leader broker id -> ReplicaFetcher
         self.stopping = False
+        # the czxid of this broker's registration in ZooKeeper (None: not
+        # registered now): a state naming this broker leader counts only if
+        # written after it (module docstring)
+        self.registration: int | None = None
         self._parked: dict[Log, set[ReplicaFetchWait]] = {}
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
@@ -208,6 +214,12 @@ class ReplicaManager:
                 log.warning("replication: reading broker %s failed: %s", child, exc)
         self._loop.call_soon_threadsafe(self._set_addresses, addresses)
 
+    @property
+    def known_topics(self) -> set[str]:
+        """The replicated topics of the cluster, as last seen (any thread):
+        never to be auto-created here as unreplicated ones."""
+        return self._watched_topics
+
     def _on_topics(self, topics: list[str]) -> None:
         for topic in topics:
             if topic not in self._watched_topics:
@@ -246,8 +258,14 @@ class ReplicaManager:
                           partition, exc)
                 return None
         self._loop.call_soon_threadsafe(self._state_changed, topic, partition, state,
-                                        stat.version if stat is not None else -1)
+                                        stat.version if stat is not None else -1,
+                                        stat.mzxid if stat is not None else -1)
         return None
+
+    def registration_changed(self, czxid: int | None) -> None:
+        """The broker (re)registered in ZooKeeper, or lost its session (None);
+        any thread."""
+        self._loop.call_soon_threadsafe(self._registration_changed, czxid)
 
     # ------------------------------------------------------------ applying ZooKeeper's view
 
@@ -304,18 +322,42 @@ class ReplicaManager:
         except OSError as exc:
             log.error("replication: cannot delete the replicas of %s: %s", quote_name(topic), exc)
 
+    def _registration_changed(self, czxid: int | None) -> None:
+        if czxid == self.registration:
+            return
+        self.registration = czxid
+        for rep in list(self.partitions.values()):
+            if rep.state is not None and not self.stopping:
+                self._apply(rep)
+
     def _state_changed(self, topic: str, partition: int, state: PartitionState | None,
-                       version: int) -> None:
+                       version: int, mzxid: int = -1) -> None:
         rep = self.partitions.get((topic, partition))
         if rep is None or self.stopping:
             return
         if state is None:
+            rep.state = None
             self._become_none(rep, "state node deleted")
             return
         if version < rep.zk_version or state.leader_epoch < rep.leader_epoch:
             return                        # older than what we know (our own write's outcome)
         rep.zk_version = version
+        rep.state, rep.state_mzxid = state, max(mzxid, rep.state_mzxid)
+        self._apply(rep)
+
+    def _apply(self, rep: PartitionReplica) -> None:
+        """Take the role the last state read says."""
+        state = rep.state
         rep.controller_epoch = state.controller_epoch
+        if state.leader == self.broker_id and (self.registration is None
+                                               or rep.state_mzxid < self.registration):
+            # Written before this run of the broker registered: about its
+            # previous run (restarted, perhaps with a wiped disk) or a session
+            # that expired since (deposed while paused, perhaps). Not ours to
+            # act on: the controller writes it again, with a new epoch.
+            self._become_none(rep, "the state naming this broker leader predates its "
+                                   "registration; waiting for the controller")
+            return
         if state.leader == self.broker_id:
             if rep.role is not Role.LEADER or rep.leader_epoch != state.leader_epoch:
                 self._become_leader(rep, state)
@@ -510,7 +552,7 @@ class ReplicaManager:
         def write():
             try:
                 stat = self.client.set_async(path, state.to_json(), version=version).get(timeout=5)
-                return stat.version
+                return stat
             except BadVersionError:
                 return None
             except (KazooException, KazooTimeoutError) as exc:
@@ -531,8 +573,9 @@ class ReplicaManager:
                 self._reread_state(rep)
                 return
             if rep.role is Role.LEADER and rep.leader_epoch == epoch and \
-                    outcome > rep.zk_version:
-                old, rep.isr, rep.zk_version = rep.isr, isr, outcome
+                    outcome.version > rep.zk_version:
+                old, rep.isr, rep.zk_version = rep.isr, isr, outcome.version
+                rep.state, rep.state_mzxid = state, max(outcome.mzxid, rep.state_mzxid)
                 if kind == "shrink":
                     self.metrics.isr_shrinks += 1
                 else:
@@ -551,14 +594,14 @@ class ReplicaManager:
         def read():
             try:
                 data, stat = self.client.get_async(path).get(timeout=5)
-                return PartitionState.from_json(data), stat.version
+                return PartitionState.from_json(data), stat.version, stat.mzxid
             except (KazooException, KazooTimeoutError, ValueError):
                 return None
 
         def done(future) -> None:
             got = future.result()
             if got is not None:
-                self._state_changed(rep.topic, rep.partition, got[0], got[1])
+                self._state_changed(rep.topic, rep.partition, *got)
 
         self._loop.run_in_executor(None, read).add_done_callback(
             lambda f: self._loop.call_soon_threadsafe(done, f))

@@ -163,6 +163,7 @@ class BrokerServer:
             self.metrics.controller = self.controller.stats
             self.registry.on_connected += [self.replication.start,
                                            lambda _client: self.controller.start()]
+            self.registry.on_registration.append(self.replication.registration_changed)
             self._topics_changed()
             self.registry.start()
         self._tasks.append(self._loop.create_task(self._periodic(
