@@ -244,3 +244,26 @@ def test_messages_decode_on_every_replica(clusters):
         earliest, data = replica_bytes(broker, "t", 0)
         messages, used = decode_message_set(data, earliest, True, "t", 0)
         assert used == len(data) and values_of(messages) == values
+
+
+def test_wiped_leader_restarted_at_once_does_not_lead_with_its_empty_log(clusters):
+    """The leader is killed, its disk wiped and the broker started again at
+    once, before its ZooKeeper session expired: the state still names it
+    leader, of an epoch it led in its previous run. It must not lead (its
+    log is empty: the follower would truncate to it and every acknowledged
+    message would be gone); the controller elects the in-sync follower."""
+    cluster = clusters("wipedleader", brokers=2, settings=REPLICATED)
+    create_replicated(cluster, "t", replication_factor=2)
+    wait_in_sync(cluster, "t", 0, {0, 1})
+    values = [f"v{i}".encode() for i in range(200)]
+    assert all(r.error == 0 for r in produce_values(cluster, "t", 0, values))
+    old = leader_of(cluster, "t", 0)
+    victim = cluster.brokers[old]
+    victim.kill()
+    shutil.rmtree(victim.data_dir)
+    victim.start()
+    new = wait_serving(cluster, "t", 0, not_on={old})
+    assert new == 1 - old
+    read_back(cluster, "t", 0, values)
+    wait_in_sync(cluster, "t", 0, {0, 1})
+    assert_replicas_identical(cluster, "t", 0)
