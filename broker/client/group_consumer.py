@@ -191,6 +191,9 @@ class GroupConsumer:
         self.corrupt_skipped_bytes = 0
         self._skip_lock = threading.Lock()
         self._fetchers: list[_Fetcher] = []
+        # (topic, partition name) -> the broker its fetcher reads from (None:
+        # no fetcher, the partition had no leader): what a rebalance compares
+        self._fetched_from: dict[tuple[str, str], int | None] = {}
         self._delivered: dict[tuple[str, str], int] = {}   # (topic, bp) -> next offset
         # handed to the application and not yet taken (it has not asked for
         # more since): counted by its next request, or by commit()
@@ -395,8 +398,9 @@ class GroupConsumer:
     def _on_assign(self, owned: Assignment) -> None:
         with self._lock:
             if owned == self._owned and self._fetchers and all(f.is_alive()
-                                                               for f in self._fetchers):
-                return
+                                                               for f in self._fetchers) \
+                    and self._fetched_from == self._serving(owned):
+                return          # the same partitions from the same brokers: nothing to do
             self._stop_fetchers()
             # partitions held all along go on from what was handed to the
             # application, not back to their last commit (that would deliver
@@ -415,16 +419,23 @@ class GroupConsumer:
             self._handed_to = {**delivered_kept, **handed_kept}
             self._start_fetchers()
 
+    def _serving(self, owned) -> dict[tuple[str, str], int | None]:
+        """The broker serving each owned partition now (a replicated one's
+        leader: it changes, and a partition without one has no fetcher)."""
+        return {(topic, bp): self.cluster.locate(topic, bp)[0] for topic, bp in owned}
+
     def _start_fetchers(self) -> None:
         """Fetchers for every owned partition, from the offset after the last
         message handed to the application (else what it has taken or the
         committed offset, else the reset policy)."""
         by_broker: dict[int, dict] = {}
+        self._fetched_from = {}
         for topic, bp in self._owned:
             # a replicated partition is fetched from its leader: a change of
             # leader changes the cluster view, and the rebalance it starts
             # brings the fetchers here again
             broker_id, partition = self.cluster.locate(topic, bp)
+            self._fetched_from[(topic, bp)] = broker_id
             if broker_id is None:
                 continue              # no leader now: fetched once one is elected
             start = self._handed_to.get((topic, bp),

@@ -9,5 +9,9 @@ brokers register themselves, consumers of a group agree among themselves.
 * ownership.py: a group's membership, rebalance and partition ownership;
 * offsets.py: a group's committed offsets;
 * named_cluster.py: a cluster named (NAME=ZOOKEEPER), the one type every
-  service names a cluster with.
+  service names a cluster with;
+* replica_state.py: replicated topics' records (assignment, partition state)
+  and their pure rules (placement across racks, the choice of a leader);
+* controller.py: the controller, one broker at a time, electing leaders;
+* replica_admin.py: the replicated partitions read for operators.
 """

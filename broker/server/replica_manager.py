@@ -491,6 +491,14 @@ class ReplicaManager:
         progress = rep.followers.get(follower)
         if progress is None:
             progress = rep.followers[follower] = FollowerProgress(caught_up_ms=now)
+        if 0 <= offset < progress.log_end and follower in rep.isr:
+            # it lost bytes it had (a wiped disk, a restart that cut an
+            # unflushed tail): it is not in sync, whatever the set says
+            log.warning("replication: %s: follower %d fetches from %d, below the %d it had; "
+                        "taking it out of the in-sync set", rep.name, follower, offset,
+                        progress.log_end)
+            progress.caught_up_ms = 0
+            self._write_isr(rep, tuple(b for b in rep.isr if b != follower), "shrink")
         leader_end = rep.log.written_end
         if offset >= leader_end:
             progress.caught_up_ms = now
@@ -801,6 +809,35 @@ class ReplicaManager:
             return ErrorCode.UNKNOWN, f"creating {name!r} in ZooKeeper failed: {failed[0]!r}"
         log.info("replication: created topic %s: %d partitions, %d replicas each %s", name,
                  partitions, factor, [list(r) for r in placement])
+        return 0, ""
+
+    def delete_topic(self, name: str) -> tuple[int, str]:
+        """Delete a replicated topic from ZooKeeper (its partitions' states,
+        then its assignment, in one transaction); every broker deletes its
+        replicas when its watch sees the assignment go. Blocking: call it off
+        the event loop."""
+        zk = self.client
+        if zk is None or not zk.connected:
+            return ErrorCode.REQUEST_TIMED_OUT, "not connected to ZooKeeper; retry"
+        try:
+            data, _ = zk.get(paths.replicated_topic_path(name))
+            partitions = len(TopicAssignment.from_json(data).partitions)
+            tx = zk.transaction()
+            for p in range(partitions):
+                if zk.exists(paths.partition_state_path(name, p)):
+                    tx.delete(paths.partition_state_path(name, p))
+            tx.delete(paths.replicated_topic_path(name))
+            results = tx.commit()
+        except NoNodeError:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+        except ValueError as exc:
+            return ErrorCode.UNKNOWN, str(exc)
+        except (KazooException, KazooTimeoutError) as exc:
+            return ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper: {type(exc).__name__}; retry"
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            return ErrorCode.UNKNOWN, f"deleting {name!r} in ZooKeeper failed: {failed[0]!r}"
+        log.info("replication: deleted topic %s", name)
         return 0, ""
 
     def auto_create(self, name: str) -> None:

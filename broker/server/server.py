@@ -464,24 +464,30 @@ class BrokerServer:
                                  req: api.CreateTopicRequest) -> None:
         """In ZooKeeper, off the loop; answered once written (the replicas
         are created by each broker's watch, the leaders serve soon after)."""
+        self._answer_off_loop(conn, header, self.replication.create_topic, req.name,
+                              req.partitions, dict(req.config),
+                              self.config.replication_factor or 1)
+
+    def _answer_off_loop(self, conn: Connection, header, work, *args) -> None:
+        """Run ``work(*args)`` -> (error code, message) on the executor (it
+        blocks on ZooKeeper) and answer the request with an empty response
+        or that error; later replies on the connection wait their turn."""
         reply = Reply()
         conn.add_reply(reply)
-        future = self._loop.run_in_executor(None, self.replication.create_topic, req.name,
-                                            req.partitions, dict(req.config),
-                                            self.config.replication_factor or 1)
+        future = self._loop.run_in_executor(None, work, *args)
 
         def done(f) -> None:
             try:
                 code, message = f.result()
             except Exception as exc:   # a bug: answer it, keep serving
-                log.exception("creating replicated topic %s", quote_name(req.name))
+                log.exception("%s failed", API_NAMES[header.api_key])
                 code, message = ErrorCode.UNKNOWN, f"internal error: {exc}"
             reply.set([api.encode_error_response(header.correlation_id, code, message)
                        if code else api.encode_response(header.correlation_id,
                                                         api.EmptyResponse())])
             conn.pump()
 
-        future.add_done_callback(done)
+        future.add_done_callback(lambda f: self._loop.call_soon_threadsafe(done, f))
 
     def _handle_not_served(self, conn: Connection, header, req) -> None:
         """An API the codec knows but this broker does not serve (replication's
@@ -495,6 +501,12 @@ class BrokerServer:
 
     def _handle_delete_topic(self, conn: Connection, header, req: api.DeleteTopicRequest) -> None:
         topic = self.logs.get(req.name)
+        if self.replication is not None and (
+                (topic is not None and topic.replicated)
+                or (topic is None and req.name in self.replication.known_topics)):
+            # cluster-wide, in ZooKeeper: each broker's watch deletes its replicas
+            self._answer_off_loop(conn, header, self.replication.delete_topic, req.name)
+            return
         if topic is None:
             data = api.encode_error_response(header.correlation_id,
                                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

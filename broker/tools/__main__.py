@@ -210,6 +210,15 @@ def cmd_topics(args: argparse.Namespace) -> int:
     if args.create is not None and not args.create:
         print("error: --create needs a topic name", file=sys.stderr)
         return 2
+    named = cluster_from(args)
+    if args.under_replicated or args.unavailable:
+        if named is None:
+            print("error: --under-replicated and --unavailable need the cluster: --cluster "
+                  "NAME=ZOOKEEPER (or --zookeeper)", file=sys.stderr)
+            return 2
+        return _replica_report(named.zookeeper, args, None)
+    if args.describe is not None and named is not None:
+        return _replica_report(named.zookeeper, args, [args.describe] if args.describe else None)
     with AdminClient(args.bootstrap) as admin:
         if args.create:
             config = {}
@@ -247,6 +256,37 @@ def cmd_topics(args: argparse.Namespace) -> int:
         else:
             for name in admin.list_topics():
                 print(name)
+    return 0
+
+
+def _replica_report(zookeeper: str, args: argparse.Namespace,
+                    topics: list[str] | None) -> int:
+    """Replicated partitions from ZooKeeper: all (--describe) or the under-
+    replicated or unavailable ones, as Kafka's topics tool prints them."""
+    from broker.coordination import replica_admin
+    from broker.coordination.zk import make_client, start_client
+
+    client = make_client(zookeeper)
+    start_client(client, zookeeper, timeout=args.timeout, what="topics tool")
+    try:
+        if topics is not None and not replica_admin.describe(client, topics):
+            print(f"error: no replicated topic {topics[0]!r} in {zookeeper} (an unreplicated "
+                  f"topic is described by its brokers: --describe without --cluster)",
+                  file=sys.stderr)
+            return 1
+        rows = replica_admin.describe(client, topics)
+    finally:
+        client.stop()
+        client.close()
+    if args.under_replicated:
+        rows = [r for r in rows if r.under_replicated]
+    if args.unavailable:
+        rows = [r for r in rows if r.unavailable]
+    if args.json:
+        print(json.dumps({"partitions": [r.to_json() for r in rows]}, indent=1))
+    else:
+        for r in rows:
+            print(r.line())
     return 0
 
 
@@ -506,14 +546,29 @@ def build_parser() -> argparse.ArgumentParser:
     action.add_argument("--create", metavar="TOPIC")
     action.add_argument("--delete", metavar="TOPIC")
     action.add_argument("--describe", metavar="TOPIC", nargs="?", const="",
-                        help="partitions, offsets, sizes (all topics if none named)")
+                        help="partitions, offsets, sizes (all topics if none named); with "
+                             "--cluster: each replicated partition's leader, replicas, "
+                             "in-sync set and epoch, from ZooKeeper")
+    action.add_argument("--under-replicated", action="store_true",
+                        help="replicated partitions with a replica out of the in-sync set "
+                             "(needs --cluster)")
+    action.add_argument("--unavailable", action="store_true",
+                        help="replicated partitions without a live leader (needs --cluster)")
     action.add_argument("--list", action="store_true", help="list topic names (default)")
     p.add_argument("--partitions", type=int, default=1, help="for --create (default 1)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="topic setting for --create, e.g. retention.ms=86400000 (repeatable)")
+    add_cluster_option(p, "the cluster, for its replicated topics: NAME=ZOOKEEPER, or its "
+                          "ZooKeeper connect string with the chroot",
+                       zookeeper_flags=("--zookeeper", "-z"))
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for ZooKeeper (10)")
     p.add_argument("--json", action="store_true",
                    help="with --describe: JSON, {\"topics\": [{topic, config, partitions: "
-                        "[{partition, earliest, latest, size_bytes, segments}]}]}")
+                        "[{partition, earliest, latest, size_bytes, segments}]}]}; with "
+                        "--cluster, --under-replicated or --unavailable: {\"partitions\": "
+                        "[{topic, partition, replicas, leader, leader_epoch, isr, "
+                        "leader_live, under_replicated, unavailable}]}")
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("offsets", help="earliest, latest or before-a-time offsets",

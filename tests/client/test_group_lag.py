@@ -4,6 +4,7 @@ real broker: positions given, missing (from earliest, or unknown), a broker
 the cluster does not know."""
 from __future__ import annotations
 
+from broker.coordination.paths import parse_broker_partition
 from broker.lag.group_lag import AdminPool, partition_lags
 
 from broker_helpers import connect, message_set, produce
@@ -15,6 +16,9 @@ class Addresses:
 
     def address(self, broker_id: int) -> str | None:
         return self.known.get(broker_id)
+
+    def locate(self, topic: str, name: str) -> tuple[int | None, int]:
+        return parse_broker_partition(name)       # broker-partitions only here
 
 
 def test_lags_from_positions_earliest_or_unknown(broker, topic):

@@ -60,7 +60,7 @@ def test_plan_units_and_retention_policy(clusters):
     for part in (0, 1):
         units = sorted((u for u in pv if u.partition == part), key=lambda u: u.start)
         assert units[0].start == 0 and all(a.end == b.start for a, b in zip(units, units[1:]))
-        assert units[-1].end == p.ends[key("page_views", 0, part)]
+        assert units[-1].end == p.ends[key("page_views", f"0-{part}")]
     # from a commit: only what is new
     committed = dict(p.ends)
     again = plan(cluster.connect, committed, whitelist="page_views")
@@ -88,7 +88,7 @@ def test_a_retention_gap_fails_or_is_skipped_and_reported(clusters):
         wait_until(lambda: admin.earliest_offset("page_views", 0) > 0, 30,
                    what="retention to delete old segments")
         earliest = admin.earliest_offset("page_views", 0)
-    k = key("page_views", 0, 0)
+    k = key("page_views", "0-0")
     with pytest.raises(PlanError, match="deleted by retention before they were loaded"):
         plan(cluster.connect, {k: 0}, whitelist="page_views")
     skipped = plan(cluster.connect, {k: 0}, whitelist="page_views", on_retention_gap="skip")

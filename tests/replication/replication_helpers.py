@@ -112,3 +112,21 @@ def assert_replicas_identical(cluster, topic: str, partition: int, brokers=None)
     digests = {b: digest_upto(cluster.brokers[b], topic, partition, hw) for b in brokers}
     assert len(set(digests.values())) == 1, f"replicas differ below {hw}: {digests}"
     return hw
+
+
+def wait_rejoined(cluster, topic: str, partition: int, timeout: float = 60) -> None:
+    """Every broker of ``cluster`` is in the partition's in-sync set, by a
+    state written after each registered (a restarted broker's old
+    registration lingers until its session expires: a set read before that
+    says nothing of the new process)."""
+    path = paths.partition_state_path(topic, partition)
+
+    def rejoined() -> bool:
+        data, stat = cluster.zk.get(path)
+        if set(PartitionState.from_json(data).isr) != set(cluster.brokers):
+            return False
+        registrations = [cluster.zk.exists(paths.broker_id_path(b)) for b in cluster.brokers]
+        return all(r is not None and r.czxid < stat.mzxid for r in registrations)
+    wait_until(rejoined, timeout, interval=0.05,
+               what=lambda: f"every broker back in sync in {topic}/{partition}: "
+                            f"{state(cluster, topic, partition)}")

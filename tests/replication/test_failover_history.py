@@ -22,7 +22,7 @@ from broker.client.group_consumer import GroupConsumer
 from broker.protocol.message import decode_message_set
 from broker_helpers import connect, fetch, wait_until
 from replication_helpers import (REPLICATED, assert_replicas_identical, create_replicated,
-                                 leader_of, state, wait_in_sync, wait_serving)
+                                 leader_of, state, wait_in_sync, wait_rejoined, wait_serving)
 
 ROUNDS = int(os.environ.get("SAMSA_FAULT_ROUNDS", "5"))
 PARTITIONS = 2
@@ -128,7 +128,7 @@ def run_faults(cluster, topic: str, fault, rounds: int) -> None:
                        what="the load to go on")
             fault(round_)
             for p in range(PARTITIONS):
-                wait_in_sync(cluster, topic, p, set(cluster.brokers), timeout=60)
+                wait_rejoined(cluster, topic, p)
         wait_until(lambda: len(history.sent) > (rounds + 1) * 300, 60, what="more load")
     finally:
         load.stop()
@@ -153,7 +153,12 @@ def run_faults(cluster, topic: str, fault, rounds: int) -> None:
     wait_until(lambda: all(set(seqs) <= set(consumed.get(p, ())) for p, seqs in acked.items()),
                60, what=lambda: f"the group to consume every acknowledged message: "
                                 f"{ {p: len(v) for p, v in consumed.items()} } of "
-                                f"{ {p: len(v) for p, v in acked.items()} }")
+                                f"{ {p: len(v) for p, v in acked.items()} }; its view of the "
+                                f"leaders: {group.cluster._leaders}, brokers "
+                                f"{sorted(group.cluster.brokers())}; fetchers "
+                                f"{[(f.broker_id, f.is_alive(), f.starts) for f in group._fetchers]}"
+                                f"; owned {group._owned}; ZooKeeper: "
+                                f"{[state(cluster, topic, p) for p in range(PARTITIONS)]}")
     stop_consuming.set()
     consumer.join(10)
     group.close()

@@ -267,3 +267,120 @@ def test_wiped_leader_restarted_at_once_does_not_lead_with_its_empty_log(cluster
     read_back(cluster, "t", 0, values)
     wait_in_sync(cluster, "t", 0, {0, 1})
     assert_replicas_identical(cluster, "t", 0)
+
+
+def test_delete_removes_the_topic_from_zookeeper_and_every_replica(clusters):
+    from broker.client.admin import AdminClient
+    from broker.coordination import paths
+    cluster = clusters("delete", brokers=2, settings=REPLICATED)
+    create_replicated(cluster, "gone", partitions=2, replication_factor=2)
+    produce_values(cluster, "gone", 0, [b"x"])
+    follower = 1 - leader_of(cluster, "gone", 0)
+    with AdminClient(cluster.brokers[follower].address) as admin:   # any broker will do
+        admin.delete_topic("gone")
+    assert not cluster.zk.exists(paths.replicated_topic_path("gone"))
+    for broker in cluster.brokers.values():
+        wait_until(lambda: not os.path.exists(os.path.join(broker.data_dir, "topics", "gone")),
+                   20, what=f"broker {broker.broker_id} to delete its replicas")
+    # the name can be used again, from an empty log
+    create_replicated(cluster, "gone", replication_factor=2)
+    produce_values(cluster, "gone", 0, [b"new"])
+    read_back(cluster, "gone", 0, [b"new"])
+
+
+def test_every_replica_down_and_back_loses_nothing_committed(clusters):
+    """Both replicas killed: the partition is unavailable; both back: the
+    first in-sync replica to return leads again, and every acknowledged
+    message is there."""
+    cluster = clusters("alldown", brokers=3, settings=REPLICATED)
+    create_replicated(cluster, "t", replication_factor=2)
+    replicas = sorted(state(cluster, "t", 0).isr)       # a new topic: every replica
+    assert len(replicas) == 2
+    values = [f"c{i}".encode() for i in range(100)]
+    assert all(r.error == 0 for r in produce_values(cluster, "t", 0, values))
+    for b in replicas:
+        cluster.brokers[b].kill()
+    # the third broker (the controller, or soon) marks it offline
+    wait_until(lambda: state(cluster, "t", 0).leader == -1, 30,
+               what=lambda: f"the partition offline: {state(cluster, 't', 0)}")
+    for b in replicas:
+        cluster.brokers[b].start()
+    wait_serving(cluster, "t", 0)
+    read_back(cluster, "t", 0, values)
+    wait_in_sync(cluster, "t", 0, set(replicas))
+    assert_replicas_identical(cluster, "t", 0, replicas)
+
+
+def test_acks_all_goes_on_while_zookeeper_is_unreachable(tmp_path, broker_factory):
+    """ZooKeeper down for longer than the session timeout: leaders and
+    followers keep replicating (the in-sync set cannot change, so nothing
+    needs it); acknowledged writes are all there once it is back."""
+    from broker.harness import ZooKeeperEnsemble
+    from cluster_helpers import Cluster, chroot_client
+    ensemble = ZooKeeperEnsemble(1, str(tmp_path / "own-zookeeper")).start()
+    try:
+        connect = ensemble.connect_string("/outage")
+        cluster = Cluster(chroot_client(connect), connect, broker_factory)
+        for b in (0, 1):
+            cluster.add_broker(b, REPLICATED)
+        create_replicated(cluster, "t", replication_factor=2)
+        wait_in_sync(cluster, "t", 0, {0, 1})
+        leader = leader_of(cluster, "t", 0)
+        address = cluster.brokers[leader].address
+        values = [f"before-{i}".encode() for i in range(50)]
+        with connect(address) as conn:
+            assert all(produce(conn, "t", 0, message_set([v]), Acks.ALL).error == 0
+                       for v in values)
+            ensemble.kill(0)
+            outage_ends = time.monotonic() + 6       # > the 4 s session timeout
+            during = []
+            while time.monotonic() < outage_ends:
+                v = f"during-{len(during)}".encode()
+                assert produce(conn, "t", 0, message_set([v]), Acks.ALL).error == 0
+                during.append(v)
+        ensemble.restart(0)
+        wait_serving(cluster, "t", 0)
+        read_back(cluster, "t", 0, values + during)
+        wait_in_sync(cluster, "t", 0, {0, 1})
+        assert_replicas_identical(cluster, "t", 0)
+    finally:
+        try:
+            cluster.zk.stop()
+            cluster.zk.close()
+        except Exception:   # noqa: BLE001 - teardown
+            pass
+        ensemble.stop()
+
+
+def test_group_fetches_a_partition_again_once_it_has_a_leader(clusters):
+    """A partition without a leader at a rebalance gets no fetcher; when a
+    leader is elected the group must start one, though it owns the same
+    partitions and its other fetchers still run. Here: the broker holding
+    partition 1's only replica is restarted at once, so it refuses to lead
+    (its old session lingers; NOT_LEADER kills the fetcher), then has no
+    registration (no leader), then is elected again. Before the fix the
+    group never read partition 1 again."""
+    from broker.client.group_consumer import GroupConsumer
+    cluster = clusters("nofetcher", brokers=2, settings=REPLICATED)
+    create_replicated(cluster, "t", partitions=2, replication_factor=1)
+    on = {p: leader_of(cluster, "t", p) for p in range(2)}
+    assert set(on.values()) == {0, 1}          # one partition on each broker
+    with GroupConsumer(zookeeper=cluster.connect, group="g", topics=("t",),
+                       auto_offset_reset="earliest") as group:
+        produce_values(cluster, "t", 0, [b"a0"])
+        produce_values(cluster, "t", 1, [b"a1"])
+        got: list[bytes] = []
+        wait_until(lambda: got.extend(m.value for m in group.poll(100)) or len(got) == 2, 30,
+                   what="the first two messages")
+        victim = on[1]
+        epoch = state(cluster, "t", 1).leader_epoch
+        cluster.brokers[victim].kill()
+        cluster.brokers[victim].start()
+        wait_until(lambda: state(cluster, "t", 1).leader_epoch > epoch, 30,
+                   what="partition 1 led again, by a new epoch")
+        wait_serving(cluster, "t", 1)
+        produce_values(cluster, "t", 1, [b"b1"])
+        produce_values(cluster, "t", 0, [b"b0"])
+        wait_until(lambda: got.extend(m.value for m in group.poll(100))
+                   or {b"b0", b"b1"} <= set(got), 30,
+                   what=lambda: f"the group to read both partitions again: {got}")
