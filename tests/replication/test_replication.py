@@ -319,8 +319,8 @@ def test_acks_all_goes_on_while_zookeeper_is_unreachable(tmp_path, broker_factor
     from cluster_helpers import Cluster, chroot_client
     ensemble = ZooKeeperEnsemble(1, str(tmp_path / "own-zookeeper")).start()
     try:
-        connect = ensemble.connect_string("/outage")
-        cluster = Cluster(chroot_client(connect), connect, broker_factory)
+        zookeeper = ensemble.connect_string("/outage")
+        cluster = Cluster(chroot_client(zookeeper), zookeeper, broker_factory)
         for b in (0, 1):
             cluster.add_broker(b, REPLICATED)
         create_replicated(cluster, "t", replication_factor=2)
