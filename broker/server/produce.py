@@ -443,11 +443,19 @@ class ProducePath:
 
     def _await_flush(self, pw: ProduceWait) -> None:
         for r in pw.results:
-            lg = r[6]
-            if lg is not None and lg.flushed_end < r[5]:
-                pw.outstanding += 1
-                self._flush_waiters.setdefault(lg, []).append((r[5], pw, r))
-                self._request_flush(lg, force=True)
+            if r[6] is not None:
+                self._wait_for_flush(pw, r[6], r)
+        self._finish_or_wait(pw)
+
+    def _wait_for_flush(self, pw: ProduceWait, lg: Log, r: list) -> None:
+        """Entry ``r`` of ``pw`` waits for ``lg``'s flush past its end (if it must)."""
+        if lg.flushed_end < r[5]:
+            pw.outstanding += 1
+            self._flush_waiters.setdefault(lg, []).append((r[5], pw, r))
+            self._request_flush(lg, force=True)
+
+    def _finish_or_wait(self, pw: ProduceWait) -> None:
+        """Answer ``pw`` now if nothing of it waits, else arm its timeout."""
         if pw.outstanding == 0:
             self._finish_produce(pw)
         else:
@@ -468,15 +476,9 @@ class ProducePath:
                     self._replica_waiters.setdefault(lg, []).append((r[5], pw, r))
                 elif not self.replication.enough_in_sync(lg):
                     self._not_enough_after_append(lg, r)
-            elif lg.flushed_end < r[5]:
-                pw.outstanding += 1
-                self._flush_waiters.setdefault(lg, []).append((r[5], pw, r))
-                self._request_flush(lg, force=True)
-        if pw.outstanding == 0:
-            self._finish_produce(pw)
-        else:
-            pw.timer = self._loop.call_later(max(1, pw.timeout_ms) / 1000,
-                                             self._produce_timed_out, pw)
+            else:
+                self._wait_for_flush(pw, lg, r)
+        self._finish_or_wait(pw)
 
     def _not_enough_after_append(self, lg: Log, r: list) -> None:
         r[2] = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
