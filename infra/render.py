@@ -32,8 +32,9 @@ from infra.topology import Topology, load_topology, mirror_config
 #: what the cloud's instances use instead of the lab's port layout
 CLOUD_BROKER = {"port": 9092, "metrics_port": 9093, "data_dir": "/var/lib/samsa/log",
                 "log_format": "json"}
-#: given by each instance at start-up (module broker-cluster's user data)
-PER_INSTANCE = ("broker_id", "host", "advertised_host", "zookeeper")
+#: given by each instance at start-up (module broker-cluster's user data;
+#: the rack is the instance's availability zone)
+PER_INSTANCE = ("broker_id", "host", "advertised_host", "zookeeper", "rack")
 
 
 def broker_toml(topology: Topology, cluster: str) -> str:
@@ -43,7 +44,8 @@ def broker_toml(topology: Topology, cluster: str) -> str:
              if line.split(" = ", 1)[0].strip() not in PER_INSTANCE]
     head = [f"# Samsa broker settings of cluster {cluster!r}, rendered by python -m "
             f"infra.render from topology.toml:",
-            "# do not edit; each instance adds --broker-id, --host and zookeeper at start-up."]
+            "# do not edit; each instance adds --broker-id, --host, zookeeper and its zone as rack "
+            "at start-up."]
     return "\n".join(head + lines).rstrip() + "\n"
 
 

@@ -26,6 +26,7 @@ File format (TOML; every key has a default except the names, and
     brokers = 2
     # chroot = "/dc-a"               # default "/<name>"
     default_partitions = 2           # partitions per broker of an auto-created topic
+    # replication_factor = 0         # replicas per partition (0: unreplicated; <= brokers)
     broker_settings = ["log.flush_ms=20"]    # any other broker setting, as for --set
     # data_dir = ""                  # default data/<name> in the lab's state directory
     # broker_port = 0                # first broker's port, broker i at +i (0: layout)
@@ -88,7 +89,7 @@ _CHROOT = re.compile(r"(/[A-Za-z0-9_.-]+)+")
 
 #: Broker settings the topology itself gives each broker (not in broker_settings).
 LAB_BROKER_KEYS = ("broker_id", "host", "advertised_host", "port", "data_dir", "metrics_port",
-                   "zookeeper", "log_format", "default_partitions")
+                   "zookeeper", "log_format", "default_partitions", "replication_factor")
 #: Mirror settings the topology itself gives each process (not in settings).
 LAB_MIRROR_KEYS = ("sources", "target", "group", "whitelist", "blacklist", "consumer_id",
                    "target_partitions", "metrics_port", "log_format")
@@ -174,7 +175,14 @@ class ClusterSpec:
     chroot: str = ""
     """The cluster's ZooKeeper chroot (default "/<name>")."""
     default_partitions: int = 2
-    """Partitions per broker of a topic created on first produce."""
+    """Partitions per broker of a topic created on first produce (of a
+    replicated cluster: default_partitions x brokers partitions in all)."""
+    replication_factor: int = 0
+    """Replicas of every topic the cluster creates (docs/replication.md):
+    0 keeps the paper's model (each broker its own partitions, lost with
+    its disk); N >= 1 places each partition on N brokers (at most
+    ``brokers``), one of them its leader, across racks where brokers
+    declare one ("rack=..." in broker_settings)."""
     broker_settings: tuple[str, ...] = ()
     """Any other broker setting as KEY=VALUE, as ``python -m broker --set`` takes
     it: "log.flush_ms=20", "zookeeper_session_timeout_ms=4000"."""
@@ -197,6 +205,10 @@ class ClusterSpec:
         if self.chroot and not _CHROOT.fullmatch(self.chroot):
             raise ConfigError(f"cluster {self.name!r}: chroot {self.chroot!r} must be a path "
                               f"like \"/dc-a\" (letters, digits, '.', '_', '-')")
+        if not 0 <= self.replication_factor <= self.brokers:
+            raise ConfigError(f"cluster {self.name!r}: replication_factor must be 0..brokers "
+                              f"({self.brokers}), not {self.replication_factor}: each replica "
+                              f"of a partition lives on another broker")
         _check_port_setting(f"cluster {self.name!r} broker_port", self.broker_port)
         _check_port_setting(f"cluster {self.name!r} metrics_port", self.metrics_port,
                             off_allowed=True)
@@ -207,13 +219,26 @@ class ClusterSpec:
     def zk_chroot(self) -> str:
         return self.chroot or f"/{self.name}"
 
+    @property
+    def replicated(self) -> bool:
+        return self.replication_factor >= 1
+
+    def topic_partitions(self) -> int:
+        """Partitions of a topic the lab creates, as a CreateTopic to one of
+        its brokers means them: per broker on an unreplicated cluster (every
+        broker gets its own), in all on a replicated one."""
+        return self.default_partitions * (self.brokers if self.replicated else 1)
+
     def broker_overrides(self) -> dict[str, str]:
-        """The cluster's own broker settings (default_partitions and
-        broker_settings), as ``--set`` overrides."""
+        """The cluster's own broker settings (default_partitions,
+        replication_factor and broker_settings), as ``--set`` overrides."""
         extra = _extra_settings(f"cluster {self.name!r} broker_settings", self.broker_settings,
                                 LAB_BROKER_KEYS, "use its own keys (brokers, broker_port, "
-                                "metrics_port, data_dir, chroot, default_partitions)")
-        return {"default_partitions": str(self.default_partitions), **extra}
+                                "metrics_port, data_dir, chroot, default_partitions, "
+                                "replication_factor)")
+        partitions = self.topic_partitions()
+        return {"default_partitions": str(partitions),
+                "replication_factor": str(self.replication_factor), **extra}
 
     def broker_config(self, index: int, zookeeper: str = "127.0.0.1:2181") -> BrokerConfig:
         """The settings broker ``index`` runs with (ports and directory left at

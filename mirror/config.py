@@ -45,7 +45,8 @@ class MirrorConfig:
     consumer_id: str = ""
     """This process's id in the group (default host-pid-random)."""
     target_partitions: int = 2
-    """Partitions per target broker of a topic the mirror creates in the target."""
+    """Partitions per target broker of a topic the mirror creates in the
+    target (in all, where the target replicates: docs/replication.md)."""
     batch_size: int = 1000
     """Messages per produce request to the target."""
     linger_ms: int = 20

@@ -26,6 +26,7 @@ from broker.client.connection import BrokerConnection, parse_address
 from broker.service_kit.ports import free_ports
 from broker.protocol import api
 from broker.protocol.api import Acks
+from broker.protocol.errors import ErrorCode
 from broker.protocol.message import Message, decode_message_set, encode_message_set
 
 T = TypeVar("T")
@@ -219,7 +220,8 @@ def run_module(module: str, *args: str, stdin: bytes | None = None,
 def topic_values(lab, cluster: str, topic: str, brokers) -> list[bytes]:
     """Every value of ``topic`` on these brokers (indexes) of ``cluster``,
     read from each partition of each broker directly (``lab``: anything with
-    ``broker_address(cluster, index)``: the lab, the containerized pipeline)."""
+    ``broker_address(cluster, index)``: the lab, the containerized pipeline);
+    a replicated topic's partitions are read from their leaders among them."""
     from broker.client.admin import AdminClient
     values: list[bytes] = []
     for i in brokers:
@@ -229,6 +231,8 @@ def topic_values(lab, cluster: str, topic: str, brokers) -> list[bytes]:
         conn = connect(address)
         try:
             for p in range(partitions):
+                if fetch(conn, topic, p, 0, 1).error == ErrorCode.NOT_LEADER_FOR_PARTITION:
+                    continue      # a replica of a replicated topic: read at its leader
                 values += [m.value for m in read_partition(conn, topic, p)]
         finally:
             conn.close()

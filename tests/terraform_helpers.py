@@ -67,9 +67,11 @@ def free_base_port() -> int:
 def send_through_mirror(outputs: dict, state_dir, values: set[bytes], analysis_brokers: int,
                         topic: str = "page-views", timeout: float = 60.0) -> None:
     """Produce ``values`` through dc-a's load balancer (the environment's
-    ``outputs``; acks=flushed) and wait until the mirror has copied every one
-    into the analysis cluster (its lab in ``state_dir``/analysis)."""
-    with Producer(bootstrap=outputs["load_balancers"]["dc-a"], acks="flushed") as producer:
+    ``outputs``; acks=flushed; the broker reached picks the partition, one it
+    leads where the cluster replicates) and wait until the mirror has copied
+    every one into the analysis cluster (its lab in ``state_dir``/analysis)."""
+    with Producer(bootstrap=outputs["load_balancers"]["dc-a"], acks="flushed",
+                  partitioner="any") as producer:
         for value in sorted(values):
             producer.send(topic, value)
     analysis = Lab.open(os.path.join(str(state_dir), "analysis"))

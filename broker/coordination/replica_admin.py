@@ -21,6 +21,10 @@ class PartitionReplicas:
     leader_epoch: int
     isr: tuple[int, ...]
     leader_live: bool
+    restarted: tuple[int, ...] = ()
+    """Replicas whose broker registered after this state was written (it
+    restarted since): their place in the in-sync set is not confirmed until
+    the controller's next pass or the leader's next change of the set."""
 
     @property
     def under_replicated(self) -> bool:
@@ -34,7 +38,8 @@ class PartitionReplicas:
 
     def to_json(self) -> dict:
         return {**asdict(self), "replicas": list(self.replicas), "isr": list(self.isr),
-                "under_replicated": self.under_replicated, "unavailable": self.unavailable}
+                "restarted": list(self.restarted), "under_replicated": self.under_replicated,
+                "unavailable": self.unavailable}
 
     def line(self) -> str:
         leader = "none" if self.leader == NO_LEADER else \
@@ -54,8 +59,12 @@ def replicated_topics(client: KazooClient) -> list[str]:
 def describe(client: KazooClient, topics: list[str] | None = None) -> list[PartitionReplicas]:
     """Every partition of ``topics`` (all replicated topics if None) that is
     replicated; topics that are not are left out."""
-    live = {int(c) for c in client.get_children(paths.BROKER_IDS) if c.isdigit()} \
-        if client.exists(paths.BROKER_IDS) else set()
+    live = {}                   # broker id -> czxid of its registration
+    for child in client.get_children(paths.BROKER_IDS) if client.exists(paths.BROKER_IDS) \
+            else []:
+        stat = client.exists(paths.broker_id_path(int(child))) if child.isdigit() else None
+        if stat is not None:
+            live[int(child)] = stat.czxid
     out = []
     for topic in (replicated_topics(client) if topics is None else topics):
         try:
@@ -64,11 +73,13 @@ def describe(client: KazooClient, topics: list[str] | None = None) -> list[Parti
         except NoNodeError:
             continue
         for p, replicas in enumerate(assignment.partitions):
+            restarted: tuple[int, ...] = ()
             try:
-                state = PartitionState.from_json(
-                    client.get(paths.partition_state_path(topic, p))[0])
+                data, stat = client.get(paths.partition_state_path(topic, p))
+                state = PartitionState.from_json(data)
+                restarted = tuple(b for b in replicas if live.get(b, 0) > stat.mzxid)
             except (NoNodeError, ValueError):
                 state = PartitionState(NO_LEADER, -1, ())
             out.append(PartitionReplicas(topic, p, replicas, state.leader, state.leader_epoch,
-                                         state.isr, state.leader in live))
+                                         state.isr, state.leader in live, restarted))
     return out

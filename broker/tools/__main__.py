@@ -568,7 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "[{partition, earliest, latest, size_bytes, segments}]}]}; with "
                         "--cluster, --under-replicated or --unavailable: {\"partitions\": "
                         "[{topic, partition, replicas, leader, leader_epoch, isr, "
-                        "leader_live, under_replicated, unavailable}]}")
+                        "leader_live, restarted, under_replicated, unavailable}]}")
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("offsets", help="earliest, latest or before-a-time offsets",

@@ -148,7 +148,8 @@ class ContainerPipeline:
         before the mirror and the counters start (infra/local/traffic.py)."""
         from infra.local.traffic import prepare_clusters
         started = time.monotonic()
-        prepare_clusters([self.zookeeper_connect(c.name) for c in self.topology.clusters()])
+        prepare_clusters({self.zookeeper_connect(c.name): c.topic_partitions()
+                          for c in self.topology.clusters()})
         self._timed("topics", started)
 
     def start_zookeeper(self, timeout: float = 60.0) -> None:

@@ -20,6 +20,7 @@ import time
 from broker.client.admin import AdminClient
 from broker.client.consumer import Consumer
 from broker.client.producer import Producer
+from broker.protocol.errors import ErrorCode, SamsaError
 from infra.local.lab import DEFAULT_TOPOLOGY, Lab, free_topology
 from infra.local.status import render
 from infra.topology import load_topology
@@ -28,18 +29,24 @@ TOPIC = "page-views"
 
 
 def count_in(addresses: list[str], topic: str) -> int:
-    """Messages of ``topic`` readable on these brokers (read through, as a consumer)."""
+    """Messages of ``topic`` readable on these brokers (read through, as a
+    consumer; a replicated partition at its leader only)."""
     total = 0
     for address in addresses:
+        ends = {}
         with AdminClient(address) as admin:
-            partitions = admin.partition_count(topic) or 0
-            ends = {p: admin.latest_offset(topic, p) for p in range(partitions)}
-        if not partitions:
+            for p in range(admin.partition_count(topic) or 0):
+                try:
+                    ends[p] = admin.latest_offset(topic, p)
+                except SamsaError as exc:
+                    if exc.code != ErrorCode.NOT_LEADER_FOR_PARTITION:
+                        raise        # not led here: counted at its leader
+        if not ends:
             continue
         consumer = Consumer(bootstrap=address, max_wait_ms=50)
         try:
-            consumer.assign([(topic, p) for p in range(partitions)], start="earliest")
-            while any(consumer.position((topic, p)) < ends[p] for p in range(partitions)):
+            consumer.assign([(topic, p) for p in ends], start="earliest")
+            while any(consumer.position((topic, p)) < end for p, end in ends.items()):
                 total += len(consumer.poll(500))
         finally:
             consumer.close()
@@ -68,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
               f"service, Prometheus at {lab.prometheus_url()}/")
         for dc in topology.datacenters:
             address = lab.lb_address(dc.name)
-            with Producer(bootstrap=address, acks="flushed", client_id=f"web-{dc.name}") as p:
+            # through a load balancer the broker reached picks the partition
+            # (on a replicated cluster, one it leads)
+            with Producer(bootstrap=address, acks="flushed", client_id=f"web-{dc.name}",
+                          partitioner="any") as p:
                 for i in range(args.messages):
                     p.send(TOPIC, f'{{"dc": "{dc.name}", "page": "/item/{i % 500}", '
                                   f'"seq": {i}}}'.encode(), key=None)

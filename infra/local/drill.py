@@ -1,11 +1,18 @@
 """python -m infra.local.drill (make drill): the demo's pipeline under faults,
 and the audit's word that nothing acknowledged was lost.
 
-While audited traffic flows through both datacenters' load balancers, the
+While audited traffic flows into both datacenters (through their load
+balancers, or to the partitions' leaders where the clusters replicate), the
 drill kills with SIGKILL, at random moments and ``--rounds`` times each: a
 broker in each datacenter, a mirror process, the analysis cluster's audit
-counter, and a loader run (its spark-submit); ZooKeeper once. Each is
-restarted as an operator would. Then the loader runs to completion and the
+counter, and a loader run (its spark-submit); ZooKeeper once. Where the
+datacenters replicate (the default topology: ``replication_factor = 2``),
+a broker of each is also killed and its data directory deleted (a lost
+disk) ``--rounds`` times: restarted empty, it copies its replicas back from
+the leaders. Each is restarted as an operator would; after a broker, as in
+a rolling restart, the drill waits until every partition of its cluster is
+fully in sync again before the next fault (the time is the fault's "back").
+Then the loader runs to completion and the
 drill waits for the audit: every tier (producer, each cluster, mirror,
 hadoop) must have every acknowledged message of the drill's windows
 (missing 0). It prints the faults and their recovery times, and the
@@ -48,6 +55,9 @@ class DrillReport:
     failed: int = 0
     tiers: dict[str, dict[str, int]] = field(default_factory=dict)
     lost: int = 0
+    replicas: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """cluster -> (partitions, bytes) whose replicas compared byte-identical."""
+    replicas_differ: str = ""
 
     def table(self) -> str:
         lines = ["faults injected:", f"  {'kind':<18}{'target':<24}{'at (s)':>8}{'back (s)':>10}"]
@@ -60,6 +70,11 @@ class DrillReport:
         for tier, t in self.tiers.items():
             lines.append(f"  {tier:<9} produced {t['produced']:,}  counted {t['count']:,}  "
                          f"missing {t['missing']:,}  duplicated {t['duplicated']:,}")
+        for cluster, (partitions, size) in self.replicas.items():
+            lines.append(f"replicas of {cluster}: {partitions} partitions byte-identical "
+                         f"({size:,} bytes each copy)")
+        if self.replicas_differ:
+            lines.append(f"REPLICAS DIFFER: {self.replicas_differ}")
         lines.append(f"LOST: {self.lost:,}" + ("" if self.lost else "  (nothing acknowledged "
                                                                      "was lost)"))
         return "\n".join(lines)
@@ -108,11 +123,25 @@ class Drill:
         self.report.faults.append(Fault(kind, target, at, time.monotonic() - t, note))
         say(f"fault: {kind} {target} at {at:.1f} s, back in {time.monotonic() - t:.1f} s")
 
-    def kill_broker(self, dc: str) -> None:
+    def kill_broker(self, dc: str, wipe: bool = False) -> None:
+        """kill -9 of a broker of ``dc`` (``wipe``: its data directory
+        deleted too) and its restart; on a replicated cluster, "back" once
+        every partition is fully in sync again."""
+        lab = self.p.lab
         i = self.rng.randrange(self.p.topology.cluster(dc).brokers)
-        self._timed("broker kill -9", f"{dc}.broker-{i}",
-                    lambda: self.p.lab.kill_broker(dc, i),
-                    lambda: self.p.lab.restart_broker(dc, i))
+
+        def kill() -> None:
+            lab.kill_broker(dc, i)
+            if wipe:
+                lab.wipe_broker_data(dc, i)
+
+        def restart() -> None:
+            lab.restart_broker(dc, i)
+            if self.p.topology.cluster(dc).replicated:
+                lab.wait_fully_replicated(dc, timeout=300)
+
+        self._timed("broker wiped" if wipe else "broker kill -9", f"{dc}.broker-{i}", kill,
+                    restart, "data directory deleted; re-replicated" if wipe else "")
 
     def kill_mirror(self) -> None:
         from infra.local.lab import Lab
@@ -150,7 +179,10 @@ class Drill:
         producer = threading.Thread(target=self.traffic, args=(per_round,), daemon=True)
         producer.start()
         faults = [lambda: self.kill_broker("dc-a"), lambda: self.kill_broker("dc-b"),
-                  self.kill_mirror, self.kill_counter, self.kill_loader] * self.rounds
+                  self.kill_mirror, self.kill_counter, self.kill_loader]
+        faults += [lambda dc=dc: self.kill_broker(dc, wipe=True) for dc in ("dc-a", "dc-b")
+                   if self.p.topology.cluster(dc).replicated]
+        faults *= self.rounds
         self.rng.shuffle(faults)
         faults.insert(self.rng.randrange(len(faults) + 1), self.kill_zookeeper)
         for fault in faults:
@@ -168,7 +200,22 @@ class Drill:
         if out.returncode != 0:
             say("the final load failed:\n" + out.stdout[-3000:] + out.stderr[-3000:])
         self.settle()
+        self.compare_replicas()
         return self.report
+
+    def compare_replicas(self) -> None:
+        """Every replicated cluster's replicas, byte for byte (Lab.compare_replicas)."""
+        from infra.local.lab import LabError
+        for spec in self.p.topology.clusters():
+            if not spec.replicated:
+                continue
+            try:
+                self.p.lab.wait_fully_replicated(spec.name, timeout=120)
+                compared = self.p.lab.compare_replicas(spec.name)
+            except LabError as exc:
+                self.report.replicas_differ += str(exc)
+                continue
+            self.report.replicas[spec.name] = (len(compared), sum(compared.values()))
 
     def settle(self, timeout: float = 180.0) -> None:
         """Wait until every tier of the drill's windows has every acknowledged message."""
@@ -216,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep_up:
             stop(args.dir)
-    return 0 if report is not None and report.lost == 0 else 1
+    return 0 if report is not None and report.lost == 0 and not report.replicas_differ else 1
 
 
 if __name__ == "__main__":

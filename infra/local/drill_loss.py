@@ -3,7 +3,10 @@ proof that the audit reports it exactly and that it blocks its hour's load.
 
 The demo's pipeline runs with the mirror leaving ``page_views`` out for a
 while (every other topic, the audit's included, is copied) and dc-a's
-brokers rolling small segments (16 KiB). Audited traffic goes through both
+brokers rolling small segments (16 KiB) and keeping one copy of each
+partition (``replication_factor = 0`` there: with a replica on the other
+broker, the deleted segment would still exist, as retention deleting it on
+every replica would not leave it). Audited traffic goes through both
 datacenters; the drill waits until the producer tier and dc-a's cluster
 tier have counted everything. Then, as an operator's mistake or a
 retention set below the mirror's lag would, it deletes the oldest segment
@@ -262,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     stop(args.dir)
     shutil.rmtree(args.dir, ignore_errors=True)
     pipeline = Pipeline(args.dir, sensor_timeout_s=args.sensor_timeout, overrides={
+        f"datacenters.{VICTIM_CLUSTER}.replication_factor": "0",
         f"datacenters.{VICTIM_CLUSTER}.broker_settings": [
             "log.flush_ms=20", f"log.segment_bytes={SEGMENT_BYTES}"]})
     report = None

@@ -73,6 +73,7 @@ Linux only (it reads /proc). Not thread-safe: drive a Lab from one thread.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import dataclasses
 import logging
 import os
@@ -600,9 +601,10 @@ class Lab:
             self._children[name] = server.process
 
     @contextlib.contextmanager
-    def _zookeeper(self, timeout: float = 10.0) -> Iterator[Any]:
-        """A started kazoo client at the ensemble's root, for the lab's own reads."""
-        connect = self.zookeeper_connect()
+    def _zookeeper(self, timeout: float = 10.0, cluster: str | None = None) -> Iterator[Any]:
+        """A started kazoo client at the ensemble's root (or in ``cluster``'s
+        chroot), for the lab's own reads."""
+        connect = self.zookeeper_connect(cluster)
         client = make_client(connect)
         try:
             start_client(client, connect, timeout=timeout, what="lab")
@@ -916,6 +918,68 @@ class Lab:
             self._stop([name], timeout)
         self._start_brokers(timeout, only=[(cluster, index)])
 
+    def wipe_broker_data(self, cluster: str, index: int) -> None:
+        """Delete the data directory of broker ``index`` of ``cluster`` (it
+        must not run): a lost disk. Restarted, a broker of a replicated
+        cluster copies its replicas back from their leaders."""
+        name = self.broker_name(cluster, index)
+        if name not in self.records:
+            raise LabError(f"no process {name} in the lab")
+        if self._leftovers(name):
+            raise LabError(f"{name} still runs: stop it before deleting its data")
+        shutil.rmtree(self.broker_data_dir(cluster, index), ignore_errors=True)
+
+    def under_replicated(self, cluster: str) -> list[str]:
+        """The replicated partitions of ``cluster`` that lack an in-sync
+        replica or a live leader, as "topic/partition" (empty: every replica
+        of every partition is in sync)."""
+        with self._zookeeper(cluster=cluster) as client:
+            return _under_replicated(client)
+
+    def wait_fully_replicated(self, cluster: str, timeout: float = 120.0) -> float:
+        """Wait until every replica of every replicated partition of
+        ``cluster`` is in sync under a live leader (what an operator waits
+        for before touching the next broker); returns the seconds waited."""
+        started = time.monotonic()
+        left: list[str] = []
+        with self._zookeeper(cluster=cluster) as client:
+            def done() -> bool:
+                nonlocal left
+                left = _under_replicated(client)
+                return not left
+
+            if not wait_until(done, timeout, interval=0.25):
+                raise LabError(f"{cluster}: {len(left)} partition(s) still under-replicated "
+                               f"or without a leader {timeout:.0f} s on: {', '.join(left[:8])}")
+        return time.monotonic() - started
+
+    def compare_replicas(self, cluster: str, timeout: float = 60.0) -> dict[str, int]:
+        """Once traffic has stopped: every replicated partition of
+        ``cluster``, its replicas' log files compared byte for byte (sha256
+        of the bytes from offset 0 to the end, once every replica holds as
+        many as its leader). Returns "topic/partition" -> bytes compared;
+        raises LabError naming the partitions whose replicas differ."""
+        from broker.coordination.replica_state import TopicAssignment
+        with self._zookeeper(cluster=cluster) as client:
+            topics = client.get_children(paths.REPLICATED_TOPICS) \
+                if client.exists(paths.REPLICATED_TOPICS) else []
+            assignments = {t: TopicAssignment.from_json(
+                client.get(paths.replicated_topic_path(t))[0]).partitions for t in topics}
+        compared, differ = {}, []
+        for topic, partitions in sorted(assignments.items()):
+            for p, replicas in enumerate(partitions):
+                def logs() -> dict[int, bytes]:
+                    return {b: _replica_log(self.broker_data_dir(cluster, b), topic, p)
+                            for b in replicas}
+                wait_until(lambda: len({len(d) for d in logs().values()}) == 1, timeout, 0.25)
+                digests = {b: hashlib.sha256(d).hexdigest() for b, d in logs().items()}
+                if len(set(digests.values())) != 1:
+                    differ.append(f"{topic}/{p} {digests}")
+                compared[f"{topic}/{p}"] = len(logs()[replicas[0]])
+        if differ:
+            raise LabError(f"{cluster}: replicas differ: " + "; ".join(differ))
+        return compared
+
     def kill_process(self, name: str, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
         """Send ``sig`` to the lab's process ``name`` (e.g. a mirror process)
         and wait until it has exited."""
@@ -971,6 +1035,33 @@ class Lab:
 
     def __exit__(self, *exc) -> None:
         self.down()
+
+
+def _replica_log(data_dir: str, topic: str, partition: int) -> bytes:
+    """Every byte of a replica's log, from its segment files in order (the
+    log of a partition that starts at offset 0: no retention ran)."""
+    from broker.storage.segment import parse_segment_file_name, segment_file_name
+    directory = os.path.join(data_dir, "topics", topic, str(partition))
+    try:
+        bases = sorted(b for b in map(parse_segment_file_name, os.listdir(directory))
+                       if b is not None)
+    except FileNotFoundError:
+        return b""
+    out = bytearray()
+    for base in bases:
+        with open(os.path.join(directory, segment_file_name(base)), "rb") as f:
+            out += f.read()
+    return bytes(out)
+
+
+def _under_replicated(client) -> list[str]:
+    """Replicated partitions (of the client's chroot) not fully in sync: a
+    replica out of the in-sync set, no live leader, or a replica that
+    registered after the state was written (a restarted broker still
+    listed as in sync until the controller's next pass takes it out)."""
+    from broker.coordination import replica_admin
+    return [f"{p.topic}/{p.partition}" for p in replica_admin.describe(client)
+            if p.under_replicated or p.unavailable or p.restarted]
 
 
 def _ports_text(ports: dict[str, int]) -> str:

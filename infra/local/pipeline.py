@@ -191,7 +191,8 @@ max_retry_delay_s = 30.0
         analysis with them) and the topics in every cluster, audit topic
         included, before any consumer group starts."""
         from infra.local.traffic import prepare_clusters
-        prepare_clusters([self.lab.zookeeper_connect(c) for c in CLUSTERS], 2)
+        prepare_clusters({self.lab.zookeeper_connect(c):
+                          self.lab.topology.cluster(c).topic_partitions() for c in CLUSTERS})
         say("schemas registered and topics made in every cluster")
 
     def traffic(self, messages_per_dc: int, hours: int = 3):

@@ -8,9 +8,12 @@ topics produced through each datacenter's load balancer by audited producers.
 * event times spread evenly over the last ``hours`` whole hours (a
   datacenter's clock, not the producer's: the audit and the loader bucket
   by event time), the hour being loaded included;
-* per datacenter one ``AuditedProducer`` (``acks="flushed"``) publishing the
-  producer tier's monitoring events to that cluster's audit topic; what was
-  acknowledged is counted per datacenter, topic and hour.
+* per datacenter one ``AuditedProducer`` publishing the producer tier's
+  monitoring events to that cluster's audit topic; what was acknowledged is
+  counted per datacenter, topic and hour. It sends through the load
+  balancer with ``acks="flushed"``, or, on a replicated cluster, to each
+  partition's leader (a ``ClusterProducer``, leaders found in ZooKeeper)
+  with ``acks="all"``.
 
 The registry of every datacenter gets the shipped schemas first.
 """
@@ -98,10 +101,13 @@ def make_event(topic: str, rng: random.Random, t: int, v2: bool,
             str(member).encode(), 1)
 
 
-def create_topics(zookeeper: str, topics, partitions: int = 4) -> None:
+def create_topics(zookeeper: str, topics, partitions: int = 4) -> bool:
     """Create ``topics`` on every broker of the cluster (keyed messages need
     their topic's partition count; through a load balancer the producer may
-    reach any broker). An existing topic is left as it is."""
+    reach any broker). An existing topic is left as it is. On a replicated
+    cluster (brokers with ``replication_factor`` >= 1) the first broker
+    creates each topic cluster-wide with ``partitions`` partitions in all.
+    Returns whether the topics are replicated."""
     from broker.client.admin import AdminClient
     from broker.coordination.cluster import ClusterView
     from broker.coordination.zk import make_client, start_client
@@ -112,20 +118,27 @@ def create_topics(zookeeper: str, topics, partitions: int = 4) -> None:
         view = ClusterView(client)
         view.wait_for(lambda v: bool(v.brokers()), 10.0)
         for host, port in view.brokers().values():
+            missing = [t for t in topics if not view.is_replicated(t)]
+            if not missing:
+                break                   # made cluster-wide (by an earlier broker or call)
             with AdminClient(f"{host}:{port}") as admin:
-                for topic in topics:
+                for topic in missing:
                     try:
                         admin.create_topic(topic, partitions)
                     except SamsaError as exc:
                         if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                             raise
+            view.wait_for(lambda v: all(v.is_replicated(t) or v.partitions(t) for t in topics),
+                          10.0)
+        return all(view.is_replicated(t) for t in topics)
     finally:
         client.stop()
         client.close()
 
 
-def prepare_clusters(connects, partitions: int = 2) -> None:
-    """For each cluster (a ZooKeeper connect string with chroot): the shipped
+def prepare_clusters(clusters: dict[str, int]) -> None:
+    """For each cluster (a ZooKeeper connect string with chroot -> the
+    partitions of its topics, as ``create_topics`` means them): the shipped
     schemas in its registry, and the traffic's topics and the audit topic
     made on its brokers, before any consumer group (mirror, counter) starts:
     a topic made under a running group moves its partitions, and
@@ -133,7 +146,7 @@ def prepare_clusters(connects, partitions: int = 2) -> None:
     from audit.counting import AUDIT_TOPIC
     from schemas.registry import SchemaRegistry
     topics = [t for t, _ in TOPIC_WEIGHTS] + [AUDIT_TOPIC]
-    for connect in connects:
+    for connect, partitions in clusters.items():
         with SchemaRegistry.open(f"zookeeper://{connect}") as registry:
             register_schemas(registry)
         create_topics(connect, topics, partitions)
@@ -155,7 +168,6 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
     the last hours up to now, the current one included). ``progress(done,
     total)`` is called as it goes."""
     from audit.counting import AUDIT_TOPIC, AuditedProducer
-    from broker.client.producer import Producer
     from schemas.registry import SchemaRegistry
     from schemas.wire import ValueWriter
     now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -176,12 +188,13 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
         registry = SchemaRegistry.open(f"zookeeper://{zookeeper}")
         try:
             register_schemas(registry)
-            create_topics(zookeeper, [t for t, _ in TOPIC_WEIGHTS], config.partitions)
+            replicated = create_topics(zookeeper, [t for t, _ in TOPIC_WEIGHTS],
+                                       config.partitions)
             writers = {(t, v): ValueWriter(registry, t, version=v)
                        for t in ("page_views", "searches", "logins") for v in (1, 2)
                        if v == 1 or t == "page_views"}
             producer = AuditedProducer.publishing(
-                Producer(bootstrap=lb, acks="flushed", batch_size=config.batch_size),
+                _producer(lb, zookeeper, replicated, config.batch_size),
                 ValueWriter(registry, AUDIT_TOPIC), datacenter=dc, cluster=dc,
                 interval_s=5.0, window_ms=config.window_ms, service="demo-traffic")
             pending: list[tuple[object, str, int]] = []
@@ -212,6 +225,19 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
             registry.close()
     result.seconds += time.monotonic() - t0
     return result
+
+
+def _producer(lb: str, zookeeper: str, replicated: bool, batch_size: int):
+    """Through the load balancer with acks="flushed"; on a replicated
+    cluster a ClusterProducer with acks="all" instead, which sends each
+    partition's batches to its leader, found in ZooKeeper (a load balancer
+    reaches any broker, and only the leader takes a partition's writes)."""
+    from broker.client.cluster_producer import ClusterProducer
+    from broker.client.producer import Producer, ProducerConfig
+    if replicated:
+        return ClusterProducer(zookeeper, ProducerConfig(acks="all", batch_size=batch_size,
+                                                         client_id="demo-traffic"))
+    return Producer(bootstrap=lb, acks="flushed", batch_size=batch_size)
 
 
 def _settle(pending: list, result: TrafficResult, dc: str, tolerate: bool = False) -> int:

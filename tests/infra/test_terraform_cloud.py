@@ -171,6 +171,8 @@ def test_variables_say_what_the_topology_says(environment):
     assert {d.brokers for d in dcs} == {variables["brokers_per_dc"]}
     assert topology.analysis.brokers == variables["analysis_brokers"]
     assert {c.default_partitions for c in topology.clusters()} == {variables["partitions"]}
+    assert {c.replication_factor for c in topology.clusters()} == \
+        {variables["replication_factor"]}
     retention = {c.broker_config(0).log.retention_ms for c in topology.clusters()}
     assert retention == {variables["retention_hours"] * 3_600_000}
     assert {m.whitelist for m in topology.mirrors} == {variables["mirror_whitelist"]}
@@ -179,7 +181,7 @@ def test_variables_say_what_the_topology_says(environment):
 
 def test_the_local_environment_uses_the_same_variable_names():
     shared = {"datacenters", "brokers_per_dc", "analysis_brokers", "partitions",
-              "retention_hours", "mirror_whitelist"}
+              "replication_factor", "retention_hours", "mirror_whitelist"}
     for environment in CLOUD_ENVIRONMENTS + ["local"]:
         names = set(blocks(os.path.join(TF, "environments", environment), "variable"))
         assert shared <= names, (environment, shared - names)

@@ -42,6 +42,22 @@ def test_the_default_topology_loads_and_validates():
     assert t.mirror_metrics_ports("to-analysis") == [19400, 19401]
 
 
+def test_the_default_lab_replicates_every_cluster_on_both_brokers():
+    from infra.local.lab import Lab
+    t = load_topology(DEFAULT)
+    for cluster in t.clusters():
+        assert cluster.replication_factor == 2 and cluster.replicated
+        # partitions per broker of the file, in all on a replicated cluster
+        assert cluster.topic_partitions() == 4
+        config = cluster.broker_config(1)
+        assert config.replication_factor == 2 and config.default_partitions == 4
+    command = Lab(t, "/nonexistent-state").broker_command("dc-a", 0)
+    assert "replication_factor=2" in command and "default_partitions=4" in command
+    plain = dataclasses.replace(t.cluster("dc-b"), replication_factor=0)
+    assert not plain.replicated and plain.topic_partitions() == 2
+    assert plain.broker_config(0).replication_factor == 0
+
+
 def test_to_toml_reads_back_equal(tmp_path):
     t = load_topology(DEFAULT, {"zookeeper.size": "3", "datacenters.dc-b.chroot": "/east"})
     path = tmp_path / "t.toml"
@@ -150,6 +166,10 @@ def test_mirror_checks(tmp_path, extra, message):
     ({"datacenters.dc-a.broker_settings": "log.nope=1"}, "unknown setting 'log.nope'"),
     ({"datacenters.dc-a.broker_settings": "log.flush_ms=-5"}, "flush.ms must be >= 0"),
     ({"datacenters.dc-a.default_partitions": "0"}, "default_partitions must be 1..10000"),
+    ({"datacenters.dc-a.replication_factor": "3"},
+     "replication_factor must be 0..brokers (2), not 3"),
+    ({"datacenters.dc-a.broker_settings": "replication_factor=2"},
+     "replication_factor come from the topology"),
     ({"datacenters.dc-a.metrics_port": "-2"}, "metrics_port must be -1 (off)"),
     ({"datacenters.dc-a.lb_port": "1"}, "unknown setting 'datacenters[0].lb_port'"),
     ({"lab_name": "x"}, "unknown setting 'lab_name'"),

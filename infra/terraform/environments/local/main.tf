@@ -34,6 +34,7 @@ locals {
     brokers_per_dc   = var.brokers_per_dc
     analysis_brokers = var.analysis_brokers
     partitions       = var.partitions
+    replication      = var.replication_factor
     retention_ms     = var.retention_hours * 3600000
     whitelist        = var.mirror_whitelist
     mirror_processes = var.mirror_processes

@@ -30,8 +30,18 @@ variable "analysis_brokers" {
   }
 }
 
+variable "replication_factor" {
+  description = "Replicas of every partition in every cluster (docs/replication.md); 0 keeps one copy per broker's own partitions, as the paper's brokers did."
+  type        = number
+  default     = 2
+  validation {
+    condition     = var.replication_factor >= 0 && var.replication_factor <= min(var.brokers_per_dc, var.analysis_brokers)
+    error_message = "replication_factor must be between 0 and the brokers of the smallest cluster (brokers_per_dc, analysis_brokers): each replica lives on another broker."
+  }
+}
+
 variable "partitions" {
-  description = "Partitions per broker of an automatically created topic (default_partitions)."
+  description = "Partitions per broker of an automatically created topic (default_partitions; a replicated cluster makes partitions x brokers in all)."
   type        = number
   default     = 2
   validation {

@@ -47,6 +47,7 @@ module "dc_us_east" {
   cidr                = "10.10.0.0/16"
   availability_zones  = slice(data.aws_availability_zones.dc_us_east.names, 0, 3)
   brokers             = var.brokers_per_dc
+  replication_factor  = var.replication_factor
   remote_client_cidrs = local.mirror_clients
   broker_config_toml  = file("${path.module}/rendered/broker-dc-us-east.toml")
   samsa_wheel_url     = var.samsa_wheel_url
@@ -64,6 +65,7 @@ module "dc_eu_west" {
   cidr                = "10.20.0.0/16"
   availability_zones  = slice(data.aws_availability_zones.dc_eu_west.names, 0, 3)
   brokers             = var.brokers_per_dc
+  replication_factor  = var.replication_factor
   remote_client_cidrs = local.mirror_clients
   broker_config_toml  = file("${path.module}/rendered/broker-dc-eu-west.toml")
   samsa_wheel_url     = var.samsa_wheel_url
@@ -81,6 +83,7 @@ module "analysis" {
   cidr               = local.analysis_cidr
   availability_zones = slice(data.aws_availability_zones.analysis.names, 0, 3)
   brokers            = var.analysis_brokers
+  replication_factor = var.replication_factor
   load_balancer      = false
   local_client_security_group_ids = {
     mirror = module.mirror.security_group_id

@@ -32,6 +32,12 @@ variable "analysis_brokers" {
   }
 }
 
+variable "replication_factor" {
+  description = "Replicas of each partition in every cluster (topology.toml says the same; rendered into the brokers' settings), one per availability zone."
+  type        = number
+  default     = 3
+}
+
 variable "partitions" {
   description = "Partitions per broker of an automatically created topic (rendered into the brokers' settings from topology.toml)."
   type        = number

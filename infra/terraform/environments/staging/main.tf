@@ -21,6 +21,7 @@ module "dc_staging" {
   availability_zones   = slice(data.aws_availability_zones.this.names, 0, 2)
   zookeeper_size       = 3
   brokers              = var.brokers_per_dc
+  replication_factor   = var.replication_factor
   remote_client_cidrs  = { mirror = local.analysis_cidr }
   broker_config_toml   = file("${path.module}/rendered/broker-dc-staging.toml")
   samsa_wheel_url      = var.samsa_wheel_url
@@ -39,6 +40,7 @@ module "analysis" {
   availability_zones = slice(data.aws_availability_zones.this.names, 0, 2)
   zookeeper_size     = 3
   brokers            = var.analysis_brokers
+  replication_factor = var.replication_factor
   load_balancer      = false
   local_client_security_group_ids = {
     mirror = module.mirror.security_group_id

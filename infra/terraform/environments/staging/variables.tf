@@ -24,6 +24,12 @@ variable "analysis_brokers" {
   default     = 2
 }
 
+variable "replication_factor" {
+  description = "Replicas of each partition in every cluster (topology.toml says the same; rendered into the brokers' settings), one per availability zone."
+  type        = number
+  default     = 2
+}
+
 variable "partitions" {
   description = "Partitions per broker of an automatically created topic (rendered from topology.toml)."
   type        = number

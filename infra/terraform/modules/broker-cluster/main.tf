@@ -6,13 +6,14 @@
 locals {
   tags = merge(var.tags, { "samsa:module" = "broker-cluster", "samsa:cluster" = var.cluster })
 
-  # Data volume per broker (GB):
-  #   retained = write_mb_per_s * 3600 * retention_hours / brokers / 1000
-  #   slack    = partitions_per_broker * segment_gb   (a segment is deleted whole, so each
-  #              partition may hold up to one segment more than the retention asks)
+  # Data volume per broker (GB), with copies = max(replication_factor, 1):
+  #   retained = write_mb_per_s * 3600 * retention_hours * copies / brokers / 1000
+  #   slack    = partitions_per_broker * copies * segment_gb   (a segment is deleted whole,
+  #              so each replica may hold up to one segment more than the retention asks)
   #   volume   = ceil((retained + slack) * (1 + headroom))
-  retained_gb         = var.write_mb_per_s * 3600 * var.retention_hours / var.brokers / 1000
-  slack_gb            = var.partitions_per_broker * var.segment_gb
+  copies              = max(var.replication_factor, 1)
+  retained_gb         = var.write_mb_per_s * 3600 * var.retention_hours * local.copies / var.brokers / 1000
+  slack_gb            = var.partitions_per_broker * local.copies * var.segment_gb
   computed_volume_gb  = ceil((local.retained_gb + local.slack_gb) * (1 + var.headroom))
   data_volume_gb      = coalesce(var.data_volume_gb, max(local.computed_volume_gb, 20))
   zookeeper_with_root = "${var.zookeeper_connect}/${var.cluster}"

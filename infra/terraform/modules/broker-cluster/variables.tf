@@ -80,6 +80,16 @@ variable "samsa_wheel_url" {
   type        = string
 }
 
+variable "replication_factor" {
+  description = "Replicas of each partition (the replication_factor of the rendered settings; 0: unreplicated). Each replica is a full copy: the data volumes are sized for it."
+  type        = number
+  default     = 0
+  validation {
+    condition     = var.replication_factor >= 0 && var.replication_factor <= var.brokers
+    error_message = "replication_factor must be between 0 and brokers: each replica lives on another broker."
+  }
+}
+
 variable "write_mb_per_s" {
   description = "Expected write rate into this cluster, all producers together, in MB/s (sizes the data volumes)."
   type        = number

@@ -77,6 +77,7 @@ module "brokers" {
   broker_config_toml = var.broker_config_toml
   samsa_wheel_url    = var.samsa_wheel_url
   write_mb_per_s     = var.write_mb_per_s
+  replication_factor = var.replication_factor
   retention_hours    = var.retention_hours
   instance_type      = var.broker_instance_type
   ami_id             = var.ami_id

@@ -68,6 +68,12 @@ variable "samsa_wheel_url" {
   type        = string
 }
 
+variable "replication_factor" {
+  description = "Replicas of each partition (must match replication_factor in the rendered settings; 0: unreplicated); sizes the data volumes."
+  type        = number
+  default     = 0
+}
+
 variable "write_mb_per_s" {
   description = "Expected write rate into the cluster, MB/s (sizes the data volumes)."
   type        = number
