@@ -285,3 +285,31 @@ def test_replication_metrics_follow_a_follower_out_and_back(clusters):
     assert metric(resumed, "samsa_leader_partitions") == 0
     assert metric(resumed, "samsa_replication_bytes_in_total") >= sum(written.values())
 
+
+def test_a_follower_that_dies_counts_as_a_shrink_and_its_return_as_an_expand(clusters):
+    """A follower killed: here the controller takes it out of the in-sync set
+    (its registration goes after the session timeout, 4 s, long before the
+    leader's lag time, 60 s: the usual order, as with the defaults of 6 s and
+    10 s). The leader's shrink counter must count that shrink as well, or a
+    crashed follower would show an expand when it returns and never a shrink."""
+    cluster = clusters("metrics-crash", brokers=2,
+                       settings={**REPLICATED, "replica_lag_time_max_ms": 60_000})
+    create_replicated(cluster, "c", replication_factor=2)
+    wait_in_sync(cluster, "c", 0, {0, 1})
+    leader = leader_of(cluster, "c", 0)
+    follower = 1 - leader
+    before = scrape(cluster, leader)
+    cluster.brokers[follower].kill()
+    wait_in_sync(cluster, "c", 0, {leader})
+    wait_metrics(cluster, leader, {
+        ("samsa_isr_shrinks_total",): metric(before, "samsa_isr_shrinks_total") + 1,
+        ("samsa_under_replicated_partitions",): 1,
+        ("samsa_partition_in_sync_replicas", "c", 0): 1})
+    assert all(r.error == 0 for r in produce_to(cluster.brokers[leader], "c", 0, [b"z"] * 5))
+    cluster.brokers[follower].start()
+    wait_in_sync(cluster, "c", 0, {0, 1})
+    wait_metrics(cluster, leader, {
+        ("samsa_isr_shrinks_total",): metric(before, "samsa_isr_shrinks_total") + 1,
+        ("samsa_isr_expands_total",): metric(before, "samsa_isr_expands_total") + 1,
+        ("samsa_under_replicated_partitions",): 0,
+        ("samsa_partition_in_sync_replicas", "c", 0): 2})
