@@ -59,7 +59,8 @@ def out_of_sync_then_leader_lost(cluster, topic: str) -> tuple[int, int, int, in
     dies, and the partition goes offline (leader -1) since no in-sync
     replica is live. Returns (A, B, the offline state's epoch, the offset
     where TAIL begins)."""
-    first = wait_in_sync(cluster, topic, 0, set(state(cluster, topic, 0).isr))
+    first = state(cluster, topic, 0)              # a new topic's: every replica in sync
+    assert len(first.isr) == 2
     a = first.leader
     (b,) = set(first.isr) - {a}
     assert all(r.error == 0 for r in produce_to(cluster.brokers[a], topic, 0, COMMITTED))
