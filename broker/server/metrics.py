@@ -214,7 +214,9 @@ class BrokerCollector:
 
     def _replication(self, m: BrokerMetrics):
         for name, doc, value in (
-                ("samsa_isr_shrinks", "In-sync sets this broker shrank as leader", m.isr_shrinks),
+                ("samsa_isr_shrinks", "Shrinks of the in-sync sets of partitions this broker "
+                 "leads (its own, and the controller's for replicas gone or restarted)",
+                 m.isr_shrinks),
                 ("samsa_isr_expands", "In-sync sets this broker expanded as leader",
                  m.isr_expands),
                 ("samsa_leader_changes", "Times this broker became a partition's leader",

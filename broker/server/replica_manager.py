@@ -362,6 +362,7 @@ class ReplicaManager:
             if rep.role is not Role.LEADER or rep.leader_epoch != state.leader_epoch:
                 self._become_leader(rep, state)
             else:
+                self._count_isr_change(rep.isr, state.isr)
                 rep.isr = state.isr
                 self._advance_high_watermark(rep)
         elif state.leader == NO_LEADER:
@@ -372,6 +373,18 @@ class ReplicaManager:
             self._become_follower(rep, state)
         else:
             rep.isr = state.isr
+
+    def _count_isr_change(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
+        """A led partition's in-sync set changed by a state read, same epoch:
+        the controller took replicas out (gone or restarted: with a lag time
+        longer than the session timeout, how a crashed follower leaves), or
+        this broker's own write was seen before its answer (``_write_isr``
+        then leaves it uncounted, its version being known). Counted as the
+        leader's own shrinks and expands are."""
+        if set(new) < set(old):
+            self.metrics.isr_shrinks += 1
+        elif set(new) > set(old):
+            self.metrics.isr_expands += 1
 
     def _become_leader(self, rep: PartitionReplica, state: PartitionState) -> None:
         lg = rep.log
