@@ -201,7 +201,7 @@ class FetchLongPoll:
                     f"unknown topic or partition {quote_name(entry.topic)}/{entry.partition}",
                     -1, -1, None, 0, 0)
         lg = topic.logs[entry.partition]
-        if self._replicated and lg in self._replicated:
+        if topic.replicated and self.replication is not None:
             refusal = self.replication.read_refusal(lg)
             if refusal is not None:
                 return (entry, refusal[0], refusal[1], -1, -1, None, 0, 0)

@@ -243,12 +243,14 @@ class ReplicaManager:
                 self._watched_states.add((topic, p))
                 DataWatch(self.client, paths.partition_state_path(topic, p),
                           lambda d, s, _event, t=topic, p=p: self._on_state(t, p, d, s))
+            elif self.broker_id not in replicas:
+                self._watched_states.discard((topic, p))   # moved away: its watch stops
         return None
 
     def _on_state(self, topic: str, partition: int, data: bytes | None, stat) -> bool | None:
+        if (topic, partition) not in self._watched_states:
+            return False
         if data is None:
-            if (topic, partition) not in self._watched_states:
-                return False
             state = None
         else:
             try:
@@ -281,6 +283,8 @@ class ReplicaManager:
                 self._delete_local(topic)
             return
         if self.broker_id not in {b for r in assignment.partitions for b in r}:
+            if local is not None and local.replicated:
+                self._delete_local(topic)          # moved off this broker entirely
             return
         if local is not None and not local.replicated:
             log.error("replication: topic %s is replicated in the cluster but this broker "
@@ -304,6 +308,37 @@ class ReplicaManager:
                 rep = self._replica(topic, p, local.logs[p])
                 rep.replicas = replicas
                 rep.min_insync = min_insync
+                for gone in set(rep.followers) - set(replicas):
+                    del rep.followers[gone]
+            elif (topic, p) in self.partitions:
+                self._drop_replica(topic, p)
+
+    def _drop_replica(self, topic: str, partition: int) -> None:
+        """This broker is no longer a replica of the partition (a
+        reassignment moved it away): stop following (or leading), answer
+        what waits on the log, delete its data. An empty log takes its place,
+        as on a broker that never held the partition: clients are refused it
+        (produce_refusal, read_refusal), and a later reassignment back here
+        starts from that empty log."""
+        rep = self.partitions.pop((topic, partition))
+        lg = rep.log
+        self.replicated.pop(lg, None)
+        self._stop_following(rep)
+        if rep.role is Role.LEADER:
+            # never by the controller's reassignment (a target replica leads
+            # before the assignment drops any), but an assignment edited by hand
+            rep.role = Role.NONE
+            self._step_down(rep, "no longer a replica here")
+        rep.role = Role.NONE
+        self.produce_path.forget_logs([lg])
+        self.fetch_long_poll.answer(self.fetch_long_poll.take_parked([lg]))
+        self.answer_parked([lg])
+        try:
+            self.logs.reset_partition(topic, partition)
+            log.info("replication: %s moved off this broker; deleted its replica", rep.name,
+                     extra={"event": "replica_deleted"})
+        except OSError as exc:
+            log.error("replication: cannot delete the replica of %s: %s", rep.name, exc)
 
     def _delete_local(self, topic: str) -> None:
         local = self.logs.get(topic)
@@ -438,8 +473,11 @@ class ReplicaManager:
     # ------------------------------------------------------------ what clients may do
 
     def produce_refusal(self, lg: Log, acks: int) -> tuple[int, str] | None:
-        """Why a produce to ``lg`` (a replicated log) is refused, or None."""
-        rep = self.replicated[lg]
+        """Why a produce to ``lg`` (a log of a replicated topic) is refused,
+        or None."""
+        rep = self.replicated.get(lg)
+        if rep is None:
+            return self._no_replica(lg)
         if rep.role is not Role.LEADER or self.stopping:
             return (ErrorCode.NOT_LEADER_FOR_PARTITION,
                     f"broker {self.broker_id} does not lead {rep.name}"
@@ -451,13 +489,23 @@ class ReplicaManager:
         return None
 
     def read_refusal(self, lg: Log) -> tuple[int, str] | None:
-        """Why a consumer's fetch or offsets request on ``lg`` is refused."""
-        rep = self.replicated[lg]
+        """Why a consumer's fetch or offsets request on ``lg`` (a log of a
+        replicated topic) is refused."""
+        rep = self.replicated.get(lg)
+        if rep is None:
+            return self._no_replica(lg)
         if rep.role is not Role.LEADER:
             return (ErrorCode.NOT_LEADER_FOR_PARTITION,
                     f"broker {self.broker_id} does not lead {rep.name}"
                     + (f" (broker {rep.leader} does)" if rep.leader >= 0 else ""))
         return None
+
+    def _no_replica(self, lg: Log) -> tuple[int, str]:
+        """A partition of a replicated topic that this broker holds no
+        replica of (the topic's other partitions are here, or it was moved
+        away): its log here is empty and never to be written."""
+        return (ErrorCode.NOT_LEADER_FOR_PARTITION,
+                f"broker {self.broker_id} holds no replica of {lg.name}")
 
     def led_partitions(self, topic: str) -> list[int]:
         """The partitions of ``topic`` this broker leads (for "any partition")."""
