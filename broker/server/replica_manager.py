@@ -23,6 +23,14 @@ Roles of one partition replica, driven by its state node in ZooKeeper
             truncates the log to where it agrees with the leader's (by leader
             epoch: LEADER_EPOCH_END), then appends the leader's bytes exactly.
 
+The replicas follow the assignment: a partition added to this broker's
+(a new topic, or a reassignment: docs/replication.md) gets a replica in role
+NONE until its state is read; one taken away (the controller drops a replica
+only once it neither leads nor is needed in sync) stops fetching and its log
+is deleted, an empty one standing in its place, or the whole topic's
+directory once no partition of it is left here. A log of a replicated topic
+without a replica here is never served: clients get NOT_LEADER_FOR_PARTITION.
+
 Invariants:
   * the high watermark never goes down while this broker leads; it never
     passes the log end of any member of the in-sync set this broker knows;

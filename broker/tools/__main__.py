@@ -41,8 +41,10 @@ from broker.service_kit.settings import ConfigError
 EXIT_STATUS = cli.exit_status(
     (0, "done"),
     (1, "the broker or ZooKeeper refused or could not be reached (one line on stderr, "
-        "\"error: ...\")"),
-    (2, "bad usage: an unknown option, a missing argument, a malformed line or value"),
+        "\"error: ...\"); reassign --verify: a reassignment failed; elect-leaders: a "
+        "partition's lead could not be moved"),
+    (2, "bad usage: an unknown option, a missing argument, a malformed line or value, a "
+        "plan that cannot be carried out"),
     (3, "groups --status --fail-on LEVEL: a group's status is LEVEL or worse "
         "(OK < WARN < STALL < STOP < REWIND), the report printed all the same; reassign "
         "--verify: reassignments are still running"))

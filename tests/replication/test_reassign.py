@@ -15,9 +15,12 @@ from broker.coordination import paths
 from broker.coordination.replica_state import (NO_LEADER, PartitionState, TopicAssignment,
                                                preferred_leader_step, reassignment_step)
 from broker.tools.__main__ import main as tools_main
-from broker_helpers import run_module, wait_until
+from broker.protocol.api import Acks
+from broker.protocol.errors import ErrorCode
+from broker_helpers import connect, fetch, message_set, produce, run_module, wait_until
 from replication_helpers import (REPLICATED, assert_replicas_identical, create_replicated,
-                                 leader_of, state, wait_in_sync, wait_rejoined, wait_serving)
+                                 leader_of, replica_bytes, state, wait_in_sync, wait_rejoined,
+                                 wait_serving)
 from test_failover_history import History, Load, check_history, partition_values
 from test_replication import produce_values, read_back
 
@@ -158,10 +161,11 @@ def test_a_reassignment_survives_its_controller(clusters):
     """The controller dies after the first step; the next one finishes the
     move from what ZooKeeper holds, and nothing acknowledged is lost."""
     cluster = clusters("restartable", brokers=3, settings=REPLICATED)
-    create_replicated(cluster, "m", replication_factor=2)
+    create_replicated(cluster, "m", partitions=2, replication_factor=2)
     x, y = assignment(cluster, "m").partitions[0]
     wait_in_sync(cluster, "m", 0, {x, y})
     z = ({0, 1, 2} - {x, y}).pop()
+    assert y in assignment(cluster, "m").partitions[1]   # placement rotates: y stays there
     values = [f"v{i}".encode() for i in range(200)]
     assert all(r.error == 0 for r in produce_values(cluster, "m", 0, values))
     # z is down: the move stops after its first step (z cannot catch up)
@@ -180,9 +184,16 @@ def test_a_reassignment_survives_its_controller(clusters):
                             f"{state(cluster, 'm', 0)}, requests {requests_left(cluster)}")
     assert requests_left(cluster) == []
     assert y not in state(cluster, "m", 0).isr
-    wait_until(lambda: not os.path.exists(
-        os.path.join(cluster.brokers[y].data_dir, "topics", "m")), 30,
-        what=f"broker {y} to delete its replica")
+    # y keeps its replica of partition 1, and deletes that of partition 0:
+    # an empty log stands in its place, which clients are refused
+    wait_until(lambda: replica_bytes(cluster.brokers[y], "m", 0)[1] == b"", 30,
+               what=f"broker {y} to delete its replica of m/0")
+    with connect(cluster.brokers[y].address) as conn:
+        r = fetch(conn, "m", 0, 0)
+        assert r.error == ErrorCode.NOT_LEADER_FOR_PARTITION
+        assert f"broker {y} holds no replica of m/0" in r.message
+        r = produce(conn, "m", 0, message_set([b"stray"]), Acks.WRITTEN)
+        assert r.error == ErrorCode.NOT_LEADER_FOR_PARTITION
     read_back(cluster, "m", 0, values)
     assert_replicas_identical(cluster, "m", 0, brokers=[x, z])
 
