@@ -354,8 +354,8 @@ class Controller:
                 return False
             try:
                 running += self._reassign(topic, partition, live)
-            except BadVersionError:
-                again = True
+            except (BadVersionError, NoNodeError):
+                again = True               # a record changed or went meanwhile: read again
         self.stats.reassignments_running = running
         return again
 
@@ -467,7 +467,7 @@ class Controller:
                 return False
             try:
                 self._elect_preferred(topic, partition, live)
-            except BadVersionError:
+            except (BadVersionError, NoNodeError):
                 again = True
         return again
 

@@ -318,6 +318,12 @@ class ReplicaManager:
                 rep.min_insync = min_insync
                 for gone in set(rep.followers) - set(replicas):
                     del rep.followers[gone]
+                stray = [b for b in rep.isr if b not in replicas]
+                if rep.role is Role.LEADER and stray:
+                    # a follower moved away that this leader took back in
+                    # (its fetch came before the assignment): it fetches no
+                    # more, and would hold the high watermark back
+                    self._write_isr(rep, tuple(b for b in rep.isr if b in replicas), "shrink")
             elif (topic, p) in self.partitions:
                 self._drop_replica(topic, p)
 
