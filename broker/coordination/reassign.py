@@ -158,14 +158,14 @@ def drain_plan(client: KazooClient, broker: int) -> list[Move]:
     the moves already planned). PlanError when the broker is unknown or too
     few brokers are left for a partition."""
     live = live_brokers(client)
-    if broker not in live and not any(broker in r for _t, a in _assignments(client)
+    if broker not in live and not any(broker in r for _t, a in replicated_assignments(client)
                                       for r in a.partitions):
         raise PlanError(f"broker {broker} is neither registered nor a replica of any "
                         f"partition; the registered brokers are {sorted(live)}")
     racks = broker_racks(client, live)
     others = sorted(b for b in live if b != broker)
     load = {b: 0 for b in others}
-    assignments = _assignments(client)
+    assignments = replicated_assignments(client)
     for _topic, assignment in assignments:
         for replicas in assignment.partitions:
             for b in replicas:
@@ -300,7 +300,8 @@ def read_state(client: KazooClient, topic: str, partition: int) -> PartitionStat
         return PartitionState(NO_LEADER, -1, ())
 
 
-def _assignments(client: KazooClient) -> list[tuple[str, TopicAssignment]]:
+def replicated_assignments(client: KazooClient) -> list[tuple[str, TopicAssignment]]:
+    """(topic, assignment) of every replicated topic, by name."""
     try:
         topics = sorted(client.get_children(paths.REPLICATED_TOPICS))
     except NoNodeError:

@@ -417,7 +417,7 @@ def _verify(client, reassign, moves, args: argparse.Namespace) -> int:
                                  else reassign.running(client))
         left = []
         if args.drain_broker is not None:
-            left = [f"{t}/{p}" for t, a in reassign._assignments(client)
+            left = [f"{t}/{p}" for t, a in reassign.replicated_assignments(client)
                     for p, r in enumerate(a.partitions) if args.drain_broker in r]
         busy = any(r.status == "running" for r in rows) or left
         if not busy or time.monotonic() >= deadline:
@@ -464,7 +464,7 @@ def cmd_elect_leaders(args: argparse.Namespace) -> int:
                                          f"(0..{count - 1}), not {args.partition}")
             topics = [(args.topic, assignment)]
         else:
-            topics = reassign._assignments(client)
+            topics = reassign.replicated_assignments(client)
         chosen = [(t, p, a.partitions[p]) for t, a in topics for p in range(len(a.partitions))
                   if args.partition is None or p == args.partition]
         before = {(t, p): reassign.read_state(client, t, p) for t, p, _r in chosen}

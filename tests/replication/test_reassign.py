@@ -106,6 +106,7 @@ def test_drain_a_broker_under_acks_all_load(clusters):
     for p, replicas in enumerate(before):
         wait_in_sync(cluster, "d", p, set(replicas))
     assert sum(2 in r for r in before) == 2          # placement rotates: 2 of 3 partitions
+    assert [r[0] for r in before].count(2) == 1       # ... and 2 leads one: it moves too
     topic_dir = os.path.join(cluster.brokers[2].data_dir, "topics", "d")
     assert os.path.isdir(topic_dir)
 
@@ -132,6 +133,7 @@ def test_drain_a_broker_under_acks_all_load(clusters):
     finally:
         load.stop()
         producer.flush(60)
+    assert sum(map(len, history.acknowledged().values())) > 1000
     failed = [b for _seq, b in history.sent if b.exception() is not None]
     assert not failed, f"{len(failed)} batches failed, first: {failed[0].exception()}"
     producer.close()
@@ -157,7 +159,7 @@ def test_drain_a_broker_under_acks_all_load(clusters):
         assert_replicas_identical(cluster, "d", p, brokers=list(after[p]))
 
 
-def test_a_reassignment_survives_its_controller(clusters):
+def test_a_reassignment_survives_its_controller(clusters, capsys):
     """The controller dies after the first step; the next one finishes the
     move from what ZooKeeper holds, and nothing acknowledged is lost."""
     cluster = clusters("restartable", brokers=3, settings=REPLICATED)
@@ -174,6 +176,9 @@ def test_a_reassignment_survives_its_controller(clusters):
     cluster.zk.create(paths.reassignment_path("m", 0), json.dumps({"replicas": [x, z]}).encode())
     wait_until(lambda: assignment(cluster, "m").partitions[0] == (x, z, y), 30,
                what=lambda: f"the first step: {assignment(cluster, 'm').partitions}")
+    assert tools_main(["reassign", "--zookeeper", cluster.connect, "--verify"]) == 3
+    assert f"m/0: still running (replicas now {x},{z},{y}, target {x},{z}, leader " in \
+        capsys.readouterr().out
     controller = json.loads(cluster.zk.get(paths.CONTROLLER)[0])["broker"]
     assert controller != z
     cluster.brokers[controller].kill()
