@@ -72,12 +72,10 @@ class FetchLongPoll:
         self.stopping = False         # set by the server: answer fetches at once
         self._parked: dict[Log, set[FetchWait]] = {}
         self.replication = None       # ReplicaManager, when the broker replicates
-        self._replicated: dict = {}
 
     def set_replication(self, replication) -> None:
         """Refuse fetches of replicated logs this broker does not lead."""
         self.replication = replication
-        self._replicated = replication.replicated
 
     def handle(self, conn: Connection, header, req: api.FetchRequest) -> None:
         """A Fetch request: answer it now, or park it (see the module docstring)."""
