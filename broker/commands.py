@@ -38,6 +38,10 @@ COMMANDS = (
             ("offsets",)),
     Command("groups", "broker.tools", "consumer groups: list, describe, status, reset",
             ("groups",)),
+    Command("reassign", "broker.tools", "move replicas of replicated partitions (drain a "
+            "broker)", ("reassign",)),
+    Command("elect-leaders", "broker.tools", "move the lead back to the preferred replicas",
+            ("elect-leaders",)),
     Command("lag", "broker.lag", "the lag service (Burrow's rules, JSON and Prometheus)"),
     Command("mirror", "mirror", "mirror datacenter clusters into the analysis cluster"),
     Command("audit", "audit", "count a cluster's tier, serve the audit, report, db"),

@@ -23,7 +23,7 @@ ENTRY_POINTS = ["broker", "broker.tools", "mirror", "broker.lag", "audit", "hado
                 "schemas", "infra.local", "infra.local.pipeline", "infra.render"]
 #: entry points with sub-commands, and theirs
 SUBCOMMANDS = [("broker.tools", c) for c in ("produce", "consume", "topics", "offsets",
-                                             "groups")] \
+                                             "groups", "reassign", "elect-leaders")] \
     + [("audit", c) for c in ("count", "serve", "report", "db")] \
     + [("infra.local", c) for c in ("up", "status", "down")] \
     + [("schemas", c) for c in ("register", "check", "list", "show", "config", "bootstrap",

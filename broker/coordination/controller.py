@@ -31,6 +31,30 @@ session that expired) no longer counts as in sync: what it had may be gone
     last in-sync set, so the first of them to return leads again. A
     restarted leader is always written again with a new epoch: a broker acts
     as leader only on a state written after it registered.
+In-sync replicas that are no longer replicas of the assignment (a leader
+that took a moved-away follower back in just before it learnt the new
+assignment) are taken out of the set too.
+
+Operators' requests, each a node under /replication (docs/replication.md,
+"Moving replicas and preferred leaders"), are acted on at each pass, after
+the leaders are right:
+  * reassign/<topic>:<p> {"replicas": [...]}: the steps of
+    replica_state.reassignment_step, one per pass: the assignment becomes
+    target + old (the new replicas create their logs and follow); once every
+    target replica is in sync, a target replica leads (if the leader is not
+    one, epoch +1); then one transaction writes the in-sync set within the
+    target, the assignment = target, and removes the request. The brokers
+    left out delete their copies when their watch sees the assignment. The
+    state of a partition being moved is watched, so that the pass runs again
+    as soon as its in-sync set grows;
+  * elect_preferred/<topic>:<p>: the first replica of the assignment leads
+    if it is live, did not restart and is in sync (epoch +1; the old leader
+    follows it); the request is removed in the same transaction, or alone
+    (with the reason logged) when the preferred replica may not lead.
+A request that cannot be carried out (its topic or partition is gone, its
+data is not a request) is removed with an error in the log: the tool's
+--verify then reports it failed.
+
 Every write is a compare-and-set on the state node's version, so a write of
 the leader's (an in-sync change) or of a controller that lost its session
 meanwhile is never overwritten unseen: on a failed set the pass runs again.
@@ -58,7 +82,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from . import paths
-from .replica_state import NO_LEADER, PartitionState, TopicAssignment, choose_leader
+from .replica_state import (NO_LEADER, PartitionState, TopicAssignment, choose_leader,
+                            preferred_leader_step, reassignment_step)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +96,9 @@ class ControllerStats:
         self.elections = 0
         self.unclean_elections = 0
         self.offline_partitions = 0
+        self.reassignments_running = 0
+        self.reassignments_done = 0
+        self.preferred_elections = 0
 
 
 class Controller:
@@ -90,6 +118,7 @@ class Controller:
         self._stop = threading.Event()
         self._active = False
         self._watching = False
+        self._moving_watches: set[tuple[str, int]] = set()   # states watched while moving
         self._worker = threading.Thread(target=self._run, name=f"controller-{broker_id}",
                                         daemon=True)
 
@@ -135,10 +164,13 @@ class Controller:
 
     def _watch(self) -> None:
         zk = self.client
-        for path in (paths.BROKER_IDS, paths.REPLICATED_TOPICS):
+        for path in (paths.BROKER_IDS, paths.REPLICATED_TOPICS, paths.REASSIGNMENTS,
+                     paths.PREFERRED_ELECTIONS):
             zk.ensure_path(path)
         ChildrenWatch(zk, paths.BROKER_IDS, lambda _children: self._dirty.set())
         ChildrenWatch(zk, paths.REPLICATED_TOPICS, lambda _children: self._dirty.set())
+        ChildrenWatch(zk, paths.REASSIGNMENTS, lambda _children: self._dirty.set())
+        ChildrenWatch(zk, paths.PREFERRED_ELECTIONS, lambda _children: self._dirty.set())
         DataWatch(zk, paths.CONTROLLER, lambda _data, _stat: self._dirty.set())
         self._watching = True
 
@@ -235,6 +267,9 @@ class Controller:
                 if leader == NO_LEADER:
                     offline += 1
         self.stats.offline_partitions = offline
+        if self._active and not self._stop.is_set():
+            again |= self._reassign_pass(live)
+            again |= self._preferred_pass(live)
         if again:
             self._dirty.set()
 
@@ -258,13 +293,14 @@ class Controller:
         except ValueError as exc:
             log.error("controller: ignoring %s: %s", path, exc)
             return NO_LEADER
-        steady = {b for b, czxid in live.items() if czxid < stat.mzxid}   # not restarted since
+        steady = _steady(live, stat)
         if state.leader != NO_LEADER and state.leader in steady:
-            isr = tuple(b for b in state.isr if b in steady)
-            if isr != state.isr:
+            isr = tuple(b for b in state.isr if b in steady and b in replicas)
+            if isr != state.isr and state.leader in isr:
                 zk.set(path, state.with_isr(isr).to_json(), version=stat.version)
-                log.info("controller: %s/%d in-sync replicas %s -> %s (brokers gone or "
-                         "restarted)", topic, partition, list(state.isr), list(isr))
+                log.info("controller: %s/%d in-sync replicas %s -> %s (brokers gone, "
+                         "restarted or no longer replicas)", topic, partition,
+                         list(state.isr), list(isr))
             return state.leader
         in_sync = tuple(b for b in state.isr if b in steady)
         if not in_sync:
@@ -296,6 +332,193 @@ class Controller:
                      partition, state.leader if state.leader != NO_LEADER else "none", leader,
                      new.leader_epoch, list(isr), extra={"event": "leader_elected"})
         return leader
+
+    # ------------------------------------------------------------ operators' requests
+
+    def _requests(self, parent: str) -> list[tuple[str, int]]:
+        out = []
+        for name in sorted(self.client.get_children(parent)):
+            try:
+                out.append(paths.parse_partition_request_name(name))
+            except ValueError:
+                log.error("controller: ignoring %s/%s: not <topic>:<partition>", parent, name)
+        return out
+
+    def _reassign_pass(self, live: dict[int, int]) -> bool:
+        """One step of each reassignment asked; True if a write was
+        overtaken (the pass is to run again)."""
+        again = False
+        running = 0
+        for topic, partition in self._requests(paths.REASSIGNMENTS):
+            if not self._active or self._stop.is_set():
+                return False
+            try:
+                running += self._reassign(topic, partition, live)
+            except (BadVersionError, NoNodeError):
+                again = True               # a record changed or went meanwhile: read again
+        self.stats.reassignments_running = running
+        return again
+
+    def _drop_request(self, path: str, version: int, why: str) -> None:
+        log.error("controller: dropping the request %s: %s", path, why,
+                  extra={"event": "request_dropped"})
+        try:
+            self.client.delete(path, version=version)
+        except NoNodeError:
+            pass
+
+    def _reassign(self, topic: str, partition: int, live: dict[int, int]) -> bool:
+        """The next step of one reassignment (replica_state.reassignment_step);
+        True while it is still running."""
+        zk = self.client
+        request = paths.reassignment_path(topic, partition)
+        try:
+            data, rstat = zk.get(request)
+        except NoNodeError:
+            return False
+        try:
+            target = tuple(int(b) for b in json.loads(data)["replicas"])
+            if not target or len(set(target)) != len(target):
+                raise ValueError("the replicas must be distinct, and at least one")
+        except (TypeError, KeyError, ValueError) as exc:
+            self._drop_request(request, rstat.version, f"not a reassignment ({exc})")
+            return False
+        topic_path = paths.replicated_topic_path(topic)
+        state_path = paths.partition_state_path(topic, partition)
+        try:
+            adata, astat = zk.get(topic_path)
+            assignment = TopicAssignment.from_json(adata)
+            sdata, sstat = zk.get(state_path)
+            state = PartitionState.from_json(sdata)
+        except NoNodeError:
+            self._drop_request(request, rstat.version, f"no replicated partition "
+                                                       f"{topic}/{partition}")
+            return False
+        except ValueError as exc:
+            log.error("controller: cannot reassign %s/%d: %s", topic, partition, exc)
+            return True
+        if partition >= len(assignment.partitions):
+            self._drop_request(request, rstat.version,
+                               f"{topic} has {len(assignment.partitions)} partitions")
+            return False
+        current = assignment.partitions[partition]
+        step = reassignment_step(current, target, state, _steady(live, sstat))
+        name = f"{topic}/{partition}"
+        if step.kind == "done":
+            zk.delete(request, version=rstat.version)
+            self._unwatch_moving(topic, partition)
+            return False
+        self._watch_moving(topic, partition)
+        if step.kind == "expand":
+            zk.set(topic_path, assignment.with_replicas(partition, step.replicas).to_json(),
+                   version=astat.version)
+            log.info("controller: reassigning %s from %s to %s: replicas %s while the new ones "
+                     "catch up", name, list(current), list(target), list(step.replicas),
+                     extra={"event": "reassignment_started"})
+        elif step.kind == "wait":
+            log.debug("controller: reassignment of %s to %s waits: %s", name, list(target),
+                      step.why)
+        elif step.kind == "elect":
+            new = state.with_leader(step.leader, state.isr, self.epoch)
+            zk.set(state_path, new.to_json(), version=sstat.version)
+            self.stats.elections += 1
+            log.info("controller: %s leader %d -> %d (epoch %d) for its reassignment to %s",
+                     name, state.leader, step.leader, new.leader_epoch, list(target),
+                     extra={"event": "leader_elected"})
+        elif step.kind == "finish":
+            tx = zk.transaction()
+            tx.set_data(state_path, state.with_isr(step.isr).to_json(), version=sstat.version)
+            tx.set_data(topic_path, assignment.with_replicas(partition, target).to_json(),
+                        version=astat.version)
+            tx.delete(request, version=rstat.version)
+            if _failed(tx.commit()):
+                raise BadVersionError()        # a record changed meanwhile: read again
+            self._unwatch_moving(topic, partition)
+            self.stats.reassignments_done += 1
+            log.info("controller: reassigned %s: replicas %s -> %s (leader %d, in sync %s)",
+                     name, list(current), list(target), state.leader, list(step.isr),
+                     extra={"event": "reassignment_done"})
+            return False
+        return True
+
+    def _watch_moving(self, topic: str, partition: int) -> None:
+        """Run a pass whenever the state of a partition being moved changes
+        (its in-sync set grows: the next step may be due)."""
+        key = (topic, partition)
+        if key in self._moving_watches:
+            return
+        self._moving_watches.add(key)
+
+        def changed(_data, _stat) -> bool | None:
+            if key not in self._moving_watches:
+                return False              # the move is over: stop watching
+            self._dirty.set()
+            return None
+        DataWatch(self.client, paths.partition_state_path(topic, partition), changed)
+
+    def _unwatch_moving(self, topic: str, partition: int) -> None:
+        self._moving_watches.discard((topic, partition))
+
+    def _preferred_pass(self, live: dict[int, int]) -> bool:
+        """Each preferred-leader election asked; True if a write was overtaken."""
+        again = False
+        for topic, partition in self._requests(paths.PREFERRED_ELECTIONS):
+            if not self._active or self._stop.is_set():
+                return False
+            try:
+                self._elect_preferred(topic, partition, live)
+            except (BadVersionError, NoNodeError):
+                again = True
+        return again
+
+    def _elect_preferred(self, topic: str, partition: int, live: dict[int, int]) -> None:
+        zk = self.client
+        request = paths.preferred_election_path(topic, partition)
+        state_path = paths.partition_state_path(topic, partition)
+        try:
+            _data, rstat = zk.get(request)
+        except NoNodeError:
+            return
+        try:
+            assignment = TopicAssignment.from_json(zk.get(paths.replicated_topic_path(topic))[0])
+            sdata, sstat = zk.get(state_path)
+            state = PartitionState.from_json(sdata)
+            replicas = assignment.partitions[partition]
+        except (NoNodeError, IndexError, ValueError) as exc:
+            self._drop_request(request, rstat.version,
+                               f"no replicated partition {topic}/{partition} "
+                               f"({type(exc).__name__})")
+            return
+        leader, why = preferred_leader_step(replicas, state, _steady(live, sstat))
+        name = f"{topic}/{partition}"
+        if leader == NO_LEADER:
+            if why:
+                log.warning("controller: %s keeps its leader %d: %s", name, state.leader, why,
+                            extra={"event": "preferred_election_refused"})
+            zk.delete(request, version=rstat.version)
+            return
+        new = state.with_leader(leader, state.isr, self.epoch)
+        tx = zk.transaction()
+        tx.set_data(state_path, new.to_json(), version=sstat.version)
+        tx.delete(request, version=rstat.version)
+        if _failed(tx.commit()):
+            raise BadVersionError()
+        self.stats.elections += 1
+        self.stats.preferred_elections += 1
+        log.info("controller: %s leader %d -> %d, its preferred replica (epoch %d)", name,
+                 state.leader, leader, new.leader_epoch,
+                 extra={"event": "preferred_leader_elected"})
+
+
+def _steady(live: dict[int, int], stat) -> set[int]:
+    """The live brokers that did not restart since the node of ``stat`` was
+    written (their registration is older than the write)."""
+    return {b for b, czxid in live.items() if czxid < stat.mzxid}
+
+
+def _failed(results: list) -> bool:
+    """Whether a transaction's commit failed (every result is then an error)."""
+    return any(isinstance(r, Exception) for r in results)
 
 
 def _flag(value: str | None, default: bool) -> bool:

@@ -19,6 +19,8 @@ Replicated topics (docs/replication.md; replica_state.py) live beside them::
     /replication/topics/<topic>/<partition>          persistent leader, epoch, in-sync set (JSON)
     /replication/controller                          ephemeral  the controller (JSON)
     /replication/controller_epoch                    persistent "<epoch>"
+    /replication/reassign/<topic>:<partition>        persistent a reassignment asked (JSON)
+    /replication/elect_preferred/<topic>:<partition> persistent a preferred election asked
 
 Their partitions are numbered cluster-wide, and a replicated partition is
 named by its number alone ("0", "1", ...): it has no fixed broker. Its
@@ -35,6 +37,8 @@ REPLICATION = "/replication"
 REPLICATED_TOPICS = "/replication/topics"
 CONTROLLER = "/replication/controller"
 CONTROLLER_EPOCH = "/replication/controller_epoch"
+REASSIGNMENTS = "/replication/reassign"
+PREFERRED_ELECTIONS = "/replication/elect_preferred"
 
 
 def broker_rack_path(broker_id: int) -> str:
@@ -47,6 +51,28 @@ def replicated_topic_path(topic: str) -> str:
 
 def partition_state_path(topic: str, partition: int) -> str:
     return f"{REPLICATED_TOPICS}/{topic}/{partition}"
+
+
+def partition_request_name(topic: str, partition: int) -> str:
+    """The node name of a request about one partition: "<topic>:<partition>"
+    (':' is not allowed in topic names, so the name splits back unambiguously)."""
+    return f"{topic}:{partition}"
+
+
+def parse_partition_request_name(name: str) -> tuple[str, int]:
+    """'t:3' -> ('t', 3); ValueError for anything else."""
+    topic, sep, partition = name.rpartition(":")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"not a partition request: {name!r}")
+    return topic, int(partition)
+
+
+def reassignment_path(topic: str, partition: int) -> str:
+    return f"{REASSIGNMENTS}/{partition_request_name(topic, partition)}"
+
+
+def preferred_election_path(topic: str, partition: int) -> str:
+    return f"{PREFERRED_ELECTIONS}/{partition_request_name(topic, partition)}"
 
 
 def broker_id_path(broker_id: int) -> str:

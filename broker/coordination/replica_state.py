@@ -10,6 +10,8 @@ In the cluster's chroot (docs/replication.md)::
                                                            "isr": [1, 2], "controller_epoch": 2}
     /replication/controller            ephemeral   {"broker": 1, "epoch": 2}
     /replication/controller_epoch      persistent  "2"
+    /replication/reassign/<topic>:<p>  persistent  a reassignment asked: {"replicas": [2, 3]}
+    /replication/elect_preferred/<topic>:<p>  persistent  a preferred-leader election asked: {}
     /brokers/racks/<broker id>         ephemeral   "<rack>" (only for brokers that declare one)
 
 The assignment lists each partition's replicas, the first being its
@@ -76,6 +78,12 @@ class TopicAssignment:
     def to_json(self) -> bytes:
         return json.dumps({"partitions": [list(r) for r in self.partitions],
                            "config": dict(self.config)}).encode()
+
+    def with_replicas(self, partition: int, replicas: tuple[int, ...]) -> "TopicAssignment":
+        """The same assignment with ``partition``'s replicas replaced."""
+        parts = list(self.partitions)
+        parts[partition] = tuple(replicas)
+        return TopicAssignment(tuple(parts), dict(self.config))
 
     @classmethod
     def from_json(cls, data: bytes) -> "TopicAssignment":
@@ -150,3 +158,75 @@ def split_topic_config(config: dict[str, str]) -> tuple[dict[str, str], dict[str
     """(replication settings, log settings) of a topic's configuration."""
     replication = {k: v for k, v in config.items() if k in replication_overrides}
     return replication, {k: v for k, v in config.items() if k not in replication_overrides}
+
+
+# ------------------------------------------------------------------ moving replicas
+
+@dataclass(frozen=True)
+class ReassignStep:
+    """What the controller does next for one partition being reassigned to
+    ``target`` (``reassignment_step``). ``kind``:
+
+      done    the partition's replicas are the target: remove the request
+      expand  write the assignment ``replicas`` (target, then the old ones
+              not in it): the new replicas create their logs and follow
+      wait    nothing to write yet (``why``): a new replica is not in sync,
+              or the partition has no leader (the controller's election first)
+      elect   ``leader`` (in the target, in sync, not restarted) leads, epoch +1
+      finish  in one transaction: in-sync set ``isr`` (the old one within the
+              target), assignment = target, the request removed
+    """
+    kind: str
+    replicas: tuple[int, ...] = ()
+    leader: int = NO_LEADER
+    isr: tuple[int, ...] = ()
+    why: str = ""
+
+
+def reassignment_step(current: tuple[int, ...], target: tuple[int, ...],
+                      state: PartitionState, steady: set[int]) -> ReassignStep:
+    """The next step of moving a partition from ``current`` replicas to
+    ``target`` (Kafka's reassignment, KIP-455 without its throttles), given
+    its state and the live brokers that did not restart since that state was
+    written (``steady``). Restartable: it depends on ZooKeeper's records only,
+    so a new controller goes on where the old one stopped.
+
+    Invariants: a replica leaves the assignment only once every target
+    replica is in sync and a target replica leads, so the committed messages
+    are on every target replica and none is lost; the partition keeps a
+    leader throughout (one change of leader at most, to an in-sync replica)."""
+    if tuple(current) == tuple(target):
+        return ReassignStep("done")
+    if not set(target) <= set(current):
+        union = tuple(target) + tuple(b for b in current if b not in target)
+        return ReassignStep("expand", replicas=union)
+    if state.leader == NO_LEADER:
+        return ReassignStep("wait", why="the partition has no leader")
+    lagging = [b for b in target if b not in state.isr]
+    if lagging:
+        return ReassignStep("wait", why=f"replicas {lagging} are not in sync yet")
+    if state.leader not in target:
+        leader = next((b for b in target if b in steady), NO_LEADER)
+        if leader == NO_LEADER:
+            return ReassignStep("wait", why=f"no replica of {list(target)} is live and in sync")
+        return ReassignStep("elect", leader=leader)
+    return ReassignStep("finish", isr=tuple(b for b in state.isr if b in target))
+
+
+def preferred_leader_step(replicas: tuple[int, ...], state: PartitionState,
+                          steady: set[int]) -> tuple[int, str]:
+    """Whether the preferred replica (the first of ``replicas``) may take the
+    lead of the partition now: (the preferred replica, "") if it may (it is
+    in sync, so it holds every committed message, and did not restart since
+    the state was written), else (NO_LEADER, why not). A partition it leads
+    already gives (NO_LEADER, "")."""
+    preferred = replicas[0]
+    if state.leader == preferred:
+        return NO_LEADER, ""
+    if state.leader == NO_LEADER:
+        return NO_LEADER, "the partition has no leader"
+    if preferred not in steady:
+        return NO_LEADER, f"the preferred replica {preferred} is not live (or just restarted)"
+    if preferred not in state.isr:
+        return NO_LEADER, f"the preferred replica {preferred} is not in sync"
+    return preferred, ""

@@ -72,12 +72,10 @@ class FetchLongPoll:
         self.stopping = False         # set by the server: answer fetches at once
         self._parked: dict[Log, set[FetchWait]] = {}
         self.replication = None       # ReplicaManager, when the broker replicates
-        self._replicated: dict = {}
 
     def set_replication(self, replication) -> None:
         """Refuse fetches of replicated logs this broker does not lead."""
         self.replication = replication
-        self._replicated = replication.replicated
 
     def handle(self, conn: Connection, header, req: api.FetchRequest) -> None:
         """A Fetch request: answer it now, or park it (see the module docstring)."""
@@ -201,7 +199,7 @@ class FetchLongPoll:
                     f"unknown topic or partition {quote_name(entry.topic)}/{entry.partition}",
                     -1, -1, None, 0, 0)
         lg = topic.logs[entry.partition]
-        if self._replicated and lg in self._replicated:
+        if topic.replicated and self.replication is not None:
             refusal = self.replication.read_refusal(lg)
             if refusal is not None:
                 return (entry, refusal[0], refusal[1], -1, -1, None, 0, 0)

@@ -40,6 +40,8 @@ Replication (docs/replication.md), on brokers that replicate:
   controller_active, offline_partitions               1 on the controller; partitions with
                                                       no leader (the controller's count)
   controller_elections_total, unclean_elections_total
+  reassignments_running                               partitions being moved (the controller's)
+  reassignments_total, preferred_elections_total      moves finished, leads moved back
 """
 from __future__ import annotations
 
@@ -275,7 +277,17 @@ class BrokerCollector:
                                       "elsewhere)")
             gauge.add_metric([], c.offline_partitions if c.active else 0)
             yield gauge
+            gauge = GaugeMetricFamily("samsa_reassignments_running",
+                                      "Partitions whose replicas are being moved (counted by "
+                                      "the controller; 0 elsewhere)")
+            gauge.add_metric([], c.reassignments_running if c.active else 0)
+            yield gauge
             for name, doc, value in (
+                    ("samsa_reassignments", "Reassignments this broker finished as controller",
+                     c.reassignments_done),
+                    ("samsa_preferred_elections",
+                     "Leads moved to the preferred replica by this broker as controller",
+                     c.preferred_elections),
                     ("samsa_controller_elections", "Leaders this broker chose as controller",
                      c.elections),
                     ("samsa_unclean_elections",

@@ -279,7 +279,7 @@ class ProducePath:
                 return self._error_result(topic_name, partition, info.code, str(info))
             count, size, first_ts, max_ts = info
             lg = logs[partition]
-            if self._replicated and lg in self._replicated:
+            if topic.replicated and self.replication is not None:
                 refusal = self.replication.produce_refusal(lg, acks)
                 if refusal is not None:
                     return self._error_result(topic_name, partition, *refusal)

@@ -23,6 +23,14 @@ Roles of one partition replica, driven by its state node in ZooKeeper
             truncates the log to where it agrees with the leader's (by leader
             epoch: LEADER_EPOCH_END), then appends the leader's bytes exactly.
 
+The replicas follow the assignment: a partition added to this broker's
+(a new topic, or a reassignment: docs/replication.md) gets a replica in role
+NONE until its state is read; one taken away (the controller drops a replica
+only once it neither leads nor is needed in sync) stops fetching and its log
+is deleted, an empty one standing in its place, or the whole topic's
+directory once no partition of it is left here. A log of a replicated topic
+without a replica here is never served: clients get NOT_LEADER_FOR_PARTITION.
+
 Invariants:
   * the high watermark never goes down while this broker leads; it never
     passes the log end of any member of the in-sync set this broker knows;
@@ -243,12 +251,14 @@ class ReplicaManager:
                 self._watched_states.add((topic, p))
                 DataWatch(self.client, paths.partition_state_path(topic, p),
                           lambda d, s, _event, t=topic, p=p: self._on_state(t, p, d, s))
+            elif self.broker_id not in replicas:
+                self._watched_states.discard((topic, p))   # moved away: its watch stops
         return None
 
     def _on_state(self, topic: str, partition: int, data: bytes | None, stat) -> bool | None:
+        if (topic, partition) not in self._watched_states:
+            return False
         if data is None:
-            if (topic, partition) not in self._watched_states:
-                return False
             state = None
         else:
             try:
@@ -281,6 +291,8 @@ class ReplicaManager:
                 self._delete_local(topic)
             return
         if self.broker_id not in {b for r in assignment.partitions for b in r}:
+            if local is not None and local.replicated:
+                self._delete_local(topic)          # moved off this broker entirely
             return
         if local is not None and not local.replicated:
             log.error("replication: topic %s is replicated in the cluster but this broker "
@@ -304,6 +316,43 @@ class ReplicaManager:
                 rep = self._replica(topic, p, local.logs[p])
                 rep.replicas = replicas
                 rep.min_insync = min_insync
+                for gone in set(rep.followers) - set(replicas):
+                    del rep.followers[gone]
+                stray = [b for b in rep.isr if b not in replicas]
+                if rep.role is Role.LEADER and stray:
+                    # a follower moved away that this leader took back in
+                    # (its fetch came before the assignment): it fetches no
+                    # more, and would hold the high watermark back
+                    self._write_isr(rep, tuple(b for b in rep.isr if b in replicas), "shrink")
+            elif (topic, p) in self.partitions:
+                self._drop_replica(topic, p)
+
+    def _drop_replica(self, topic: str, partition: int) -> None:
+        """This broker is no longer a replica of the partition (a
+        reassignment moved it away): stop following (or leading), answer
+        what waits on the log, delete its data. An empty log takes its place,
+        as on a broker that never held the partition: clients are refused it
+        (produce_refusal, read_refusal), and a later reassignment back here
+        starts from that empty log."""
+        rep = self.partitions.pop((topic, partition))
+        lg = rep.log
+        self.replicated.pop(lg, None)
+        self._stop_following(rep)
+        if rep.role is Role.LEADER:
+            # never by the controller's reassignment (a target replica leads
+            # before the assignment drops any), but an assignment edited by hand
+            rep.role = Role.NONE
+            self._step_down(rep, "no longer a replica here")
+        rep.role = Role.NONE
+        self.produce_path.forget_logs([lg])
+        self.fetch_long_poll.answer(self.fetch_long_poll.take_parked([lg]))
+        self.answer_parked([lg])
+        try:
+            self.logs.reset_partition(topic, partition)
+            log.info("replication: %s moved off this broker; deleted its replica", rep.name,
+                     extra={"event": "replica_deleted"})
+        except OSError as exc:
+            log.error("replication: cannot delete the replica of %s: %s", rep.name, exc)
 
     def _delete_local(self, topic: str) -> None:
         local = self.logs.get(topic)
@@ -451,8 +500,11 @@ class ReplicaManager:
     # ------------------------------------------------------------ what clients may do
 
     def produce_refusal(self, lg: Log, acks: int) -> tuple[int, str] | None:
-        """Why a produce to ``lg`` (a replicated log) is refused, or None."""
-        rep = self.replicated[lg]
+        """Why a produce to ``lg`` (a log of a replicated topic) is refused,
+        or None."""
+        rep = self.replicated.get(lg)
+        if rep is None:
+            return self._no_replica(lg)
         if rep.role is not Role.LEADER or self.stopping:
             return (ErrorCode.NOT_LEADER_FOR_PARTITION,
                     f"broker {self.broker_id} does not lead {rep.name}"
@@ -464,13 +516,23 @@ class ReplicaManager:
         return None
 
     def read_refusal(self, lg: Log) -> tuple[int, str] | None:
-        """Why a consumer's fetch or offsets request on ``lg`` is refused."""
-        rep = self.replicated[lg]
+        """Why a consumer's fetch or offsets request on ``lg`` (a log of a
+        replicated topic) is refused."""
+        rep = self.replicated.get(lg)
+        if rep is None:
+            return self._no_replica(lg)
         if rep.role is not Role.LEADER:
             return (ErrorCode.NOT_LEADER_FOR_PARTITION,
                     f"broker {self.broker_id} does not lead {rep.name}"
                     + (f" (broker {rep.leader} does)" if rep.leader >= 0 else ""))
         return None
+
+    def _no_replica(self, lg: Log) -> tuple[int, str]:
+        """A partition of a replicated topic that this broker holds no
+        replica of (the topic's other partitions are here, or it was moved
+        away): its log here is empty and never to be written."""
+        return (ErrorCode.NOT_LEADER_FOR_PARTITION,
+                f"broker {self.broker_id} holds no replica of {lg.name}")
 
     def led_partitions(self, topic: str) -> list[int]:
         """The partitions of ``topic`` this broker leads (for "any partition")."""

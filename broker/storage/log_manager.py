@@ -131,6 +131,20 @@ class LogManager:
         shutil.rmtree(tdir, ignore_errors=True)
         log.info("deleted topic %s", name)
 
+    def reset_partition(self, name: str, partition: int) -> Log:
+        """Delete one partition's log and put an empty one in its place (a
+        replica moved off this broker: docs/replication.md). The old Log
+        object must not be used afterwards."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(name)
+        old = topic.logs[partition]
+        old.delete()
+        fresh = Log(old.directory, topic.config, self.clock, f"{name}/{partition}")
+        topic.logs[partition] = fresh
+        log.info("emptied partition %s/%d", name, partition)
+        return fresh
+
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
 

@@ -5,12 +5,16 @@
     topics    create / list / describe / delete topics
     offsets   earliest / latest / before-a-time offsets of a partition
     groups    consumer groups: list, describe (lag), status (Burrow's rules), reset offsets
+    reassign  move replicas of replicated partitions (a plan, or --drain-broker N)
+    elect-leaders  move the lead of replicated partitions back to their preferred replicas
 
-Every tool but groups takes --bootstrap HOST:PORT (default 127.0.0.1:9092, or
-$SAMSA_BOOTSTRAP); groups takes --cluster NAME=ZOOKEEPER (or --zookeeper).
+Every tool but groups, reassign and elect-leaders takes --bootstrap HOST:PORT
+(default 127.0.0.1:9092, or $SAMSA_BOOTSTRAP); those take --cluster
+NAME=ZOOKEEPER (or --zookeeper).
 Exit status: 0 on success, 1 on a broker or ZooKeeper error (unreachable
 too), 2 on bad usage, 3 when ``groups --status --fail-on LEVEL`` finds a group
-at LEVEL or worse (``EXIT_STATUS``, in every tool's --help).
+at LEVEL or worse, or ``reassign --verify`` finds reassignments still running
+(``EXIT_STATUS``, in every tool's --help).
 """
 from __future__ import annotations
 
@@ -37,13 +41,17 @@ from broker.service_kit.settings import ConfigError
 EXIT_STATUS = cli.exit_status(
     (0, "done"),
     (1, "the broker or ZooKeeper refused or could not be reached (one line on stderr, "
-        "\"error: ...\")"),
-    (2, "bad usage: an unknown option, a missing argument, a malformed line or value"),
+        "\"error: ...\"); reassign --verify: a reassignment failed; elect-leaders: a "
+        "partition's lead could not be moved"),
+    (2, "bad usage: an unknown option, a missing argument, a malformed line or value, a "
+        "plan that cannot be carried out"),
     (3, "groups --status --fail-on LEVEL: a group's status is LEVEL or worse "
-        "(OK < WARN < STALL < STOP < REWIND); the report is printed all the same"))
+        "(OK < WARN < STALL < STOP < REWIND), the report printed all the same; reassign "
+        "--verify: reassignments are still running"))
 #: the levels of groups --status --fail-on: Burrow's, but OK, by severity
 FAIL_LEVELS = tuple(s.name for s in sorted(Status) if s > Status.OK)
 EXIT_GROUP_STATUS = 3
+EXIT_STILL_RUNNING = 3
 #: how long the produce tool waits for the broker's first answer before it gives up
 PRODUCE_ASK_TIMEOUT_S = 5.0
 
@@ -288,6 +296,223 @@ def _replica_report(zookeeper: str, args: argparse.Namespace,
         for r in rows:
             print(r.line())
     return 0
+
+
+# ------------------------------------------------------------------ reassign, elect-leaders
+
+def _zookeeper_of(args: argparse.Namespace, tool: str) -> str | None:
+    named = cluster_from(args)
+    if named is None:
+        print(f"error: {tool} needs the cluster: --cluster NAME=ZOOKEEPER (or --zookeeper)",
+              file=sys.stderr)
+        return None
+    return named.zookeeper
+
+
+def _zk_tool(zookeeper: str, args: argparse.Namespace, what: str, body) -> int:
+    """Run ``body(client)`` with a started ZooKeeper client: its exit status;
+    a bad plan or request (PlanError) is bad input (2), ZooKeeper failing 1."""
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from broker.coordination.reassign import PlanError
+    from broker.coordination.zk import make_client, start_client
+
+    client = make_client(zookeeper)
+    start_client(client, zookeeper, timeout=args.timeout, what=what)
+    try:
+        return body(client)
+    except PlanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (KazooException, KazooTimeoutError) as exc:
+        print(f"error: ZooKeeper at {zookeeper}: {type(exc).__name__} {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.stop()
+        client.close()
+
+
+def cmd_reassign(args: argparse.Namespace) -> int:
+    """Move replicas: print a plan (default), --execute it, or --verify it
+    (docs/replication.md, "Moving replicas and preferred leaders")."""
+    import time
+
+    from broker.coordination import reassign
+
+    if args.plan is None and args.drain_broker is None and not args.verify:
+        print("error: reassign needs --plan FILE or --drain-broker N (or --verify alone, for "
+              "every reassignment running)", file=sys.stderr)
+        return 2
+    if args.wait is not None and not (args.execute or args.verify):
+        print("error: --wait goes with --execute or --verify", file=sys.stderr)
+        return 2
+    zookeeper = _zookeeper_of(args, "reassign")
+    if zookeeper is None:
+        return 2
+    text = None
+    if args.plan is not None:
+        try:
+            if args.plan == "-":
+                text = sys.stdin.read()
+            else:
+                with open(args.plan) as f:
+                    text = f.read()
+        except OSError as exc:
+            print(f"error: cannot read the plan: {exc}", file=sys.stderr)
+            return 2
+
+    def body(client) -> int:
+        if text is not None:
+            moves = reassign.parse_plan(text)
+        elif args.drain_broker is not None and not args.verify:
+            moves = reassign.drain_plan(client, args.drain_broker)
+        else:
+            moves = None              # --verify of a drain: what runs, and what is left
+        if args.verify:
+            return _verify(client, reassign, moves, args)
+        if not moves:
+            print(f"broker {args.drain_broker} holds no replica: nothing to move")
+            return 0
+        reassign.validate(client, moves)
+        current = [reassign.Move(m.topic, m.partition,
+                                 reassign.read_assignment(client, m.topic)
+                                 .partitions[m.partition]) for m in moves]
+        if args.json:
+            print(json.dumps({"current": json.loads(reassign.plan_json(current)),
+                              "proposed": json.loads(reassign.plan_json(moves))}, indent=1))
+        else:
+            print("Current replicas (save this to go back):")
+            print(reassign.plan_json(current))
+            print("Proposed replicas:")
+            print(reassign.plan_json(moves))
+        if not args.execute:
+            if not args.json:
+                print("(nothing written: --execute starts it)")
+            return 0
+        reassign.start(client, moves)
+        if not args.json:
+            print(f"started {len(moves)} reassignment(s); follow them with: python -m "
+                  f"broker.tools reassign --zookeeper {zookeeper} --verify")
+        if args.wait is None:
+            return 0
+        deadline = time.monotonic() + args.wait
+        while time.monotonic() < deadline and any(
+                p.status == "running" for p in reassign.progress(client, moves)):
+            time.sleep(0.2)
+        return _verify(client, reassign, moves, args)
+
+    return _zk_tool(zookeeper, args, "reassign tool", body)
+
+
+def _verify(client, reassign, moves, args: argparse.Namespace) -> int:
+    """Print where each reassignment stands: 0 all done, 3 some still
+    running, 1 one failed. Without a plan: every one running; with
+    --drain-broker: also the replicas still on that broker."""
+    import time
+
+    deadline = time.monotonic() + (args.wait or 0)
+    while True:
+        rows = reassign.progress(client, moves if moves is not None
+                                 else reassign.running(client))
+        left = []
+        if args.drain_broker is not None:
+            left = [f"{t}/{p}" for t, a in reassign.replicated_assignments(client)
+                    for p, r in enumerate(a.partitions) if args.drain_broker in r]
+        busy = any(r.status == "running" for r in rows) or left
+        if not busy or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    failed = any(r.status == "failed" for r in rows)
+    if args.json:
+        print(json.dumps({"reassignments": [r.to_json() for r in rows],
+                          "still_on_broker": left}, indent=1))
+    else:
+        for r in rows:
+            print(r.line())
+        if args.drain_broker is not None:
+            print(f"broker {args.drain_broker} holds no replica any more" if not left else
+                  f"broker {args.drain_broker} still holds replicas of {', '.join(left)}")
+        if not rows and moves is None:
+            print("no reassignment is running")
+    return 1 if failed else EXIT_STILL_RUNNING if busy else 0
+
+
+def cmd_elect_leaders(args: argparse.Namespace) -> int:
+    """Ask the controller to hand the lead of partitions to their preferred
+    replicas; wait for it and print what became of each."""
+    import time
+
+    from broker.coordination import reassign
+    from broker.coordination.replica_state import NO_LEADER
+
+    if args.partition is not None and args.topic is None:
+        print("error: --partition goes with --topic", file=sys.stderr)
+        return 2
+    zookeeper = _zookeeper_of(args, "elect-leaders")
+    if zookeeper is None:
+        return 2
+
+    def body(client) -> int:
+        if args.topic is not None:
+            assignment = reassign.read_assignment(client, args.topic)
+            if assignment is None:
+                raise reassign.PlanError(f"{args.topic!r} is not a replicated topic")
+            count = len(assignment.partitions)
+            if args.partition is not None and not 0 <= args.partition < count:
+                raise reassign.PlanError(f"{args.topic} has {count} partitions "
+                                         f"(0..{count - 1}), not {args.partition}")
+            topics = [(args.topic, assignment)]
+        else:
+            topics = reassign.replicated_assignments(client)
+        chosen = [(t, p, a.partitions[p]) for t, a in topics for p in range(len(a.partitions))
+                  if args.partition is None or p == args.partition]
+        before = {(t, p): reassign.read_state(client, t, p) for t, p, _r in chosen}
+        asked = [(t, p) for t, p, r in chosen if before[(t, p)].leader != r[0]]
+        rows, moved_all = [], True
+        if asked:
+            reassign.request_preferred(client, asked)
+            deadline = time.monotonic() + args.wait
+            while reassign.preferred_pending(client, asked):
+                if time.monotonic() >= deadline:
+                    print(f"error: the controller did not take the requests within "
+                          f"{args.wait:g} s (is a broker with ZooKeeper running?); they "
+                          f"stay in ZooKeeper", file=sys.stderr)
+                    return 1
+                time.sleep(0.1)
+        live = reassign.live_brokers(client)
+        for t, p, replicas in chosen:
+            old, new = before[(t, p)], reassign.read_state(client, t, p)
+            preferred = replicas[0]
+            row = {"topic": t, "partition": p, "preferred": preferred,
+                   "leader_before": old.leader, "leader": new.leader,
+                   "leader_epoch": new.leader_epoch}
+            if new.leader == preferred:
+                row["result"] = "already" if old.leader == preferred else "moved"
+            else:
+                moved_all = False
+                why = ("not live" if preferred not in live else
+                       "not in sync" if preferred not in new.isr else
+                       "the partition has no leader" if new.leader == NO_LEADER else
+                       "the controller did not move it (see its log)")
+                row["result"] = f"not moved: {why}"
+            rows.append(row)
+        if args.json:
+            print(json.dumps({"partitions": rows}, indent=1))
+        else:
+            for r in rows:
+                name = f"{r['topic']}/{r['partition']}"
+                if r["result"] == "already":
+                    print(f"{name}: led by its preferred replica {r['preferred']}")
+                elif r["result"] == "moved":
+                    print(f"{name}: leader {r['leader_before']} -> {r['leader']} (preferred "
+                          f"replica; epoch {r['leader_epoch']})")
+                else:
+                    print(f"{name}: leader stays {r['leader']}: preferred replica "
+                          f"{r['preferred']} {r['result'].removeprefix('not moved: ')}")
+        return 0 if moved_all else 1
+
+    return _zk_tool(zookeeper, args, "elect-leaders tool", body)
 
 
 # ------------------------------------------------------------------ offsets
@@ -627,6 +852,67 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for ZooKeeper (default 10)")
     p.set_defaults(func=cmd_groups)
+    p = sub.add_parser(
+        "reassign", help="move replicas of replicated partitions (drain a broker)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Move the replicas of replicated partitions, with no data lost and the "
+                    "partitions served throughout: the controller adds the new replicas, "
+                    "waits until they are in sync, moves the lead to one of them if needed, "
+                    "then drops the old ones (which delete their copies).\n\n"
+                    "A plan is JSON: {\"version\": 1, \"partitions\": [{\"topic\": \"t\", "
+                    "\"partition\": 0, \"replicas\": [1, 2]}]}, the preferred leader "
+                    "first.\nWithout --execute or --verify it checks the plan and prints the "
+                    "current replicas (a plan to go back) and the proposed ones; nothing is "
+                    "written.")
+    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
+                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--plan", metavar="FILE",
+                      help="the plan's JSON file ('-': standard input)")
+    what.add_argument("--drain-broker", type=int, metavar="N",
+                      help="a plan that moves every replica off broker N onto the other live "
+                           "brokers (across racks where they declare one, the least loaded "
+                           "first), each taking N's rank in the partition's list; with "
+                           "--verify: whether N still holds a replica")
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--execute", action="store_true",
+                        help="write the requests for the controller (refused if one of the "
+                             "partitions is being reassigned already)")
+    action.add_argument("--verify", action="store_true",
+                        help="print where each reassignment of the plan stands (done, still "
+                             "running, failed); without a plan: every one running. Exit 0 "
+                             "when all are done, 3 while some run, 1 if one failed")
+    p.add_argument("--wait", type=float, metavar="SECONDS",
+                   help="with --execute or --verify: wait up to this long for the "
+                        "reassignments to finish before printing where they stand")
+    p.add_argument("--json", action="store_true",
+                   help="JSON: {current, proposed} plans; with --verify {reassignments: "
+                        "[{topic, partition, replicas, status, current, isr, leader}], "
+                        "still_on_broker}")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for ZooKeeper (default 10)")
+    p.set_defaults(func=cmd_reassign)
+
+    p = sub.add_parser(
+        "elect-leaders", help="move the lead back to the preferred replicas",
+        description="Ask the controller to make each partition's preferred replica (the first "
+                    "of its replicas) its leader, where it is live and in sync (so it has "
+                    "every committed message); the old leader follows it. Prints, per "
+                    "partition, the move or why there was none; exit 1 if one could not "
+                    "be moved.")
+    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
+                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
+    p.add_argument("--topic", "-t", help="only this replicated topic (default: all)")
+    p.add_argument("--partition", type=int, help="only this partition (needs --topic)")
+    p.add_argument("--wait", type=float, default=30.0,
+                   help="seconds to wait for the controller to act (default 30)")
+    p.add_argument("--json", action="store_true",
+                   help="JSON: {partitions: [{topic, partition, preferred, leader_before, "
+                        "leader, leader_epoch, result}]}")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for ZooKeeper (default 10)")
+    p.set_defaults(func=cmd_elect_leaders)
+
     for tool in sub.choices.values():     # each tool's --help ends with the exit statuses
         cli.end_help_with(tool, EXIT_STATUS)
     return parser
