@@ -188,16 +188,32 @@ class ContainerPipeline:
 
     def start_cluster(self, cluster: str, timeout: float = 60.0) -> None:
         t, started = self.topology, time.monotonic()
-        pending = []
-        for i in range(t.cluster(cluster).brokers):
-            address = self.broker_address(cluster, i)
-            pending.append(((cluster, i), self.run(
-                f"{cluster}-broker-{i}", SAMSA, command=self.broker_command(cluster, i),
-                env={"SAMSA_HEALTH_PORT": str(t.broker_metrics_ports(cluster)[i])},
-                ready=lambda s, address=address: metadata_answers(address), wait=False)))
+        pending = [((cluster, i), self._run_broker(cluster, i))
+                   for i in range(t.cluster(cluster).brokers)]
         for key, service in pending:
             self.brokers[key] = service.wait_ready(timeout)
         self._timed(f"cluster {cluster}", started)
+
+    def _run_broker(self, cluster: str, index: int):
+        """Broker ``index``'s container started (its /data an anonymous volume
+        of its own), not waited on."""
+        address = self.broker_address(cluster, index)
+        return self.run(
+            f"{cluster}-broker-{index}", SAMSA,
+            command=self.broker_command(cluster, index),
+            env={"SAMSA_HEALTH_PORT": str(self.topology.broker_metrics_ports(cluster)[index])},
+            ready=lambda s: metadata_answers(address), wait=False)
+
+    def replace_broker(self, cluster: str, index: int, timeout: float = 60.0) -> None:
+        """A lost machine and its disk, as a cloud replaces them: broker
+        ``index``'s container killed and removed with its data volume, and a
+        new one started with the same id, command and ports on an empty
+        volume. On a replicated cluster it copies its replicas back from
+        their leaders; on an unreplicated one what it held is gone."""
+        old = self.brokers.pop((cluster, index))
+        old.kill()
+        old.container.stop(force=True, delete_volume=True)     # removed, volume too
+        self.brokers[(cluster, index)] = self._run_broker(cluster, index).wait_ready(timeout)
 
     def start_load_balancer(self, cluster: str, timeout: float = 60.0) -> None:
         from infra.local import haproxy

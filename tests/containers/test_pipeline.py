@@ -20,7 +20,6 @@ own and leaves every container running as it found it.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.request
 
@@ -29,10 +28,9 @@ import pytest
 from broker.client.producer import Producer
 from broker.coordination import paths
 from broker_helpers import topic_values, wait_until
-from container_helpers import Containers
+from container_helpers import Sender, running_pipeline
 from broker.harness.zookeeper import server_mode
 from infra.docker.pipeline import ContainerPipeline
-from infra.local.lab import free_topology
 from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology, ZooKeeperSpec
 
 # brokers that flush often (acks=flushed answers fast) and whose registration
@@ -55,21 +53,11 @@ def topology() -> Topology:
 
 @pytest.fixture(scope="module")
 def pipeline(docker_host, tmp_path_factory, request):
-    group = Containers()
-    pipe = ContainerPipeline(group.run, free_topology(topology()),
-                             str(tmp_path_factory.mktemp("container-pipeline")))
-    try:
-        pipe.up(timeout=90, audit=True)
+    with running_pipeline(topology(), str(tmp_path_factory.mktemp("container-pipeline")),
+                          request, timeout=90, audit=True) as pipe:
         print("containerized pipeline ready: " + ", ".join(
             f"{what} {s:.1f} s" for what, s in pipe.seconds.items()))
         yield pipe
-    except BaseException:
-        group.print_logs()
-        raise
-    finally:
-        if request.session.testsfailed:
-            group.print_logs()
-        group.remove_all()
 
 
 def values_in(pipe: ContainerPipeline, cluster: str, topic: str) -> list[bytes]:
@@ -88,33 +76,6 @@ def send(pipe: ContainerPipeline, topic: str, first: int, count: int) -> set[byt
     return set(values)
 
 
-class Sender(threading.Thread):
-    """Sends rounds of 100 through the load balancer until stopped; the
-    values of every acknowledged round are in ``acknowledged``."""
-
-    def __init__(self, address: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.address, self.topic = address, topic
-        self.acknowledged: list[bytes] = []
-        self.error: BaseException | None = None
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        i = 0
-        try:
-            with Producer(bootstrap=self.address, acks="flushed", batch_size=100,
-                          linger_ms=2) as producer:
-                while not self.halt.is_set():
-                    values = [b"%s-%07d" % (self.topic.encode(), i + k) for k in range(100)]
-                    batches = [producer.send(self.topic, v) for v in values]
-                    batches[-1].result(timeout=60)
-                    assert all(b.exception() is None for b in batches)
-                    self.acknowledged += values
-                    i += 100
-        except BaseException as exc:      # noqa: BLE001 - reported by the test
-            self.error = exc
-
-
 def test_every_message_acknowledged_through_haproxy_reaches_analysis(pipeline):
     sent = send(pipeline, "ct-acked", 0, 3000)
     wait_until(lambda: set(values_in(pipeline, "analysis", "ct-acked")) >= sent, 60,
@@ -131,7 +92,9 @@ def values_in_broker(pipe: ContainerPipeline, cluster: str, index: int,
 
 def test_docker_kill_of_a_broker_under_load_loses_no_acknowledged_message(pipeline):
     topic = "ct-kill"
-    sender = Sender(pipeline.lb_address("dc-a"), topic)
+    address = pipeline.lb_address("dc-a")
+    sender = Sender(lambda: Producer(bootstrap=address, acks="flushed", batch_size=100,
+                                     linger_ms=2), topic)
     sender.start()
     try:
         wait_until(lambda: len(sender.acknowledged) >= 500 or sender.error, 30, interval=0.05,
