@@ -90,7 +90,7 @@ class Lab:
         from broker.client.admin import AdminClient
         with AdminClient(self.brokers[0].address) as admin:
             admin.create_topic(topic, 1, {"replication.factor": str(factor), **config})
-        self._wait(lambda: self.serving(topic), 30, f"{topic} to be served")
+        self._wait(lambda: self.serving(topic) is not None, 30, f"{topic} to be served")
         if factor > 1:
             self._wait(lambda: len(self.state(topic).isr) == factor, 30, f"{topic} in sync")
 
@@ -139,8 +139,8 @@ def failover_run(lab: Lab, topic: str, how: str) -> float:
         broker.kill()
     else:
         broker.proc.send_signal(signal.SIGTERM)
-    lab._wait(lambda: lab.state(topic).leader_epoch > epoch and lab.serving(topic), 60,
-              "a new serving leader")
+    lab._wait(lambda: lab.state(topic).leader_epoch > epoch and
+              lab.serving(topic) is not None, 60, "a new serving leader")
     took = time.monotonic() - started
     if how != "kill":
         broker.proc.wait(30)
@@ -179,7 +179,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small, no RESULTS.md update")
     parser.add_argument("--runs", type=int, default=5, help="rounds of A/B/C (5)")
-    parser.add_argument("--messages", type=int, default=200_000, help="per produce run")
+    parser.add_argument("--messages", type=int, default=1_000_000, help="per produce run")
     parser.add_argument("--failovers", type=int, default=5, help="kills and clean stops (5)")
     parser.add_argument("--rereplicate-mb", type=int, default=1024)
     args = parser.parse_args()

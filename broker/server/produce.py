@@ -215,6 +215,18 @@ class ProducePath:
         no_ack_logs.clear()
         return i + 1, None
 
+    def _not_to_create_here(self, topic_name: str) -> tuple[int, str] | None:
+        """Why an unknown topic must not be auto-created here as an
+        unreplicated one, as (error code, message), or None: it is a
+        replicated topic this broker's watch has not delivered yet (retry:
+        its replicas are being made). While ZooKeeper cannot say, the topic
+        is created, as a broker without ZooKeeper does (serving comes first)."""
+        if self.replication is None or not self.replication.replicated_in_zookeeper(topic_name):
+            return None
+        return (ErrorCode.NOT_LEADER_FOR_PARTITION,
+                f"topic {quote_name(topic_name)} is replicated and this broker is making its "
+                f"replicas; retry")
+
     def _append(self, topic_name: str, partition: int, message_set, info, now: int,
                 acks: int) -> list:
         """Validate (unless ``info`` says it was) and buffer one message set.
@@ -242,6 +254,9 @@ class ProducePath:
                         f"topic {quote_name(topic_name)} is being created with "
                         f"{self.config.replication_factor} replicas; retry once its leaders "
                         f"are known")
+                refusal = self._not_to_create_here(topic_name)
+                if refusal is not None:
+                    return self._error_result(topic_name, partition, *refusal)
                 try:
                     topic = self.logs.create_topic(topic_name, self.config.default_partitions)
                     self._on_topics_changed()

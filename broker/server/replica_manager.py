@@ -228,6 +228,28 @@ class ReplicaManager:
         never to be auto-created here as unreplicated ones."""
         return self._watched_topics
 
+    def replicated_in_zookeeper(self, topic: str, timeout: float = 1.0) -> bool | None:
+        """Is ``topic`` a replicated topic of the cluster? Asked of ZooKeeper
+        now if this broker's watch has not told it (blocking, at most
+        ``timeout`` s: the auto-create path asks it once per new name). A
+        client that read a new topic's leader in ZooKeeper may reach that
+        broker before its watch fires: without this, the broker would
+        auto-create an unreplicated twin and never replicate the topic.
+        None: ZooKeeper cannot say now (not connected, no answer in time);
+        the callers then create the topic as a broker without ZooKeeper does."""
+        if topic in self._watched_topics:
+            return True
+        zk = self.client
+        if zk is None or not zk.connected:
+            return None
+        try:
+            found = zk.exists_async(paths.replicated_topic_path(topic)).get(timeout=timeout)
+        except (KazooException, KazooTimeoutError) as exc:
+            log.warning("replication: asking ZooKeeper whether %s is replicated failed: %s",
+                        quote_name(topic), type(exc).__name__)
+            return None
+        return found is not None
+
     def _on_topics(self, topics: list[str]) -> None:
         for topic in topics:
             if topic not in self._watched_topics:

@@ -444,6 +444,12 @@ class BrokerServer:
                 any(k == "replication.factor" for k, _v in req.config)):
             self._create_replicated_topic(conn, header, req)
             return
+        if self.replication is not None and self.replication.replicated_in_zookeeper(req.name):
+            # a replicated topic of that name, this broker's watch not yet told
+            conn.add_reply(Reply(api.encode_error_response(
+                header.correlation_id, ErrorCode.TOPIC_ALREADY_EXISTS,
+                f"topic {req.name!r} already exists (replicated)")))
+            return
         try:
             self.logs.create_topic(req.name, req.partitions, parse_overrides(req.config))
             self._topics_changed()

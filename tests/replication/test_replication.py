@@ -384,3 +384,29 @@ def test_group_fetches_a_partition_again_once_it_has_a_leader(clusters):
         wait_until(lambda: got.extend(m.value for m in group.poll(100))
                    or {b"b0", b"b1"} <= set(got), 30,
                    what=lambda: f"the group to read both partitions again: {got}")
+
+
+def test_a_produce_racing_the_leaders_watch_never_makes_an_unreplicated_twin(clusters):
+    # A client that reads a new topic's leader in ZooKeeper (a ClusterProducer)
+    # may reach that broker before its own watch has told it of the topic.
+    # Its brokers auto-create unreplicated topics (replication_factor 0), and
+    # one did so: a local, unreplicated topic of the same name, after which
+    # it logged "holds an unreplicated topic of that name; not replicating
+    # it" and refused its followers forever (the replication benchmark hung).
+    cluster = clusters("twin", brokers=3, settings=REPLICATED)
+    from broker.client.admin import AdminClient
+    for i in range(12):
+        topic = f"race{i}"
+        with AdminClient(cluster.brokers[i % 3].address) as admin:
+            admin.create_topic(topic, 1, {"replication.factor": "3"})
+        leader = leader_of(cluster, topic, 0)          # written before create answered
+        with connect(cluster.brokers[leader].address) as conn:
+            def acknowledged():
+                r = produce(conn, topic, 0, message_set([b"first"]), Acks.ALL)
+                assert r.error in (ErrorCode.NONE, ErrorCode.NOT_LEADER_FOR_PARTITION,
+                                   ErrorCode.NOT_ENOUGH_REPLICAS), r
+                return r.error == ErrorCode.NONE
+            wait_until(acknowledged, 10, interval=0.01, what=f"{topic} to take a write")
+        # every replica replicates it: none holds a local topic of the name
+        wait_in_sync(cluster, topic, 0, {0, 1, 2}, timeout=10)
+        assert_replicas_identical(cluster, topic, 0)
