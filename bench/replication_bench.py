@@ -32,6 +32,7 @@ import os
 import shutil
 import signal
 import statistics
+import sys
 import tempfile
 import time
 
@@ -183,6 +184,9 @@ def main() -> None:
     parser.add_argument("--failovers", type=int, default=5, help="kills and clean stops (5)")
     parser.add_argument("--rereplicate-mb", type=int, default=1024)
     args = parser.parse_args()
+    # a SIGTERM (timeout, kill) unwinds through the finally below: no broker
+    # or ZooKeeper of the run is left behind
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
         args.runs, args.messages, args.failovers, args.rereplicate_mb = 1, 20_000, 1, 32
     directory = tempfile.mkdtemp(prefix="samsa-replication-bench-")

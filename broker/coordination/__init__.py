@@ -13,5 +13,7 @@ brokers register themselves, consumers of a group agree among themselves.
 * replica_state.py: replicated topics' records (assignment, partition state)
   and their pure rules (placement across racks, the choice of a leader);
 * controller.py: the controller, one broker at a time, electing leaders;
-* replica_admin.py: the replicated partitions read for operators.
+* replica_admin.py: the replicated partitions read for operators;
+* reassign.py: operators' requests to the controller (moving replicas,
+  electing the preferred leaders) and their progress.
 """

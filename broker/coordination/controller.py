@@ -294,7 +294,7 @@ class Controller:
             log.error("controller: ignoring %s: %s", path, exc)
             return NO_LEADER
         steady = _steady(live, stat)
-        if state.leader != NO_LEADER and state.leader in steady:
+        if state.leader != NO_LEADER and state.leader in steady and state.leader in replicas:
             isr = tuple(b for b in state.isr if b in steady and b in replicas)
             if isr != state.isr and state.leader in isr:
                 zk.set(path, state.with_isr(isr).to_json(), version=stat.version)
@@ -302,10 +302,12 @@ class Controller:
                          "restarted or no longer replicas)", topic, partition,
                          list(state.isr), list(isr))
             return state.leader
-        in_sync = tuple(b for b in state.isr if b in steady)
+        # (a leader no longer among the replicas, the assignment changed by
+        # hand, has stepped down: it is replaced as a gone one is)
+        in_sync = tuple(b for b in state.isr if b in steady and b in replicas)
         if not in_sync:
             # every live in-sync replica restarted: the first of them leads again
-            in_sync = tuple(b for b in state.isr if b in live)[:1]
+            in_sync = tuple(b for b in state.isr if b in live and b in replicas)[:1]
         leader, was_unclean = choose_leader(replicas, in_sync, set(live), unclean)
         if leader == NO_LEADER:
             if state.leader != NO_LEADER:

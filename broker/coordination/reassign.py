@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from . import paths
 from .replica_state import NO_LEADER, PartitionState, TopicAssignment
@@ -236,11 +236,15 @@ def progress(client: KazooClient, moves: list[Move]) -> list[Progress]:
     """Where each of ``moves`` stands."""
     out = []
     for m in moves:
+        # the request first: the controller's last step writes the assignment
+        # and deletes the request in one transaction, so an assignment read
+        # after the request is gone already shows that step
+        requested = client.exists(paths.reassignment_path(m.topic, m.partition)) is not None
         assignment = read_assignment(client, m.topic)
         current = assignment.partitions[m.partition] \
             if assignment is not None and m.partition < len(assignment.partitions) else ()
         state = read_state(client, m.topic, m.partition)
-        if client.exists(paths.reassignment_path(m.topic, m.partition)):
+        if requested:
             status = "running"
         else:
             status = "done" if tuple(current) == tuple(m.replicas) else "failed"
@@ -250,16 +254,14 @@ def progress(client: KazooClient, moves: list[Move]) -> list[Progress]:
 
 def request_preferred(client: KazooClient, partitions: list[tuple[str, int]]) -> None:
     """Ask the controller to move the lead of ``partitions`` to their
-    preferred replicas (one transaction; a request already there is kept)."""
+    preferred replicas (a request already there, by another caller too, is
+    kept: it asks the same)."""
     client.ensure_path(paths.PREFERRED_ELECTIONS)
-    tx = client.transaction()
-    asked = 0
     for topic, p in partitions:
-        if not client.exists(paths.preferred_election_path(topic, p)):
-            tx.create(paths.preferred_election_path(topic, p), b"{}")
-            asked += 1
-    if asked:
-        tx.commit()
+        try:
+            client.create(paths.preferred_election_path(topic, p), b"{}")
+        except NodeExistsError:
+            pass
 
 
 def preferred_pending(client: KazooClient, partitions: list[tuple[str, int]]) -> list:

@@ -228,10 +228,12 @@ class ReplicaManager:
         never to be auto-created here as unreplicated ones."""
         return self._watched_topics
 
-    def replicated_in_zookeeper(self, topic: str, timeout: float = 1.0) -> bool | None:
+    def replicated_in_zookeeper(self, topic: str, timeout: float = 0.25) -> bool | None:
         """Is ``topic`` a replicated topic of the cluster? Asked of ZooKeeper
-        now if this broker's watch has not told it (blocking, at most
-        ``timeout`` s: the auto-create path asks it once per new name). A
+        now if this broker's watch has not told it: blocking the event loop
+        for one ZooKeeper round trip (at most ``timeout`` s), on the
+        auto-create path only, so once per new topic name (and per retry of
+        a produce while the watch has not caught up). A
         client that read a new topic's leader in ZooKeeper may reach that
         broker before its watch fires: without this, the broker would
         auto-create an unreplicated twin and never replicate the topic.

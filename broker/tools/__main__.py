@@ -336,8 +336,6 @@ def _zk_tool(zookeeper: str, args: argparse.Namespace, what: str, body) -> int:
 def cmd_reassign(args: argparse.Namespace) -> int:
     """Move replicas: print a plan (default), --execute it, or --verify it
     (docs/replication.md, "Moving replicas and preferred leaders")."""
-    import time
-
     from broker.coordination import reassign
 
     if args.plan is None and args.drain_broker is None and not args.verify:
@@ -396,11 +394,7 @@ def cmd_reassign(args: argparse.Namespace) -> int:
                   f"broker.tools reassign --zookeeper {zookeeper} --verify")
         if args.wait is None:
             return 0
-        deadline = time.monotonic() + args.wait
-        while time.monotonic() < deadline and any(
-                p.status == "running" for p in reassign.progress(client, moves)):
-            time.sleep(0.2)
-        return _verify(client, reassign, moves, args)
+        return _verify(client, reassign, moves, args)      # waits up to --wait
 
     return _zk_tool(zookeeper, args, "reassign tool", body)
 

@@ -9,9 +9,10 @@ counter, and a loader run (its spark-submit); ZooKeeper once. Where the
 datacenters replicate (the default topology: ``replication_factor = 2``),
 a broker of each is also killed and its data directory deleted (a lost
 disk) ``--rounds`` times: restarted empty, it copies its replicas back from
-the leaders. Each is restarted as an operator would; after a broker, as in
-a rolling restart, the drill waits until every partition of its cluster is
-fully in sync again before the next fault (the time is the fault's "back").
+the leaders. Each is restarted as an operator would; before taking a broker
+down and after its restart, as in a rolling restart, the drill waits until
+every partition of its cluster is fully in sync (the wait after the restart
+is in the fault's "back" time).
 Then the loader runs to completion and the
 drill waits for the audit: every tier (producer, each cluster, mirror,
 hadoop) must have every acknowledged message of the drill's windows
@@ -129,6 +130,11 @@ class Drill:
         every partition is fully in sync again."""
         lab = self.p.lab
         i = self.rng.randrange(self.p.topology.cluster(dc).brokers)
+        if self.p.topology.cluster(dc).replicated:
+            # as an operator does before taking a broker down: every replica in
+            # sync (after a ZooKeeper outage or a lagging follower too), or the
+            # broker lost could hold the only copy of what was acknowledged
+            lab.wait_fully_replicated(dc, timeout=300)
 
         def kill() -> None:
             lab.kill_broker(dc, i)

@@ -184,7 +184,8 @@ def test_terraform_applies_and_destroys_the_environment_as_containers(docker_hos
                  "-var", f"base_port={free_base_port()}", "-var", f"project_dir={ROOT}",
                  "-var", "runtime=containers", "-var", "airflow=false",
                  "-var", 'datacenters=["dc-a"]', "-var", "analysis_brokers=1",
-                 "-var", "mirror_processes=1"]
+                 # one replica per partition: the analysis cluster has one broker
+                 "-var", "replication_factor=1", "-var", "mirror_processes=1"]
     out = terraform(env_dir, "init", "-input=false")
     assert out.returncode == 0, out.stdout + out.stderr
     pids: list[int] = []

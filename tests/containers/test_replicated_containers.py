@@ -102,9 +102,15 @@ def test_a_replaced_broker_and_its_lost_volume_lose_no_acknowledged_message(pipe
     pipeline.brokers[("dc-a", survivor)].kill()
     wait_until(lambda: all(r.leader == victim for r in replicas(pipeline)), 60, interval=0.2,
                what="the replaced broker to lead every partition")
-    stored = topic_values(pipeline, "dc-a", TOPIC, [victim])
-    assert set(acknowledged) <= set(stored), \
-        f"{len(set(acknowledged) - set(stored))} acknowledged messages lost"
+    # (ZooKeeper may name it before it serves every partition: read until it does)
+    stored: list[bytes] = []
+
+    def holds_everything() -> bool:
+        stored[:] = topic_values(pipeline, "dc-a", TOPIC, [victim])
+        return set(acknowledged) <= set(stored)
+    wait_until(holds_everything, 30, interval=0.2,
+               what=lambda: f"every acknowledged message on the replaced broker: "
+                            f"{len(set(acknowledged) - set(stored))} missing")
     # in order within each key's partition: a key's values rise
     by_key: dict[int, list[int]] = {}
     for value in stored:

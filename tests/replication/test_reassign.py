@@ -17,7 +17,8 @@ from broker.coordination.replica_state import (NO_LEADER, PartitionState, TopicA
 from broker.tools.__main__ import main as tools_main
 from broker.protocol.api import Acks
 from broker.protocol.errors import ErrorCode
-from broker_helpers import connect, fetch, message_set, produce, run_module, wait_until
+from broker_helpers import (connect, fetch, message_set, metric, produce, run_module, scrape_metrics,
+                            wait_until)
 from replication_helpers import (REPLICATED, assert_replicas_identical, create_replicated,
                                  leader_of, replica_bytes, state, wait_in_sync, wait_rejoined,
                                  wait_serving)
@@ -96,6 +97,12 @@ def requests_left(cluster) -> list[str]:
         if cluster.zk.exists(paths.REASSIGNMENTS) else []
 
 
+def controller_metric(cluster, name: str) -> float:
+    """``name`` summed over the live brokers (only the controller counts)."""
+    return sum(metric(scrape_metrics(b.metrics_port), name) or 0
+               for b in cluster.brokers.values())
+
+
 def test_drain_a_broker_under_acks_all_load(clusters):
     """Every replica moves off broker 2 while a producer writes with
     acks=all: no write fails, every acknowledged one is read back in order,
@@ -148,6 +155,10 @@ def test_drain_a_broker_under_acks_all_load(clusters):
                what=f"broker 2 to delete {topic_dir}")
     code, out, _ = tool(cluster, "reassign", "--drain-broker", "2", "--verify")
     assert code == 0 and "no replica any more" in out
+    # the controller's metrics: both moves finished, none running
+    wait_until(lambda: controller_metric(cluster, "samsa_reassignments_total") == 2, 20,
+               what="the controller to count 2 reassignments")
+    assert controller_metric(cluster, "samsa_reassignments_running") == 0
 
     read = {}
     for p in range(3):
@@ -231,6 +242,8 @@ def test_preferred_leader_election_after_a_failover(clusters):
     assert code == 0, err
     assert f"p/0: leader {other} -> {preferred} (preferred replica; epoch {epoch + 1})" in out
     assert wait_serving(cluster, "p", 0) == preferred
+    wait_until(lambda: controller_metric(cluster, "samsa_preferred_elections_total") == 1, 20,
+               what="the controller to count the preferred election")
     read_back(cluster, "p", 0, values + more)
     evenmore = [f"c{i}".encode() for i in range(50)]
     assert all(r.error == 0 for r in produce_values(cluster, "p", 0, evenmore))

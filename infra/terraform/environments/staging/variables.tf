@@ -25,7 +25,7 @@ variable "analysis_brokers" {
 }
 
 variable "replication_factor" {
-  description = "Replicas of each partition in every cluster (topology.toml says the same; rendered into the brokers' settings), one per availability zone."
+  description = "Replicas of each partition in every cluster (topology.toml says the same; rendered into the brokers' settings), on brokers of different availability zones where the subnets allow."
   type        = number
   default     = 2
 }
