@@ -114,21 +114,38 @@ class Lab:
             return None
 
 
-def produce_run(lab: Lab, topic: str, acks: str, messages: int, values: list[bytes]) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def produce_run(lab: Lab, topic: str, acks: str, messages: int,
+                values: list[bytes]) -> tuple[float, dict[str, float]]:
+    """(messages/s, CPU seconds of the run: the producer's process, the
+    leader, the followers together)."""
     from broker.client.cluster_producer import ClusterProducer
+    leader = lab.state(topic).leader
     with ClusterProducer(lab.connect, acks=acks, batch_size=50, linger_ms=5,
                          max_in_flight_per_partition=5) as producer:
         producer.send(topic, b"warm-up")
         producer.flush(30)
+        before = {b: cpu_seconds(br.proc.pid) for b, br in lab.brokers.items()}
+        own = time.process_time()
         started = time.perf_counter()
         n = len(values)
         for i in range(messages):
             producer.send(topic, values[i % n])
         producer.flush(300)
         took = time.perf_counter() - started
+        own = time.process_time() - own
+        used = {b: cpu_seconds(br.proc.pid) - before[b] for b, br in lab.brokers.items()}
         if producer.failed_batches:
             raise RuntimeError(f"{producer.failed_batches} batches failed")
-    return messages / took
+    cpu = {"producer": own, "leader": used[leader],
+           "followers": sum(v for b, v in used.items() if b != leader)}
+    return messages / took, cpu
 
 
 def failover_run(lab: Lab, topic: str, how: str) -> float:
@@ -202,9 +219,11 @@ def main() -> None:
                                         ("C", 3, "written")):
                 topic = f"p{r}{label.lower()}"
                 lab.create(topic, factor, **({"min.insync.replicas": "2"} if factor > 1 else {}))
-                row[label] = produce_run(lab, topic, acks, args.messages, values)
+                row[label], row[f"{label}_cpu"] = produce_run(lab, topic, acks,
+                                                              args.messages, values)
                 log(f"round {r + 1}: {label} (factor {factor}, acks={acks}): "
-                    f"{row[label]:,.0f} msg/s")
+                    f"{row[label]:,.0f} msg/s; CPU s: " + ", ".join(
+                        f"{k} {v:.1f}" for k, v in row[f"{label}_cpu"].items()))
             row["B/A"], row["C/A"] = row["B"] / row["A"], row["C"] / row["A"]
             rounds.append(row)
         result["produce"] = rounds
@@ -227,6 +246,8 @@ def main() -> None:
 def render(result: dict) -> str:
     rounds = result["produce"]
     med = {k: statistics.median(r[k] for r in rounds) for k in ("A", "B", "C", "B/A", "C/A")}
+    cpu = {label: {part: statistics.median(r[f"{label}_cpu"][part] for r in rounds)
+                   for part in ("producer", "leader", "followers")} for label in ("A", "B", "C")}
     m = result["machine"]
     kill, clean = summarize(result["failover_kill_s"]), summarize(result["failover_clean_s"])
     mb = result["args"]["rereplicate_mb"]
@@ -243,6 +264,15 @@ def render(result: dict) -> str:
         f"| B: factor 3, acks=all (min.insync 2) | {med['B']:,.0f} | {med['B/A']:.2f} "
         f"(aim >= 0.4) |",
         f"| C: factor 3, acks=written | {med['C']:,.0f} | {med['C/A']:.2f} (aim >= 0.8) |",
+        "",
+        "Where the 2 cores went, CPU seconds per run (medians; the producer's process, the "
+        "leader, the two followers together; the run's wall time for scale):",
+        "",
+        "| configuration | producer | leader | followers | wall |",
+        "|---|---|---|---|---|",
+        *[f"| {label} | {cpu[label]['producer']:.1f} | {cpu[label]['leader']:.1f} | "
+          f"{cpu[label]['followers']:.1f} | {result['args']['messages'] / med[label]:.1f} |"
+          for label in ("A", "B", "C")],
         "",
         f"Failover (factor 3, session timeout 6 s): kill -9 of the leader to the first "
         f"acks=all write answered by the new leader: median {kill['median']:.2f} s "
