@@ -232,14 +232,15 @@ retry_delay_s = 2.0
         # one run per hour; the manual run is hour C's, and the schedule went past it
         assert {h: len(found[h]) for h in (hour_a, hour_b, hour_c)} == \
             {hour_a: 1, hour_b: 1, hour_c: 1}, found
-        assert set(found) == {hour_a, hour_b, hour_c}, found
+        # (a run of the hour ``top`` too, when the test outlived that hour's end)
+        assert set(found) - {top} == {hour_a, hour_b, hour_c}, found
         assert found[hour_c][0]["dag_run_id"] == "by-hand-C"
         assert found[hour_c][0]["state"] == "success"
         # the schedule went past C (its run was the one by hand) to the hour
         # now running, due when it ends
-        next_run = iso(top).replace("+00:00", "")
+        next_runs = (iso(top).replace("+00:00", ""), iso(top + HOUR).replace("+00:00", ""))
         wait_until(lambda: call(f"{url}/api/v2/dags/warehouse_load", token)[
-            "next_dagrun_logical_date"].startswith(next_run), 60, interval=1.0,
+            "next_dagrun_logical_date"].startswith(next_runs), 60, interval=1.0,
             what=lambda: call(f"{url}/api/v2/dags/warehouse_load", token))
         scheduler_log = open(os.path.join(state_dir, "logs", "scheduler.log")).read()
         assert 1 <= scheduler_log.count("run already exists") <= 2, scheduler_log[-4000:]
@@ -296,8 +297,8 @@ retry_delay_s = 2.0
         reloaded = parquet_in(output, hour_a)
         assert reloaded and not reloaded & files_a
         assert parquet_in(output, hour_b) == files_b
-        assert {h: [r["dag_run_id"] for r in rs] for h, rs in runs().items()} == \
-            {h: [r["dag_run_id"] for r in rs] for h, rs in found.items()}
+        assert {h: [r["dag_run_id"] for r in rs] for h, rs in runs().items() if h != top} == \
+            {h: [r["dag_run_id"] for r in rs] for h, rs in found.items() if h != top}
         assert marker_of(output, hour_a)
 
         # the brokers' retention deletes the start of hour A's data; clearing
