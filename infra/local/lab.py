@@ -968,14 +968,17 @@ class Lab:
         compared, differ = {}, []
         for topic, partitions in sorted(assignments.items()):
             for p, replicas in enumerate(partitions):
-                def logs() -> dict[int, bytes]:
-                    return {b: _replica_log(self.broker_data_dir(cluster, b), topic, p)
-                            for b in replicas}
-                wait_until(lambda: len({len(d) for d in logs().values()}) == 1, timeout, 0.25)
-                digests = {b: hashlib.sha256(d).hexdigest() for b, d in logs().items()}
+                logs: dict[int, bytes] = {}
+
+                def same_length() -> bool:      # read once per look, compared from that read
+                    logs.update({b: _replica_log(self.broker_data_dir(cluster, b), topic, p)
+                                 for b in replicas})
+                    return len({len(d) for d in logs.values()}) == 1
+                wait_until(same_length, timeout, 0.25)
+                digests = {b: hashlib.sha256(d).hexdigest() for b, d in logs.items()}
                 if len(set(digests.values())) != 1:
                     differ.append(f"{topic}/{p} {digests}")
-                compared[f"{topic}/{p}"] = len(logs()[replicas[0]])
+                compared[f"{topic}/{p}"] = len(logs[replicas[0]])
         if differ:
             raise LabError(f"{cluster}: replicas differ: " + "; ".join(differ))
         return compared

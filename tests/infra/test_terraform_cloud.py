@@ -161,6 +161,24 @@ def test_rendered_settings_are_read_by_the_broker(tmp_path):
     assert "broker_id = 2" in out.stdout and 'data_dir = "/var/lib/samsa/log"' in out.stdout
 
 
+def test_each_broker_takes_its_zone_as_its_rack_at_boot():
+    """The rendered settings leave the rack out; the boot script reads the
+    instance's availability zone, refuses to start without one, and gives
+    it to the broker, which runs with it over the rendered file."""
+    rendered = os.path.join(TF, "environments", "production", "rendered", "broker-dc-us-east.toml")
+    assert not any(line.startswith("rack") for line in open(rendered).read().splitlines())
+    boot = open(os.path.join(TF, "modules", "broker-cluster", "user_data.sh.tftpl")).read()
+    assert "meta-data/placement/availability-zone" in boot
+    assert '[ -n "$RACK" ] ||' in boot and "--set rack=$RACK" in boot
+    out = subprocess.run([sys.executable, "-m", "broker", "--config", rendered, "--broker-id", "0",
+                          "--host", "10.10.0.5", "--set", "zookeeper=10.10.0.10:2181/dc-us-east",
+                          "--set", "rack=us-east-1a", "--print-config"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert 'rack = "us-east-1a"' in out.stdout and "replication_factor = 3" in out.stdout
+    assert "min_insync_replicas = 2" in out.stdout
+
+
 @pytest.mark.parametrize("environment", CLOUD_ENVIRONMENTS)
 def test_variables_say_what_the_topology_says(environment):
     directory = os.path.join(TF, "environments", environment)
