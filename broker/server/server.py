@@ -82,6 +82,7 @@ class BrokerServer:
         self._server: asyncio.base_events.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
+        self._listening = True        # until the shutdown closes the listener
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._metrics_server = None
@@ -188,18 +189,26 @@ class BrokerServer:
         await self._stopped.wait()
 
     async def shutdown(self, reason: str = "requested") -> None:
-        """Stop accepting, answer parked fetches, flush (waiting up to 10 s for
-        the flushes and the replies still to send), checkpoint, close."""
+        """Refuse writes, hand the partitions this broker leads to their
+        followers (replicated topics), stop accepting, answer parked fetches,
+        flush (waiting up to 10 s for the flushes and the replies still to
+        send), checkpoint, close."""
         if self._stopping:
             return
         self._stopping = True
         self.produce_path.stopping = self.fetch_long_poll.stopping = True
         log.info("shutting down (%s)", reason, extra={"event": "shutdown"})
-        self._server.close()
         if self.replication is not None:
-            # hand the partitions this broker leads to their followers first
+            # hand the partitions this broker leads to their followers first;
+            # the listener stays open meanwhile: a follower that has not
+            # connected yet (or lost its connection) must reach this broker
+            # to catch up. Clients that connect now are refused writes
+            # (BROKER_SHUTTING_DOWN, NOT_LEADER_FOR_PARTITION).
             await self.replication.hand_over_leadership(
                 self.config.controlled_shutdown_timeout_ms / 1000)
+        self._listening = False
+        self._server.close()
+        if self.replication is not None:
             await self._loop.run_in_executor(None, self.controller.close)
         if self.registry is not None:
             # leave the cluster first, so producers and consumers move away now
@@ -277,7 +286,7 @@ class BrokerServer:
     def connection_opened(self, conn: Connection) -> None:
         self.connections.add(conn)
         self.metrics.connections = len(self.connections)
-        if self._stopping:
+        if not self._listening:
             conn.close()
 
     def connection_closed(self, conn: Connection) -> None:

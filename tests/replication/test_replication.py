@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from broker.client.admin import AdminClient
 from broker.protocol import api
 from broker.protocol.api import Acks
 from broker.protocol.errors import ErrorCode
@@ -215,6 +216,42 @@ def test_clean_shutdown_hands_leadership_over_first(clusters):
     # well within the session timeout (4 s): the broker wrote the change itself
     assert took < 3, took
     read_back(cluster, "t", 0, [b"before"])
+
+
+def test_a_follower_that_first_connects_during_the_hand_over_still_catches_up(clusters):
+    """SIGTERM reaches the leader before its follower ever connected to it
+    (the follower was paused while the topic was made): the stopping leader
+    must still let the follower connect and fetch, so that it hands over a
+    whole log at once. It closed its listener first: the follower's connects
+    were refused, the leader waited out controlled_shutdown_timeout_ms (5 s)
+    and handed over to a follower without the acks=written message."""
+    cluster = clusters("latefollower", brokers=2, settings=REPLICATED)
+    follower = cluster.brokers[1]
+    follower.proc.send_signal(signal.SIGSTOP)
+    try:
+        with AdminClient(cluster.brokers[0].address) as admin:
+            admin.create_topic("t", 2, {"replication.factor": "2"})
+        # one partition is led by each broker: take broker 0's
+        wait_until(lambda: {leader_of(cluster, "t", p) for p in range(2)} == {0, 1}, 10,
+                   what="both partitions to have a leader")
+        p = next(p for p in range(2) if leader_of(cluster, "t", p) == 0)
+        wait_serving(cluster, "t", p)
+        assert [r.error for r in produce_values(cluster, "t", p, [b"before"],
+                                                Acks.WRITTEN)] == [0]
+        epoch = state(cluster, "t", p).leader_epoch
+        leader = cluster.brokers.pop(0)
+        started = time.monotonic()
+        leader.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: '"event": "shutdown"' in leader.tail_log(5), 10,
+                   what="the leader to begin its shutdown")
+    finally:
+        follower.proc.send_signal(signal.SIGCONT)
+    assert leader.stop() == 0
+    assert wait_serving(cluster, "t", p, not_on={0}, timeout=10) == 1
+    took = time.monotonic() - started
+    assert state(cluster, "t", p).leader_epoch == epoch + 1
+    assert took < 3, took
+    read_back(cluster, "t", p, [b"before"])
 
 
 @pytest.mark.parametrize("racks", [("a", "a", "b", "b")])
