@@ -74,6 +74,7 @@ mirror metrics 19400-19401. ``--set base_port=29000`` moves them all.
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -339,6 +340,60 @@ class MonitoringSpec:
 
 
 @dataclass(frozen=True)
+class LinkSpec:
+    """The WAN between two clusters' datacenters, both ways, in the network
+    lab (infra/local/network): what its router adds to every packet."""
+    between: tuple[str, ...] = ()
+    """The two clusters it joins: ["dc-a", "analysis"]."""
+    rtt_ms: float = 0.0
+    """Round-trip time added (half each way)."""
+    jitter_ms: float = 0.0
+    """Each packet's one-way delay varies by up to this much either way."""
+    loss: float = 0.0
+    """Fraction of packets dropped at random, each way (0.001: 0.1 %)."""
+    rate_mbit: float = 0.0
+    """Bandwidth each way in Mbit/s (0: unlimited)."""
+
+    def __post_init__(self) -> None:
+        if len(self.between) != 2 or self.between[0] == self.between[1]:
+            raise ConfigError(f"network link between {list(self.between)}: name two "
+                              f"different clusters")
+        for what, value, high in (("rtt_ms", self.rtt_ms, 60_000),
+                                  ("jitter_ms", self.jitter_ms, 60_000),
+                                  ("loss", self.loss, 1), ("rate_mbit", self.rate_mbit, 1e6)):
+            if not 0 <= value <= high:
+                raise ConfigError(f"network link between {list(self.between)}: {what} must "
+                                  f"be 0..{high:g}, not {value}")
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """The network lab's addressing and WAN links (infra/local/network): each
+    cluster's datacenter is a /24 of ``subnet`` (the c-th cluster, in
+    clusters() order, the (c+1)-th /24; the first /24 joins the lab's own
+    command to the router). Links not listed add nothing."""
+    subnet: str = "10.77.0.0/16"
+    """A private IPv4 range of /16 to /20, inside which every host of the lab is."""
+    mtu: int = 1500
+    """The MTU of every interface of the lab."""
+    links: tuple[LinkSpec, ...] = ()
+    """The shaped WAN links ([[network.links]])."""
+
+    def __post_init__(self) -> None:
+        try:
+            net = ipaddress.IPv4Network(self.subnet)
+        except ValueError as exc:
+            raise ConfigError(f"network.subnet {self.subnet!r}: {exc}") from None
+        if not net.is_private or not 16 <= net.prefixlen <= 20:
+            raise ConfigError(f"network.subnet {self.subnet!r} must be a private IPv4 range "
+                              f"of /16 to /20 (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16)")
+        if not 576 <= self.mtu <= 65_000:
+            raise ConfigError(f"network.mtu must be 576..65000, not {self.mtu}")
+        _no_duplicates("network link", [" and ".join(sorted(link.between))
+                                        for link in self.links])
+
+
+@dataclass(frozen=True)
 class Topology:
     name: str = "samsa-lab"
     """The lab's name (in status output)."""
@@ -356,6 +411,8 @@ class Topology:
     """Mirrors from clusters into another cluster."""
     monitoring: MonitoringSpec = field(default_factory=MonitoringSpec)
     """The lag service and Prometheus, when the lab runs them."""
+    network: NetworkSpec = field(default_factory=NetworkSpec)
+    """The network lab's addresses and WAN links (used by the netns runtime only)."""
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name or ""):
@@ -407,6 +464,14 @@ class Topology:
                 except ConfigError as exc:
                     raise ConfigError(f"mirror {mirror.name!r}: {exc}") from None
         self._check_no_mirror_loop()
+        for link in self.network.links:
+            for name in link.between:
+                if name not in names:
+                    raise ConfigError(f"network link between {list(link.between)}: no "
+                                      f"cluster named {name!r} (clusters: {', '.join(names)})")
+        if len(names) + 1 > 2 ** (24 - ipaddress.IPv4Network(self.network.subnet).prefixlen):
+            raise ConfigError(f"network.subnet {self.network.subnet} has too few /24s for "
+                              f"{len(names)} clusters and the lab's own")
         try:
             lag_config(self, 0)
         except ConfigError as exc:

@@ -20,12 +20,15 @@ from schemas.cli import samsa_version
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMSA = pathlib.Path(sys.executable).parent / "samsa"
 ENTRY_POINTS = ["broker", "broker.tools", "mirror", "broker.lag", "audit", "hadoop_loader",
-                "schemas", "infra.local", "infra.local.pipeline", "infra.render"]
+                "schemas", "infra.local", "infra.local.pipeline", "infra.render",
+                "infra.local.network"]
 #: entry points with sub-commands, and theirs
 SUBCOMMANDS = [("broker.tools", c) for c in ("produce", "consume", "topics", "offsets",
                                              "groups", "reassign", "elect-leaders")] \
     + [("audit", c) for c in ("count", "serve", "report", "db")] \
     + [("infra.local", c) for c in ("up", "status", "down")] \
+    + [("infra.local.network", c) for c in ("up", "down", "status", "shape", "cut", "heal",
+                                            "reset", "isolate", "block", "unblock", "exec")] \
     + [("schemas", c) for c in ("register", "check", "list", "show", "config", "bootstrap",
                                 "sync", "shipped")]
 

@@ -18,5 +18,7 @@
 * demo.py: the multi-datacenter part of ``make demo``;
 * traffic.py: audited Avro traffic for the demo and the drills;
 * drill.py: the pipeline under faults, nothing acknowledged lost (``make drill``);
-* drill_loss.py: a deliberate loss the audit must report (``make drill-loss``).
+* drill_loss.py: a deliberate loss the audit must report (``make drill-loss``);
+* network/: the network lab: hosts in network namespaces, WAN links with
+  latency, loss and bandwidth, and network faults (``python -m infra.local.network``).
 """

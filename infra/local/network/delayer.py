@@ -1,0 +1,151 @@
+"""The router's packet delayer: every packet between two datacenters passes
+through the TUN device ``wan0``; this loop reads it, asks its link's
+``LinkShaper`` (shaping.py) when it leaves or whether it is dropped, holds
+it until then and writes it back to ``wan0``, where the kernel routes it on
+to its datacenter.
+
+One thread, one ``epoll`` over the TUN device, the control socket and a
+wake-up pipe for signals; packets waiting to leave are in a heap ordered by
+departure. A packet whose link adds nothing (no delay, rate or loss) is
+written back at once, without the heap. Timing is as precise as
+``epoll_wait``'s millisecond timeout (a packet leaves up to ~1 ms late).
+
+A packet that is not IPv4, or whose source or destination is not in a
+datacenter, is dropped and counted (``stray``): only routed traffic between
+datacenters comes this way.
+"""
+from __future__ import annotations
+
+import errno
+import heapq
+import itertools
+import logging
+import os
+import random
+import select
+import time
+from typing import Callable
+
+from infra.local.network.plan import NetworkPlan
+from infra.local.network.shaping import LinkShape, LinkShaper
+
+log = logging.getLogger(__name__)
+
+READ_BURST = 512          # packets read per wake-up before writing due ones
+MAX_PACKET = 65536
+
+
+class Delayer:
+    def __init__(self, plan: NetworkPlan, tun_fd: int, seed: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.plan = plan
+        self.fd = tun_fd
+        self.clock = clock
+        rng = random.Random(seed)
+        planned = {(a, b): shape for a, b, shape in plan.links}
+        self.planned: dict[tuple[str, str], LinkShape] = {}
+        self.shapers: dict[tuple[str, str], LinkShaper] = {}
+        for a in plan.datacenters:
+            for b in plan.datacenters:
+                if a is not b:
+                    shape = planned.get((a.name, b.name), LinkShape())
+                    self.planned[(a.name, b.name)] = shape
+                    self.shapers[(a.name, b.name)] = LinkShaper(
+                        shape, random.Random(rng.getrandbits(64)))
+        # a datacenter by the top 24 bits of an address (each is a /24)
+        self._by_net24 = {int(dc.subnet.network_address).to_bytes(4, "big")[:3]: dc.name
+                          for dc in plan.datacenters}
+        self._heap: list[tuple[float, int, bytes]] = []
+        self._seq = itertools.count()
+        self.stray = 0
+        self.write_errors = 0
+        self.handlers: dict[int, Callable[[], None]] = {}
+        self._stop = False
+
+    # ------------------------------------------------------------ the links
+
+    def link(self, a: str, b: str) -> LinkShaper:
+        try:
+            return self.shapers[(a, b)]
+        except KeyError:
+            names = ", ".join(dc.name for dc in self.plan.datacenters)
+            raise KeyError(f"no link from {a!r} to {b!r} (datacenters: {names})") from None
+
+    def queued(self) -> int:
+        return len(self._heap)
+
+    # ------------------------------------------------------------ packets
+
+    def arrive(self, packet: bytes, now: float) -> float | None:
+        """When ``packet`` leaves (``now`` for at once), or None: dropped."""
+        if len(packet) < 20 or packet[0] >> 4 != 4:
+            self.stray += 1
+            return None
+        src = self._by_net24.get(packet[12:15])
+        dst = self._by_net24.get(packet[16:19])
+        if src is None or dst is None or src == dst:
+            self.stray += 1
+            return None
+        return self.shapers[(src, dst)].schedule(len(packet), now)
+
+    def _read_packets(self) -> None:
+        fd, now = self.fd, self.clock()
+        for _ in range(READ_BURST):
+            try:
+                packet = os.read(fd, MAX_PACKET)
+            except BlockingIOError:
+                return
+            departure = self.arrive(packet, now)
+            if departure is None:
+                continue
+            if departure <= now:
+                self._write(packet)
+            else:
+                heapq.heappush(self._heap, (departure, next(self._seq), packet))
+
+    def _write(self, packet: bytes) -> None:
+        try:
+            os.write(self.fd, packet)
+        except OSError as exc:
+            # the kernel's backlog is full (ENOBUFS) or the packet is refused:
+            # a drop, as a router's would be
+            self.write_errors += 1
+            if exc.errno not in (errno.ENOBUFS, errno.EAGAIN, errno.EINVAL):
+                raise
+
+    def _send_due(self) -> float | None:
+        """Write every packet due; the seconds until the next one (None: none)."""
+        heap, now = self._heap, self.clock()
+        while heap:
+            departure = heap[0][0]
+            if departure > now:
+                return departure - now
+            self._write(heapq.heappop(heap)[2])
+        return None
+
+    # ------------------------------------------------------------ the loop
+
+    def watch(self, fd: int, handler: Callable[[], None]) -> None:
+        """Call ``handler`` when ``fd`` is readable (the control socket, the
+        signal pipe)."""
+        self.handlers[fd] = handler
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def run(self) -> None:
+        poller = select.epoll()
+        poller.register(self.fd, select.EPOLLIN)
+        for fd in self.handlers:
+            poller.register(fd, select.EPOLLIN)
+        try:
+            while not self._stop:
+                wait = self._send_due()
+                timeout = -1 if wait is None else max(0.001, wait)
+                for fd, _mask in poller.poll(timeout):
+                    if fd == self.fd:
+                        self._read_packets()
+                    else:
+                        self.handlers[fd]()
+        finally:
+            poller.close()
