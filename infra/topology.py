@@ -93,7 +93,7 @@ LAB_BROKER_KEYS = ("broker_id", "host", "advertised_host", "port", "data_dir", "
                    "zookeeper", "log_format", "default_partitions", "replication_factor")
 #: Mirror settings the topology itself gives each process (not in settings).
 LAB_MIRROR_KEYS = ("sources", "target", "group", "whitelist", "blacklist", "consumer_id",
-                   "target_partitions", "metrics_port", "log_format")
+                   "target_partitions", "metrics_port", "metrics_host", "log_format")
 #: Lag-service settings the topology itself gives it (not in lag_settings).
 LAB_LAG_KEYS = ("clusters", "http_host", "http_port", "log_format")
 
@@ -339,6 +339,21 @@ class MonitoringSpec:
                                "use the lag service's own keys (config/lag.toml)")
 
 
+#: the pipeline's own services, hosts of the analysis datacenter in the network lab
+NETWORK_SERVICES = ("audit", "airflow", "lag", "prometheus")
+#: the first host's number in a datacenter's /24
+FIRST_HOST = 10
+
+
+@dataclass(frozen=True)
+class NetworkHost:
+    """A host of the network lab: a network namespace with one address."""
+    name: str
+    cluster: str
+    role: str
+    address: str
+
+
 @dataclass(frozen=True)
 class LinkSpec:
     """The WAN between two clusters' datacenters, both ways, in the network
@@ -378,6 +393,10 @@ class NetworkSpec:
     """The MTU of every interface of the lab."""
     links: tuple[LinkSpec, ...] = ()
     """The shaped WAN links ([[network.links]])."""
+    namespaces: bool = False
+    """Every host in a network namespace of its own, at its address in
+    ``subnet`` (the lab's netns runtime sets it): each datacenter then runs
+    a ZooKeeper of its own."""
 
     def __post_init__(self) -> None:
         try:
@@ -472,6 +491,13 @@ class Topology:
         if len(names) + 1 > 2 ** (24 - ipaddress.IPv4Network(self.network.subnet).prefixlen):
             raise ConfigError(f"network.subnet {self.network.subnet} has too few /24s for "
                               f"{len(names)} clusters and the lab's own")
+        per_datacenter: dict[str, int] = {}
+        for host in self.network_hosts():
+            per_datacenter[host.cluster] = per_datacenter.get(host.cluster, 0) + 1
+        for cluster, count in per_datacenter.items():
+            if count > 254 - FIRST_HOST:
+                raise ConfigError(f"network: datacenter {cluster!r} has {count} hosts, more "
+                                  f"than its /24 holds")
         try:
             lag_config(self, 0)
         except ConfigError as exc:
@@ -515,10 +541,68 @@ class Topology:
         first = self.zookeeper.peer_port or self.base_port + 10
         return [(first + 2 * i, first + 2 * i + 1) for i in range(self.zookeeper.size)]
 
+    def zookeeper_members(self, cluster: str | None = None) -> list[tuple[str, str, int]]:
+        """(host, address, client port) of each member of the ensemble that
+        serves ``cluster``: the one ensemble of every cluster, on ``host``;
+        with ``network.namespaces``, the datacenter's own
+        (``<cluster>.zookeeper-<i>``), and ``cluster`` must be named."""
+        ports = self.zookeeper_client_ports()
+        if not self.network.namespaces:
+            return [(f"zookeeper-{i + 1}", self.host, port) for i, port in enumerate(ports)]
+        if cluster is None:
+            raise ConfigError("with network namespaces every datacenter has its own "
+                              "ZooKeeper: name the cluster")
+        self.cluster(cluster)
+        return [(name, self.address_of(name), port) for name, port in
+                zip((f"{cluster}.zookeeper-{i + 1}" for i in range(len(ports))), ports)]
+
     def zookeeper_connect(self, cluster: str | None = None) -> str:
-        """The ensemble's connect string, with ``cluster``'s chroot when named."""
-        hosts = ",".join(f"{self.host}:{port}" for port in self.zookeeper_client_ports())
+        """The connect string of ``cluster``'s ensemble with its chroot (the
+        shared ensemble at its root when no cluster is named)."""
+        hosts = ",".join(f"{address}:{port}" for _h, address, port
+                         in self.zookeeper_members(cluster))
         return hosts + (self.cluster(cluster).zk_chroot if cluster else "")
+
+    # ---------------------------------------------------------------- hosts
+
+    def network_hosts(self) -> list[NetworkHost]:
+        """Every host of the network lab, datacenter by datacenter
+        (docs/network-lab.md): its ZooKeeper members, brokers, load balancer,
+        a client host; the mirrors in their target's datacenter; the
+        pipeline's services in the analysis datacenter (else the first)."""
+        slash24 = list(ipaddress.IPv4Network(self.network.subnet).subnets(new_prefix=24))
+        clusters = self.clusters()
+        names: dict[str, list[tuple[str, str]]] = {c.name: [] for c in clusters}
+        for cluster in clusters:
+            hosts = names[cluster.name]
+            hosts += [(f"{cluster.name}.zookeeper-{i}", "zookeeper")
+                      for i in range(1, self.zookeeper.size + 1)]
+            hosts += [(f"{cluster.name}.broker-{i}", "broker") for i in range(cluster.brokers)]
+            if cluster.load_balancer is not None:
+                hosts.append((f"{cluster.name}.haproxy", "haproxy"))
+            hosts.append((f"{cluster.name}.client", "client"))
+        for mirror in self.mirrors:
+            names[mirror.target] += [(f"{mirror.name}.mirror-{i}", "mirror")
+                                     for i in range(mirror.processes)]
+        services_at = self.analysis.name if self.analysis else clusters[0].name
+        names[services_at] += [(service, service) for service in NETWORK_SERVICES]
+        out = []
+        for c, cluster in enumerate(clusters):
+            base = slash24[c + 1].network_address + FIRST_HOST
+            out += [NetworkHost(name, cluster.name, role, str(base + h))
+                    for h, (name, role) in enumerate(names[cluster.name])]
+        return out
+
+    def address_of(self, host: str) -> str:
+        """Where the lab's process on ``host`` binds and is reached: its own
+        address with ``network.namespaces``, else ``host`` (every process on
+        this machine's one address)."""
+        if not self.network.namespaces:
+            return self.host
+        for candidate in self.network_hosts():
+            if candidate.name == host:
+                return candidate.address
+        raise ConfigError(f"no host {host!r} in the network lab")
 
     # ---------------------------------------------------------------- ports
 
@@ -689,6 +773,7 @@ def mirror_config(topology: Topology, mirror: MirrorSpec | str, index: int) -> M
         "blacklist": spec.blacklist,
         "target_partitions": spec.target_partitions,
         "metrics_port": topology.mirror_metrics_ports(spec.name)[index],
+        "metrics_host": topology.address_of(f"{spec.name}.mirror-{index}"),
         "log_format": "json",
     }
     settings.apply_overrides(values, spec.overrides())

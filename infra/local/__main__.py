@@ -14,9 +14,8 @@ import sys
 
 from broker.service_kit import cli, settings
 from broker.service_kit.settings import ConfigError
-from infra.local.container_runtime import RUNTIMES
 from infra.local import status as environment_status
-from infra.local.lab import DEFAULT_TOPOLOGY, Lab, LabError
+from infra.local.lab import DEFAULT_TOPOLOGY, LAB_RUNTIMES, Lab, LabError
 from infra.topology import Topology
 
 DEFAULT_STATE_DIR = ".lab"
@@ -84,13 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "zookeeper, cluster:NAME (its brokers and load balancer) or "
                          "mirror:NAME; the others run from state directories of their own "
                          "(how Terraform's local environment runs each as a resource)")
-    up.add_argument("--runtime", choices=RUNTIMES, default="processes",
+    up.add_argument("--runtime", choices=LAB_RUNTIMES, default="processes",
                     help="processes (default): this checkout's code, run by this Python; "
                          "containers: each process a container of the project's images "
                          "(samsa/zookeeper, samsa/samsa, samsa/haproxy: `make images`), with "
                          "host networking, the state directory mounted at the same path, run "
                          "as you; the engine is DOCKER_HOST's, else the default socket's, else "
-                         "the project's own dockerd (python -m infra.docker.engine)")
+                         "the project's own dockerd (python -m infra.docker.engine); "
+                         "netns: this checkout's processes, each in the network namespace "
+                         "of its host, datacenters joined by the WAN links of the "
+                         "topology's [network] table (root; docs/network-lab.md)")
 
     status = sub.add_parser(
         "status", parents=[common], help="show what runs and how it is doing",

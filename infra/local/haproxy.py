@@ -68,7 +68,7 @@ def render(topology: Topology, cluster: str) -> str:
     lb = spec.load_balancer
     if lb is None:
         raise ValueError(f"cluster {cluster!r} has no load balancer")
-    host = topology.host
+    host = topology.address_of(f"{cluster}.haproxy")
     lines = [
         f"# HAProxy for the Samsa cluster {cluster!r} of topology {topology.name!r}.",
         "# Rendered by infra/local/haproxy.py from the topology: edit the topology, not this.",
@@ -102,7 +102,8 @@ def render(topology: Topology, cluster: str) -> str:
         " on-marked-down shutdown-sessions",
     ]
     for i, port in enumerate(topology.broker_ports(cluster)):
-        lines.append(f"    server {server_name(i)} {host}:{port}")
+        broker = topology.address_of(f"{cluster}.broker-{i}")
+        lines.append(f"    server {server_name(i)} {broker}:{port}")
     stats_port = topology.lb_stats_port(cluster)
     if stats_port is not None:
         lines += [

@@ -97,6 +97,9 @@ from infra.local import daemon, haproxy, prometheus
 from infra.local.container_runtime import (HAPROXY_CONFIG, IMAGES, RUNTIMES, ContainerError,
                                            Docker, Mount, container_name, engine_host)
 from infra.local.metrics import scrape
+from infra.local.network import control as network_control
+from infra.local.network import runner as network_runner
+from infra.local.network.control import NetworkLabError
 from infra.topology import Topology, lag_config, load_topology, mirror_config, to_toml
 
 #: the lab the README and `make lab-up` bring up (two DCs and the analysis cluster)
@@ -107,7 +110,7 @@ STATE_FILE = "lab.json"
 TOPOLOGY_FILE = "topology.toml"
 #: Roles, in the order ``down`` stops them (each group at once).
 STOP_ORDER = (("prometheus", "lag", "mirror", "schema-registry"), ("haproxy", "broker"),
-              ("zookeeper",))
+              ("zookeeper",), ("network",))
 #: The repository root: the children import the same code as the lab.
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -124,6 +127,12 @@ class ProcessRecord(DetachedProcess):
     cluster: str | None = None
     index: int | None = None
     cwd: str | None = None
+    host: str | None = None     # its network namespace's host, in the netns runtime
+
+
+#: where the lab's processes run: this checkout's processes, the project's
+#: images as containers, or processes each in a network namespace of its host
+LAB_RUNTIMES = (*RUNTIMES, "netns")
 
 
 # ------------------------------------------------------------------ ports
@@ -185,9 +194,13 @@ class Lab:
         self._docker_cli: Docker | None = None
         self._read_state()
         if runtime is not None:
-            if runtime not in RUNTIMES:
-                raise LabError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+            if runtime not in LAB_RUNTIMES:
+                raise LabError(f"runtime must be one of {', '.join(LAB_RUNTIMES)}, not "
+                               f"{runtime!r}")
             self.runtime = runtime
+        if self.runtime == "netns" and not self.topology.network.namespaces:
+            self.topology = dataclasses.replace(self.topology, network=dataclasses.replace(
+                self.topology.network, namespaces=True))
 
     @classmethod
     def open(cls, state_dir: str) -> "Lab":
@@ -222,10 +235,11 @@ class Lab:
         port = self.topology.lb_port(cluster)
         if port is None:
             raise LabError(f"cluster {cluster!r} has no load balancer")
-        return f"{self.topology.host}:{port}"
+        return f"{self.topology.address_of(f'{cluster}.haproxy')}:{port}"
 
     def broker_address(self, cluster: str, index: int) -> str:
-        return f"{self.topology.host}:{self.topology.broker_ports(cluster)[index]}"
+        return (f"{self.topology.address_of(self.broker_name(cluster, index))}:"
+                f"{self.topology.broker_ports(cluster)[index]}")
 
     def broker_addresses(self, cluster: str) -> list[str]:
         return [self.broker_address(cluster, i) for i in range(self.topology.cluster(cluster).brokers)]
@@ -347,7 +361,18 @@ class Lab:
     def _launch(self, name: str, role: str, command: list[str], ports: dict[str, int],
                 cluster: str | None = None, index: int | None = None,
                 cwd: str | None = None) -> ProcessRecord:
+        """Start process ``name``; in the netns runtime, in the network
+        namespace of the host of the same name (the record keeps the command
+        as given: a relaunch enters the host's namespace anew)."""
         log_path = self.log_path(name)
+        given = command
+        host = None
+        if self.runtime == "netns":
+            host = name
+            try:
+                command = network_control.enter_command(self.state_dir, host, command)
+            except NetworkLabError as exc:
+                raise LabError(str(exc)) from None
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE_ROOT, env.get("PYTHONPATH")) if p)
@@ -358,7 +383,8 @@ class Lab:
         proc = SupervisedProcess(name, command, log_path, cwd=cwd or self.state_dir, env=env)
         proc.start()
         record = ProcessRecord.of(proc, role=role, ports=ports, cluster=cluster, index=index,
-                                  cwd=cwd, container=container)
+                                  cwd=cwd, container=container, host=host)
+        record.command = given
         self._children[name] = proc
         self.records[name] = record
         self._write_state()
@@ -426,13 +452,25 @@ class Lab:
                         self.state_dir)
         if self.runtime == "containers":
             self._check_containers(component)
-        busy = [(port, what) for port, what in busy_ports(self.topology)
-                if component is None or _belongs(what, component)]
+        if self.runtime == "netns":
+            problems = network_runner.missing_requirements()
+            if problems:
+                raise LabError("the netns runtime cannot run here: it needs "
+                               + ", ".join(problems))
+            if component is not None:
+                raise LabError("the netns runtime brings the whole lab up (no --only)")
+            if self.topology.zookeeper.size != 1:
+                raise LabError("the netns runtime runs one standalone ZooKeeper per "
+                               "datacenter: zookeeper.size must be 1")
+        # in the netns runtime every host has its own addresses: nothing here to clash with
+        busy = [] if self.runtime == "netns" else \
+            [(port, what) for port, what in busy_ports(self.topology)
+             if component is None or _belongs(what, component)]
         if busy:
             raise LabError("ports of the topology are in use: "
                            + "; ".join(f"{port} ({what})" for port, what in busy)
                            + ". Stop what uses them or move the lab (--set base_port=...)")
-        if self.runtime == "processes" and any(
+        if self.runtime in ("processes", "netns") and any(
                 c.load_balancer for c in self.topology.clusters()
                 if component in (None, ("cluster", c.name))):
             try:
@@ -447,6 +485,8 @@ class Lab:
         started = time.monotonic()
         try:
             if component is None:
+                if self.runtime == "netns":
+                    self._start_network(timeout)
                 self._start_zookeeper(timeout)
                 self._start_brokers(timeout)
                 self._start_load_balancers(timeout)
@@ -458,7 +498,7 @@ class Lab:
                                 "ZooKeeper all the same)")
                 if mirrors:
                     self._start_mirrors(timeout)
-                if monitoring and self.runtime == "containers":
+                if monitoring and self.runtime != "processes":
                     log.warning("the monitoring (lag service, Prometheus) runs in the "
                                 "processes runtime only: left out")
                 elif monitoring:
@@ -523,20 +563,76 @@ class Lab:
                        f"{', '.join(c.name for c in self.topology.clusters())}) or mirror:NAME "
                        f"(one of {', '.join(m.name for m in self.topology.mirrors) or 'none'})")
 
+    def _start_network(self, timeout: float) -> None:
+        """The netns runtime's network (infra/local/network): every host's
+        namespace, the datacenters and the router's links; its keeper is the
+        lab's process ``network``, stopped last."""
+        lab = network_runner.NetworkLab(self.state_dir, python=self.python)
+        try:
+            document = lab.up(timeout=timeout)
+        except NetworkLabError as exc:
+            raise LabError(str(exc)) from None
+        record = lab.keeper()
+        self.records["network"] = ProcessRecord.from_json(
+            {**record.to_json(), "role": "network", "ports": {}})
+        self._write_state()
+        log.info("network lab up: %d hosts in %d datacenters (%s); this machine is %s",
+                 len(document["hosts"]), len(document["datacenters"]), document["subnet"],
+                 document["root_address"])
+
+    def _ensembles(self) -> list[str | None]:
+        """The clusters that each name a ZooKeeper ensemble of their own (the
+        netns runtime: one per datacenter), or [None]: one ensemble for all."""
+        if self.topology.network.namespaces:
+            return [c.name for c in self.topology.clusters()]
+        return [None]
+
     def _start_zookeeper(self, timeout: float) -> None:
         t = self.topology
+        where = "; ".join(t.zookeeper_connect(c) for c in self._ensembles())
         log.info("starting ZooKeeper (%d member%s) on %s%s", t.zookeeper.size,
-                 "s" if t.zookeeper.size > 1 else "", t.zookeeper_connect(),
+                 "s" if t.zookeeper.size > 1 else "", where,
                  " in containers" if self.runtime == "containers" else "")
         if self.runtime == "containers":
             self._start_zookeeper_containers(timeout)
+        elif self.runtime == "netns":
+            self._start_zookeeper_per_datacenter(timeout)
         else:
             self._start_zookeeper_processes(timeout)
         self._write_state()
-        log.info("ZooKeeper serves on %s", t.zookeeper_connect())
-        with self._zookeeper() as zk:
-            for cluster in t.clusters():
-                zk.ensure_path(cluster.zk_chroot)
+        log.info("ZooKeeper serves on %s", where)
+        for ensemble in self._ensembles():
+            with self._zookeeper(cluster=ensemble, chroot=False) as zk:
+                for cluster in t.clusters():
+                    if ensemble in (None, cluster.name):
+                        zk.ensure_path(cluster.zk_chroot)
+
+    def _start_zookeeper_per_datacenter(self, timeout: float) -> None:
+        """The netns runtime: a standalone ZooKeeper in each datacenter, on
+        its host ``<cluster>.zookeeper-1``, its files in zookeeper/<cluster>/."""
+        names = []
+        for cluster in self.topology.clusters():
+            ((name, address, port),) = self.topology.zookeeper_members(cluster.name)
+            try:
+                ensemble = ZooKeeperEnsemble(1, self.path("zookeeper", cluster.name),
+                                             host=address, client_ports=[port],
+                                             keep_directory=True)
+            except (ZooKeeperError, ValueError) as exc:
+                raise LabError(f"cannot run ZooKeeper: {exc}") from None
+            (server,) = ensemble.servers
+            link = self.log_path(name)
+            if os.path.lexists(link):
+                os.remove(link)
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            os.symlink(server.log_path, link)
+            self._launch(name, "zookeeper",
+                         server.command(ensemble.java, ensemble.classpath, ensemble.jvm_args),
+                         {"client": port}, cluster=cluster.name, index=1,
+                         cwd=server.directory)
+            names.append(name)
+        self._wait_ready("answers ruok and serves", names, lambda name: server_mode(
+            self.topology.address_of(name), self.records[name].ports["client"])
+            in SERVING_MODES, timeout)
 
     def _start_zookeeper_containers(self, timeout: float) -> None:
         """Each member a samsa/zookeeper container (its settings by
@@ -601,10 +697,14 @@ class Lab:
             self._children[name] = server.process
 
     @contextlib.contextmanager
-    def _zookeeper(self, timeout: float = 10.0, cluster: str | None = None) -> Iterator[Any]:
-        """A started kazoo client at the ensemble's root (or in ``cluster``'s
-        chroot), for the lab's own reads."""
+    def _zookeeper(self, timeout: float = 10.0, cluster: str | None = None,
+                   chroot: bool = True) -> Iterator[Any]:
+        """A started kazoo client in ``cluster``'s chroot (at its ensemble's
+        root without ``chroot``, or with no cluster named: the one ensemble of
+        every cluster), for the lab's own reads."""
         connect = self.zookeeper_connect(cluster)
+        if not chroot and cluster is not None:
+            connect = connect[:-len(self.topology.cluster(cluster).zk_chroot)]
         client = make_client(connect)
         try:
             start_client(client, connect, timeout=timeout, what="lab")
@@ -620,14 +720,14 @@ class Lab:
         """The command of broker ``index`` of ``cluster`` in the lab's runtime."""
         t = self.topology
         spec = t.cluster(cluster)
-        args = ["--broker-id", str(index), "--host", t.host,
+        args = ["--broker-id", str(index), "--host", t.address_of(self.broker_name(cluster, index)),
                 "--port", str(t.broker_ports(cluster)[index]),
                 "--data-dir", self.broker_data_dir(cluster, index),
                 "--metrics-port", str(t.broker_metrics_ports(cluster)[index]),
                 "--log-format", "json", "--set", f"zookeeper={t.zookeeper_connect(cluster)}"]
         for key, value in spec.broker_overrides().items():
             args += ["--set", f"{key}={value}"]
-        if self.runtime == "processes":
+        if self.runtime != "containers":
             return [self.python, "-m", "broker", *args]
         mounts = []
         parent = os.path.dirname(self.broker_data_dir(cluster, index))
@@ -645,12 +745,18 @@ class Lab:
         t = self.topology
         wanted = only or [(c.name, i) for c in t.clusters() for i in range(c.brokers)]
         log.info("starting %d broker%s", len(wanted), "s" if len(wanted) > 1 else "")
-        with self._zookeeper() as zk:
+        with contextlib.ExitStack() as stack:
+            # the root of each ensemble (one per cluster in the netns runtime)
+            roots = {e: stack.enter_context(self._zookeeper(cluster=e, chroot=False))
+                     for e in self._ensembles()}
+
+            def zk_of(cluster: str):
+                return roots.get(cluster) or roots[None]
             # a broker killed earlier may still be registered until its session
             # expires: ready means registered by a session other than that one
             stale = {}
             for cluster, i in wanted:
-                stat = zk.exists(self._broker_node(cluster, i))
+                stat = zk_of(cluster).exists(self._broker_node(cluster, i))
                 stale[self.broker_name(cluster, i)] = stat.ephemeralOwner if stat else None
             names = []
             for cluster, i in wanted:
@@ -669,7 +775,7 @@ class Lab:
                 record = self.records[name]
                 path = self._broker_node(record.cluster, record.index)
                 try:
-                    data, stat = zk.get(path)
+                    data, stat = zk_of(record.cluster).get(path)
                 except NoNodeError:
                     return False
                 return (stat.ephemeralOwner != stale[name]
@@ -747,7 +853,7 @@ class Lab:
 
         def metrics_answer(name: str) -> bool:
             port = self.records[name].ports.get("metrics")
-            return port is None or scrape(self.topology.host, port) is not None
+            return port is None or scrape(self.topology.address_of(name), port) is not None
 
         self._wait_ready("its /metrics", names, metrics_answer, timeout, hint=self._mirror_hint)
 
@@ -880,6 +986,11 @@ class Lab:
                             ", ".join(orphans))
         for name in list(self._children):
             self._children.pop(name).wait()
+        if "network" in self.records:
+            try:        # the keeper stopped: its files go, and the kernel frees its namespaces
+                network_runner.NetworkLab(self.state_dir).down()
+            except NetworkLabError as exc:
+                raise LabError(str(exc)) from None
         self.records = {}
         try:
             os.remove(self.path(STATE_FILE))

@@ -197,9 +197,13 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
                                         for r in service.processes), service.docker_host)
     alive = {p["name"]: p["alive"] for p in out["processes"]}
     out["running"] = bool(out["processes"]) and all(alive.values())
-    out["zookeeper"] = {"connect": t.zookeeper_connect(), "servers": [
-        {"address": f"{t.host}:{port}", "mode": server_mode(t.host, port)}
-        for port in t.zookeeper_client_ports()]}
+    # one ensemble for every cluster; one per datacenter in the network lab
+    ensembles = [c.name for c in t.clusters()] if t.network.namespaces else [None]
+    out["zookeeper"] = {"connect": "; ".join(t.zookeeper_connect(e) for e in ensembles),
+                        "servers": [{"address": f"{address}:{port}",
+                                     "mode": server_mode(address, port)}
+                                    for e in ensembles
+                                    for _host, address, port in t.zookeeper_members(e)]}
     reachable = any(s["mode"] for s in out["zookeeper"]["servers"])
     views: dict[str, tuple[Any, ClusterView]] = {}
     try:
@@ -223,7 +227,7 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
                 except ZooKeeperUnavailable as exc:
                     entry["error"] = str(exc)
             else:
-                entry["error"] = f"ZooKeeper at {t.zookeeper_connect()} does not answer"
+                entry["error"] = f"ZooKeeper at {entry['zookeeper']} does not answer"
             if cluster.load_balancer is not None:
                 entry["load_balancer"] = _load_balancer(
                     t, cluster.name,
@@ -242,10 +246,11 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
 def _load_balancer(t: Topology, cluster: str, directory: str) -> dict[str, Any]:
     """The load balancer of ``cluster``: its address, stats URL and backends
     as its HAProxy's stats socket (in ``directory``) tells them."""
-    lb: dict[str, Any] = {"address": f"{t.host}:{t.lb_port(cluster)}"}
+    host = t.address_of(f"{cluster}.haproxy")
+    lb: dict[str, Any] = {"address": f"{host}:{t.lb_port(cluster)}"}
     stats_port = t.lb_stats_port(cluster)
     if stats_port is not None:
-        lb["stats_url"] = f"http://{t.host}:{stats_port}/"
+        lb["stats_url"] = f"http://{host}:{stats_port}/"
     try:
         lb["backends"] = haproxy.backend_servers(directory, cluster)
     except OSError as exc:
@@ -271,7 +276,7 @@ def _mirror_status(t: Topology, mirror, records: dict[str, Any], views,
         proc: dict[str, Any] = {"name": name, "started": started, "alive": alive,
                                 "metrics_port": port, "metrics": False}
         if alive and port != -1:
-            samples = scrape(t.host, port)
+            samples = scrape(t.address_of(name), port)
             if samples is not None:
                 proc["metrics"] = True
                 any_scraped = True

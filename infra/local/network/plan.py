@@ -11,8 +11,8 @@ Addressing (``network.subnet``, default 10.77.0.0/16, split into /24s):
   analysis) is the datacenter of the (c+1)-th /24: its router at .1, its
   hosts from .10 on, in the order below.
 
-Hosts of a datacenter, each a network namespace of its own, named as the
-lab names its processes:
+Hosts of a datacenter (``Topology.network_hosts``), each a network
+namespace of its own, named as the lab names its processes:
 
 * ``<cluster>.zookeeper-<i>`` for i in 1..zookeeper.size: each datacenter
   has its own ZooKeeper ensemble (a datacenter keeps working while cut off);
@@ -39,10 +39,6 @@ from dataclasses import dataclass
 
 from infra.local.network.shaping import LinkShape
 from infra.topology import Topology
-
-SERVICES = ("audit", "airflow", "lag", "prometheus")
-FIRST_HOST = 10
-
 
 @dataclass(frozen=True)
 class Datacenter:
@@ -121,31 +117,15 @@ def plan_network(topology: Topology, state_dir: str) -> NetworkPlan:
     spec = topology.network
     subnet = ipaddress.IPv4Network(spec.subnet)
     slash24 = list(subnet.subnets(new_prefix=24))
-    clusters = topology.clusters()
     datacenters = tuple(Datacenter(c.name, i + 1, slash24[i + 1],
                                    slash24[i + 1].network_address + 1)
-                        for i, c in enumerate(clusters))
-    services_at = topology.analysis.name if topology.analysis else clusters[0].name
-    names: dict[str, list[tuple[str, str]]] = {c.name: [] for c in clusters}
-    for cluster in clusters:
-        hosts = names[cluster.name]
-        hosts += [(f"{cluster.name}.zookeeper-{i}", "zookeeper")
-                  for i in range(1, topology.zookeeper.size + 1)]
-        hosts += [(f"{cluster.name}.broker-{i}", "broker") for i in range(cluster.brokers)]
-        if cluster.load_balancer is not None:
-            hosts.append((f"{cluster.name}.haproxy", "haproxy"))
-        hosts.append((f"{cluster.name}.client", "client"))
-    for mirror in topology.mirrors:
-        names[mirror.target] += [(f"{mirror.name}.mirror-{i}", "mirror")
-                                 for i in range(mirror.processes)]
-    names[services_at] += [(service, service) for service in SERVICES]
-    hosts = []
-    for dc in datacenters:
-        if len(names[dc.name]) > 254 - FIRST_HOST:
-            raise ValueError(f"datacenter {dc.name!r} has more hosts than its /24 holds")
-        for h, (name, role) in enumerate(names[dc.name]):
-            hosts.append(Host(name, dc.name, dc.subnet.network_address + FIRST_HOST + h, role,
-                              f"v{dc.index}h{h}"))
+                        for i, c in enumerate(topology.clusters()))
+    index = {dc.name: dc.index for dc in datacenters}
+    hosts, seen = [], {dc.name: 0 for dc in datacenters}
+    for host in topology.network_hosts():
+        hosts.append(Host(host.name, host.cluster, ipaddress.IPv4Address(host.address),
+                          host.role, f"v{index[host.cluster]}h{seen[host.cluster]}"))
+        seen[host.cluster] += 1
     links = []
     for link in spec.links:
         a, b = link.between
