@@ -9,7 +9,7 @@ CHECKOV := .venv-checkov/bin/checkov
 .DEFAULT_GOAL := help
 
 .PHONY: demo-down demo-broker demo-lab drill drill-loss lab-up lab-status lab-down
-.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication images images-down \
+.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication bench-network images images-down \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
@@ -47,6 +47,7 @@ help:
 	@echo "make images-down  stop the dockerd that make images started"
 	@echo "make bench-containers  the containerized pipeline ready, containers vs processes"
 	@echo "make bench-replication  replication's produce cost, failover times, re-replication (~3 min)"
+	@echo "make bench-network  what the network lab's router carries per MTU and link (root, ~4 min)"
 	@echo "make bench-scale  broker cost against partitions, clients, idle consumers, segments, recovery"
 	@echo "make airflow-up  a real Airflow (UI on 127.0.0.1:$(AIRFLOW_PORT)) with dags/: warehouse_load,"
 	@echo "             audit_report; WAREHOUSE_CONFIG=file names their settings (config/loader.toml)"
@@ -237,3 +238,7 @@ bench-containers: setup
 # replication (bench/replication_bench.py): factor 3 against 1, failovers, 1 GB re-replicated
 bench-replication: setup
 	$(PY) -m bench.replication_bench
+
+# the network lab's router: one TCP stream per MTU and link round trip (root)
+bench-network: setup
+	$(PY) -m bench.network_bench
