@@ -96,3 +96,23 @@ def test_a_reshape_applies_to_later_packets_only():
 def test_bad_shapes_are_refused_with_the_reason(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         LinkShape(**bad)
+
+
+def test_a_super_packet_is_lost_when_any_of_its_segments_would_be():
+    shaper = LinkShaper(LinkShape(loss=0.01), random.Random(5))
+    for i in range(20_000):
+        shaper.schedule(64_000, i * 1e-4, segments=44)
+    expected = 20_000 * (1 - 0.99 ** 44)          # ~7,130
+    assert abs(shaper.counters.lost - expected) < 300, shaper.counters.lost
+
+
+def test_the_segments_of_a_tso_super_packet_come_from_its_virtio_header():
+    import struct
+    from infra.local.network.delayer import segments_of
+    ip = bytes([0x45]) + bytes(19)                  # IPv4, 20-byte header
+    tcp = bytes(12) + bytes([0x80]) + bytes(19)     # data offset 8 words: 32 bytes
+    payload = bytes(10_000)
+    vnet = struct.pack("<BBHHHH", 0, 1, 52, 1448, 0, 0)    # gso_type TCPv4, gso_size 1448
+    assert segments_of(vnet + ip + tcp + payload) == 7      # ceil(10000 / 1448)
+    plain = struct.pack("<BBHHHH", 0, 0, 0, 0, 0, 0)
+    assert segments_of(plain + ip + tcp + payload) == 1

@@ -26,6 +26,7 @@ import select
 import time
 from typing import Callable
 
+from infra.local.network.fabric import VNET_HDR
 from infra.local.network.plan import NetworkPlan
 from infra.local.network.shaping import LinkShape, LinkShaper
 
@@ -35,11 +36,24 @@ READ_BURST = 512          # packets read per wake-up before writing due ones
 MAX_PACKET = 65536
 
 
+def segments_of(packet: bytes) -> int:
+    """The wire segments of a TSO super-packet read with its virtio_net_hdr
+    (flags, gso_type, hdr_len, gso_size, ...: little-endian), IPv4 within."""
+    gso_size = packet[4] | packet[5] << 8
+    if not gso_size:
+        return 1
+    ip = VNET_HDR
+    headers = (packet[ip] & 0x0F) * 4 + (packet[ip + (packet[ip] & 0x0F) * 4 + 12] >> 4) * 4
+    payload = len(packet) - ip - headers
+    return max(1, -(-payload // gso_size))
+
+
 class Delayer:
     def __init__(self, plan: NetworkPlan, tun_fd: int, seed: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, offload: bool = True) -> None:
         self.plan = plan
         self.fd = tun_fd
+        self.header = VNET_HDR if offload else 0     # bytes before the IP packet
         self.clock = clock
         rng = random.Random(seed)
         planned = {(a, b): shape for a, b, shape in plan.links}
@@ -77,16 +91,20 @@ class Delayer:
     # ------------------------------------------------------------ packets
 
     def arrive(self, packet: bytes, now: float) -> float | None:
-        """When ``packet`` leaves (``now`` for at once), or None: dropped."""
-        if len(packet) < 20 or packet[0] >> 4 != 4:
+        """When ``packet`` leaves (``now`` for at once), or None: dropped.
+        With offload, ``packet`` starts with a virtio_net_hdr and may be a
+        TSO super-packet: its segments count for the loss (segments())."""
+        ip = self.header
+        if len(packet) < ip + 20 or packet[ip] >> 4 != 4:
             self.stray += 1
             return None
-        src = self._by_net24.get(packet[12:15])
-        dst = self._by_net24.get(packet[16:19])
+        src = self._by_net24.get(packet[ip + 12:ip + 15])
+        dst = self._by_net24.get(packet[ip + 16:ip + 19])
         if src is None or dst is None or src == dst:
             self.stray += 1
             return None
-        return self.shapers[(src, dst)].schedule(len(packet), now)
+        segments = segments_of(packet) if ip and packet[1] else 1
+        return self.shapers[(src, dst)].schedule(len(packet) - ip, now, segments)
 
     def _read_packets(self) -> None:
         fd, now = self.fd, self.clock()

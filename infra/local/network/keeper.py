@@ -194,7 +194,7 @@ def serve_control(server: socket.socket, network: Network) -> None:
             log.warning("control connection failed: %s", exc)
 
 
-def build(plan: NetworkPlan) -> tuple[int, dict[str, int], list]:
+def build(plan: NetworkPlan, offload: bool = True) -> tuple[int, dict[str, int], list]:
     """Everything of the fabric; returns the TUN's fd, the holders' pids and
     the processes to kill at the end."""
     overlaps = fabric.overlapping_routes(plan.subnet)
@@ -207,7 +207,7 @@ def build(plan: NetworkPlan) -> tuple[int, dict[str, int], list]:
     processes = [anchor]
     fabric.unshare_network()
     fabric.build_router()
-    tun = fabric.open_tun()
+    tun = fabric.open_tun(offload=offload)
     fabric.ip_batch(None, fabric.router_commands(plan))
     spawned = {}
     for host in plan.hosts:
@@ -226,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--seed", type=int, default=None,
                         help="seed of the links' loss and jitter (default: random)")
+    parser.add_argument("--no-offload", action="store_true",
+                        help="the router takes every MTU-sized packet (no TSO super-packets)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)-7s %(message)s")
@@ -246,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda s, _f: stopping.append(s))
     processes = []
     try:
-        tun, holders, processes = build(plan)
-        delayer = Delayer(plan, tun, seed=args.seed)
+        tun, holders, processes = build(plan, offload=not args.no_offload)
+        delayer = Delayer(plan, tun, seed=args.seed, offload=not args.no_offload)
         network = Network(plan, delayer, holders)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(sock_path)

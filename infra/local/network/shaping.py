@@ -13,7 +13,11 @@ For each packet, in order:
 
 1. **cut**: dropped (counted as ``cut``);
 2. **loss**: dropped with probability ``loss`` (``lost``), uniformly and
-   independently per packet, as iptables' ``statistic`` match would;
+   independently per packet, as iptables' ``statistic`` match would; a
+   TSO super-packet of k segments (the router takes them whole: delayer.py)
+   is dropped whole with the probability that any of its k would be, so a
+   link loses as many *events* as one of MTU-sized packets would, each a
+   burst of k (TCP halves its window once per event either way);
 3. **rate** (when ``rate_mbit`` > 0): the link sends one packet at a time;
    a packet starts once the previous one has left, and takes
    ``size * 8 / rate`` seconds. Packets waiting to be sent form a queue of
@@ -109,16 +113,19 @@ class LinkShaper:
         """A new shape from now on; packets already scheduled keep theirs."""
         self.shape = shape
 
-    def schedule(self, size: int, now: float) -> float | None:
+    def schedule(self, size: int, now: float, segments: int = 1) -> float | None:
         """When a packet of ``size`` bytes arriving at ``now`` leaves the
-        link, or None if the link drops it."""
+        link, or None if the link drops it. A packet that stands for
+        ``segments`` wire packets (a TSO super-packet) is lost when any of
+        them would be: with probability 1 - (1 - loss) ** segments."""
         shape = self.shape
         self.counters.packets += 1
         self.counters.bytes += size
         if shape.cut:
             self.counters.cut += 1
             return None
-        if shape.loss and self.rng.random() < shape.loss:
+        if shape.loss and self.rng.random() < (
+                shape.loss if segments == 1 else 1 - (1 - shape.loss) ** segments):
             self.counters.lost += 1
             return None
         sent = now
