@@ -1110,21 +1110,33 @@ class Lab:
             raise LabError(f"no process {name} in the lab")
         self._relaunch(name)
 
+    def _zookeeper_name(self, server_id: int, cluster: str | None) -> str:
+        """The process of ZooKeeper member ``server_id``: of the one ensemble,
+        or (the netns runtime) of ``cluster``'s own."""
+        if self.topology.network.namespaces:
+            if cluster is None:
+                raise LabError("every datacenter has its own ZooKeeper here: name the cluster")
+            return f"{cluster}.zookeeper-{server_id}"
+        return f"zookeeper-{server_id}"
+
     def kill_zookeeper(self, server_id: int = 1, sig: int = signal.SIGKILL,
-                       timeout: float = 30.0) -> None:
-        """Send ``sig`` to ZooKeeper member ``server_id``; for SIGKILL and
-        SIGTERM, wait until it has exited."""
-        name = f"zookeeper-{server_id}"
+                       timeout: float = 30.0, cluster: str | None = None) -> None:
+        """Send ``sig`` to ZooKeeper member ``server_id`` (of ``cluster``'s
+        ensemble in the netns runtime); for SIGKILL and SIGTERM, wait until
+        it has exited."""
+        name = self._zookeeper_name(server_id, cluster)
         if name not in self.records:
             raise LabError(f"no process {name} in the lab")
         self._signal(name, sig)
         if sig in (signal.SIGKILL, signal.SIGTERM) and self._wait_gone([name], timeout):
             raise LabError(f"{name} still runs {timeout:.0f} s after {signal.Signals(sig).name}")
 
-    def restart_zookeeper(self, server_id: int = 1, timeout: float = 60.0) -> None:
-        """Start ZooKeeper member ``server_id`` again (stopping it first if it
-        runs) with the same configuration and data, and wait until it serves."""
-        name = f"zookeeper-{server_id}"
+    def restart_zookeeper(self, server_id: int = 1, timeout: float = 60.0,
+                          cluster: str | None = None) -> None:
+        """Start ZooKeeper member ``server_id`` (of ``cluster``'s ensemble in
+        the netns runtime) again, stopping it first if it runs, with the same
+        configuration and data, and wait until it serves."""
+        name = self._zookeeper_name(server_id, cluster)
         if name not in self.records:
             raise LabError(f"no process {name} in the lab")
         if self._leftovers(name):
@@ -1132,7 +1144,8 @@ class Lab:
         port = self.records[name].ports["client"]
         self._relaunch(name)
         self._wait_ready("answers ruok and serves", [name],
-                         lambda _: server_mode(self.topology.host, port) is not None, timeout)
+                         lambda _: server_mode(self.topology.address_of(name), port)
+                         is not None, timeout)
 
     # ---------------------------------------------------------------- status
 

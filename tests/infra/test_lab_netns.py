@@ -86,6 +86,15 @@ def test_down_leaves_no_namespace_cable_or_process(tmp_path):
     lab = Lab(topology, state_dir, runtime="netns")
     lab.up(timeout=90, monitoring=False)
     holders = [h["pid"] for h in control.hosts(state_dir)["hosts"].values()]
+    try:
+        # a datacenter's own ZooKeeper is killed and started again in its namespace
+        lab.kill_zookeeper(1, cluster="dc-a")
+        assert not lab.alive("dc-a.zookeeper-1") and lab.alive("analysis.zookeeper-1")
+        lab.restart_zookeeper(1, cluster="dc-a")
+        assert lab.status()["zookeeper"]["servers"][0]["mode"] == "standalone"
+    except BaseException:
+        lab.down(timeout=20)
+        raise
     reopened = Lab.open(state_dir)           # as `python -m infra.local down` does
     assert reopened.runtime == "netns" and reopened.topology.network.namespaces
     reopened.down(timeout=20)
