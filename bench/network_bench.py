@@ -136,7 +136,12 @@ def section(result: dict) -> str:
         lines.append(f"| {row['mtu']} | {row['case']} | **{row['mb_per_s']:.0f}** | "
                      f"{', '.join(f'{r:.0f}' for r in row['runs'])} | "
                      f"{row['router_cpu_s_per_gb']:.2f} |")
-    lines += ["", f"Raw runs: `bench/results/network-{result['date']}.json`."]
+    lines += ["", "What the router carries is the 0 ms row (the delayer's CPU per GB is the "
+              "same at every round trip); the longer links' rows are one TCP stream's "
+              "ramp-up within the run (slow start needs many round trips to open a window "
+              "of rate x round trip), not the router's limit. Every MTU runs with TCP "
+              "segmentation offload into the router (docs/network-lab.md).",
+              "", f"Raw runs: `bench/results/network-{result['date']}.json`."]
     return "\n".join(lines) + "\n"
 
 
