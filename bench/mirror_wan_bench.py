@@ -2,7 +2,7 @@
 round-trip time of the link between the source datacenter and the analysis
 datacenter, in the network lab (docs/network-lab.md), A/B in one run.
 
-    .venv/bin/python -m bench.mirror_wan_bench              # full run, root
+    .venv/bin/python -m bench.mirror_wan_bench              # full run (~20 min), root
     .venv/bin/python -m bench.mirror_wan_bench --quick      # smoke run, no RESULTS.md update
 
 A lab in the netns runtime: dc-a (one broker) and analysis (one broker),
@@ -11,7 +11,7 @@ of 4 partitions in dc-a is preloaded with --messages 200-byte messages once.
 For each link shape (round trip 0, 10, 40, 100, 200 ms, and 40 ms with 0.5 %
 loss each way) and each variant, ``python -m mirror`` runs in the analysis
 datacenter's mirror host with a new group (it copies the whole topic from
-its start); the target broker's log ends, read over the lab's management
+its start, into a target topic deleted after each copy); the target broker's log ends, read over the lab's management
 network every 20 ms, time the copy from the first message in the target to
 the last: throughput = messages / that time, and in steady state (10 % to
 90 %). The start-up (process start, group join through ZooKeeper across
@@ -20,8 +20,11 @@ Variants alternate within each round, --runs rounds; medians per case, and
 each variant's rate over its own 0 ms rate (the "loopback" of the lab: the
 same path through the router with nothing added).
 
-Variants: A = the mirror's defaults; B = --b-settings (KEY=VALUE of
-mirror/config.py). Writes bench/results/mirror-wan-<UTC date>.json, a plot
+Variants: A = --a-settings, by default the mirror as it was before issue
+29 (a fixed 1 MiB receive buffer, 1 MiB per partition per fetch); B =
+--b-settings, by default none: the mirror's defaults. Both against the same
+brokers (their send buffers autotuned) and hosts (TCP buffers up to
+network.tcp_buffer_max_bytes). Writes bench/results/mirror-wan-<UTC date>.json, a plot
 (bench/results/mirror-wan-<UTC date>.svg) and the mirror-wan section of
 bench/RESULTS.md.
 """
@@ -58,6 +61,9 @@ PARTITIONS = 4
 TOPIC = "wan"
 MIRROR_HOST = "to-analysis.mirror-0"
 CASES = [(0, 0.0), (10, 0.0), (40, 0.0), (100, 0.0), (200, 0.0), (40, 0.005)]
+#: the mirror as it was before issue 29 (the A of the A/B): a fixed 1 MiB
+#: receive buffer and 1 MiB per partition per fetch
+TODAY = ("socket_receive_buffer_bytes=1048576", "fetch_max_bytes=1048576")
 
 
 def topology(subnet: str) -> Topology:
@@ -126,7 +132,10 @@ def copy_once(lab: Lab, work: str, name: str, messages: int, overrides: dict) ->
             time.sleep(0.02)
     finally:
         proc.stop(60)
-        admin.close()
+        try:        # the next copy starts from an empty target (and the disk stays free)
+            admin.delete_topic(TOPIC)
+        finally:
+            admin.close()
 
     def when(fraction: float) -> float:
         return next(t for t, n in timeline if n >= fraction * messages)
@@ -138,8 +147,14 @@ def copy_once(lab: Lab, work: str, name: str, messages: int, overrides: dict) ->
 
 
 def run(args) -> dict:
-    variants = {"A": {}, "B": settings_kit.parse_overrides(args.b_settings)}
-    cases = [(0, 0.0), (100, 0.0)] if args.quick else CASES
+    variants = {"A": settings_kit.parse_overrides(args.a_settings),
+                "B": settings_kit.parse_overrides(args.b_settings)}
+    cases = CASES
+    if args.cases:
+        cases = [(int(c.partition(":")[0]), float(c.partition(":")[2] or 0))
+                 for c in args.cases]
+    elif args.quick:
+        cases = [(0, 0.0), (100, 0.0)]
     rows: dict[tuple[int, float, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="samsa-mirror-wan-") as work:
         lab = Lab(topology(args.subnet), os.path.join(work, "lab"), runtime="netns")
@@ -174,8 +189,7 @@ def run(args) -> dict:
             if row["rtt_ms"] == 0 and row["loss"] == 0}
     for row in table:
         row["of_0ms"] = row["msg_s"] / base[row["variant"]]
-    return {"table": table, "variants": {k: args.b_settings if k == "B" else [] for k in
-                                         variants}}
+    return {"table": table, "variants": {"A": args.a_settings, "B": args.b_settings}}
 
 
 def plot(result: dict, path: str) -> None:
@@ -216,6 +230,8 @@ def plot(result: dict, path: str) -> None:
 
 def section(result: dict) -> str:
     m = result["machine"]
+    a_text = " ".join(result["variants"]["A"]) or "(defaults)"
+    b_text = " ".join(result["variants"]["B"]) or "(defaults)"
     lines = [f"## The mirror across a WAN (issue 29), {result['date']}", "",
              "**Method:** `bench/mirror_wan_bench.py` (`make bench-mirror-wan`, root): a lab in "
              "the netns runtime, dc-a and analysis one broker each with their own ZooKeeper, "
@@ -224,8 +240,8 @@ def section(result: dict) -> str:
              f"analysis datacenter copies the whole topic with a new group, timed from the "
              f"first message in the target to the last (start-up: from its start to the "
              f"first message). Variants alternate within each of "
-             f"{result['runs']} rounds; medians. A = the mirror's defaults; B = "
-             f"`{' '.join(result['variants']['B']) or '(same)'}`. \"of 0 ms\" = the "
+             f"{result['runs']} rounds; medians. A = `{a_text}`; B = `{b_text}`. "
+             f"\"of 0 ms\" = the "
              f"variant's rate over its own rate on the unshaped link. Machine: "
              f"{m['nproc']} cores ({m.get('cpu_model', '?')}), Python {m['python']}.", "",
              "| round trip | loss | variant | msg/s | MB/s | of 0 ms | runs | start-up s |",
@@ -247,10 +263,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="0 and 100 ms only, one round, 100,000 messages; RESULTS.md "
                              "untouched")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--subnet", default="10.87.0.0/16")
-    parser.add_argument("--b-settings", nargs="*", default=["fetch_max_bytes=8388608"],
-                        metavar="KEY=VALUE", help="variant B's mirror settings")
+    parser.add_argument("--a-settings", nargs="*", default=list(TODAY),
+                        metavar="KEY=VALUE", help="variant A's mirror settings (default: "
+                        "the mirror's settings before issue 29)")
+    parser.add_argument("--b-settings", nargs="*", default=[],
+                        metavar="KEY=VALUE", help="variant B's mirror settings (default: "
+                        "none, the mirror's defaults)")
+    parser.add_argument("--cases", nargs="*", metavar="RTT[:LOSS]",
+                        help="link shapes instead of the default six (100 or 40:0.005)")
     args = parser.parse_args(argv)
     missing = missing_requirements()
     if missing:

@@ -58,6 +58,11 @@ class BrokerConfig:
     (its connection's later requests wait for it, other connections do not)."""
     max_fetch_wait_ms: int = 30_000
     """Upper bound on a fetch's long-poll wait."""
+    socket_send_buffer_bytes: int = -1
+    """SO_SNDBUF of every client connection (Kafka's socket.send.buffer.bytes);
+    -1: the kernel's autotuning, up to net.ipv4.tcp_wmem's maximum. A consumer
+    across a WAN receives at most this much per round trip: a fixed buffer
+    smaller than the link's bandwidth x round trip caps it."""
     max_queued_requests_per_connection: int = 1000
     """Stop reading a connection while more than this many of its requests
     wait for their reply (parked long-poll fetches included); resume once half
@@ -128,6 +133,10 @@ class BrokerConfig:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if not -1 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be -1..65535, got {self.metrics_port}")
+        if self.socket_send_buffer_bytes == 0 or self.socket_send_buffer_bytes < -1:
+            raise ConfigError(f"socket_send_buffer_bytes must be -1 (the kernel's "
+                              f"autotuning) or a size in bytes, got "
+                              f"{self.socket_send_buffer_bytes}")
         if self.broker_id < 0:
             raise ConfigError(f"broker_id must be >= 0, got {self.broker_id}")
         if not 1 <= self.default_partitions <= 10_000:

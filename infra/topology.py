@@ -391,6 +391,10 @@ class NetworkSpec:
     """A private IPv4 range of /16 to /20, inside which every host of the lab is."""
     mtu: int = 1500
     """The MTU of every interface of the lab."""
+    tcp_buffer_max_bytes: int = 64 << 20
+    """Every host's TCP autotuning ceiling (the maximum of net.ipv4.tcp_rmem
+    and tcp_wmem), as on hosts tuned for a WAN: a connection's window grows
+    up to it. 0 keeps this machine's."""
     links: tuple[LinkSpec, ...] = ()
     """The shaped WAN links ([[network.links]])."""
     namespaces: bool = False
@@ -408,6 +412,9 @@ class NetworkSpec:
                               f"of /16 to /20 (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16)")
         if not 576 <= self.mtu <= 65_000:
             raise ConfigError(f"network.mtu must be 576..65000, not {self.mtu}")
+        if self.tcp_buffer_max_bytes and not 1 << 16 <= self.tcp_buffer_max_bytes <= 1 << 30:
+            raise ConfigError(f"network.tcp_buffer_max_bytes must be 0 (this machine's) or "
+                              f"64 KiB..1 GiB, not {self.tcp_buffer_max_bytes}")
         _no_duplicates("network link", [" and ".join(sorted(link.between))
                                         for link in self.links])
 

@@ -165,6 +165,7 @@ class SourcePipe:
             blacklist=blacklist, consumer_id=consumer_id, auto_offset_reset="earliest",
             auto_commit=True, auto_commit_interval_ms=config.commit_interval_ms,
             explicit_acknowledgement=True, fetch_max_bytes=config.fetch_max_bytes,
+            receive_buffer_bytes=config.socket_receive_buffer_bytes,
             raw_chunks=config.forward_bytes,
             queue_chunks=8, session_timeout_ms=config.session_timeout_ms,
             on_corrupt=config.on_corrupt), on_revoke=self._on_revoke)

@@ -41,8 +41,14 @@ def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
 class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str = "samsa-python",
                  connect_timeout: float = 10.0, request_timeout: float | None = 30.0,
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 receive_buffer_bytes: int = 1 << 20) -> None:
+        """``receive_buffer_bytes``: SO_RCVBUF; -1 leaves the kernel's
+        autotuning on (up to net.ipv4.tcp_rmem's maximum), which a reader
+        across a WAN needs: a fixed buffer caps what it receives per round
+        trip."""
         self.host = host
+        self.receive_buffer_bytes = receive_buffer_bytes
         self.port = port
         self.client_id = client_id
         self.connect_timeout = connect_timeout
@@ -72,7 +78,8 @@ class BrokerConnection:
             raise BrokerConnectionError(
                 f"cannot connect to broker {self.address}: {exc.strerror or exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        if self.receive_buffer_bytes > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
         sock.settimeout(self.request_timeout)
         self._sock = sock
         self.connected_at = time.monotonic()

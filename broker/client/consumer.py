@@ -98,6 +98,9 @@ class ConsumerConfig:
     pipeline_fetches: bool = True
     """Send the next fetch before decoding the current one, so the broker
     reads and sends while the client decodes."""
+    receive_buffer_bytes: int = 1 << 20
+    """SO_RCVBUF of the connection; -1: the kernel's autotuning (a consumer
+    across a WAN: a fixed buffer caps what arrives per round trip)."""
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in ("earliest", "latest", "error"):
@@ -106,6 +109,8 @@ class ConsumerConfig:
             raise ValueError("on_corrupt must be raise or skip")
         if self.fetch_max_bytes < 64:
             raise ValueError("fetch_max_bytes must be >= 64")
+        if self.receive_buffer_bytes == 0 or self.receive_buffer_bytes < -1:
+            raise ValueError("receive_buffer_bytes must be -1 (autotuning) or a size")
         if self.request_timeout_ms <= self.max_wait_ms:
             raise ValueError("request_timeout_ms must exceed max_wait_ms")
 
@@ -128,7 +133,8 @@ class Consumer:
         self.config = config
         host, port = parse_address(config.bootstrap)
         self.conn = BrokerConnection(host, port, config.client_id,
-                                     request_timeout=config.request_timeout_ms / 1000)
+                                     request_timeout=config.request_timeout_ms / 1000,
+                                     receive_buffer_bytes=config.receive_buffer_bytes)
         self._positions: dict[TopicPartition, int] = {}
         self._fetch_sizes: dict[TopicPartition, int] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}

@@ -71,6 +71,8 @@ class GroupConsumerConfig:
     for an application that finishes messages asynchronously (the mirror
     acknowledges once the target cluster has flushed them)."""
     fetch_max_bytes: int = 300 * 1024
+    receive_buffer_bytes: int = 1 << 20
+    """SO_RCVBUF of each fetcher's connection; -1: the kernel's autotuning."""
     max_wait_ms: int = 100
     """Long-poll wait of the fetchers (short, so a rebalance stops them quickly)."""
     queue_chunks: int = 16
@@ -119,6 +121,7 @@ class _Fetcher(threading.Thread):
         consumer = Consumer(ConsumerConfig(
             bootstrap=self.address, client_id=f"{cfg.group}-{self.owner.consumer_id}",
             fetch_max_bytes=cfg.fetch_max_bytes, max_wait_ms=cfg.max_wait_ms,
+            receive_buffer_bytes=cfg.receive_buffer_bytes,
             check_crcs=cfg.check_crcs, auto_offset_reset=cfg.auto_offset_reset,
             raw_chunks=cfg.raw_chunks,
             request_timeout_ms=max(10_000, cfg.max_wait_ms * 4), on_corrupt=cfg.on_corrupt))

@@ -121,8 +121,11 @@ class Connection(asyncio.Protocol):
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                # room for a whole fetch reply, so sendfile rarely has to wait
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+                # -1 leaves the kernel's autotuning on: it grows the buffer
+                # with the link's bandwidth x round trip (a WAN consumer)
+                size = self.server.config.socket_send_buffer_bytes
+                if size > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
             except OSError:
                 pass
         peer = transport.get_extra_info("peername")

@@ -281,7 +281,9 @@ class Lab:
         record = self.records[name]
         child = self._children.get(name)
         if child is not None and child.pid == record.pid:
-            return child.poll() is None
+            # a killed multi-threaded process (a JVM) shows as a zombie before
+            # the kernel lets its parent reap it: dead already, all the same
+            return child.poll() is None and record.alive()
         return record.alive()
 
     def exit_status(self, name: str) -> str:

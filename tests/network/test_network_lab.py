@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import statistics
+import subprocess
 
 import pytest
 
@@ -75,6 +76,16 @@ def test_a_link_adds_its_round_trip_and_a_datacenter_is_a_lan(network):
     # the lab's own command reaches every host over the management network
     assert wait_until(lambda: os.system(f"python3 -c 'import socket; socket.create_connection("
                                         f"(\"{analysis}\", {PORT}), timeout=1)'") == 0, 5)
+
+
+def test_every_host_is_tuned_for_a_wan(network):
+    """TCP's autotuning may grow a window to network.tcp_buffer_max_bytes
+    (64 MiB): 100 ms x 150 MB/s needs 15 MB in flight."""
+    for host in ("dc-a.broker-0", "analysis.client"):
+        out = subprocess.run(control.enter_command(network, host, [
+            "cat", "/proc/sys/net/ipv4/tcp_rmem", "/proc/sys/net/ipv4/tcp_wmem"]),
+            capture_output=True, text=True, check=True).stdout.split()
+        assert out[2] == out[5] == str(64 << 20), out
 
 
 def test_shape_changes_a_link_at_once(network):

@@ -200,9 +200,13 @@ def attach_host(plan: NetworkPlan, host, holder_pid: int) -> None:
     dc = plan.datacenter(host.datacenter)
     ip_batch(None, [f"link add {host.cable} type veth peer name eth0 netns {holder_pid}",
                     f"link set {host.cable} mtu {plan.mtu} master {dc.bridge} up"])
-    in_namespace(holder_pid, ["sh", "-c",
-                              "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; "
-                              "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6"])
+    sysctls = ["echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6",
+               "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6"]
+    if plan.tcp_buffer_max:
+        # a WAN-tuned host: TCP's autotuning may grow a window this far
+        sysctls += [f"echo '4096 131072 {plan.tcp_buffer_max}' > /proc/sys/net/ipv4/tcp_rmem",
+                    f"echo '4096 16384 {plan.tcp_buffer_max}' > /proc/sys/net/ipv4/tcp_wmem"]
+    in_namespace(holder_pid, ["sh", "-c", "; ".join(sysctls)])
     ip_batch(holder_pid, host_commands(plan, host))
 
 

@@ -70,6 +70,7 @@ class NetworkPlan:
     datacenters: tuple[Datacenter, ...]
     hosts: tuple[Host, ...]
     links: tuple[tuple[str, str, LinkShape], ...]   # (from, to, shape): one per direction
+    tcp_buffer_max: int = 0           # each host's tcp_rmem/tcp_wmem maximum (0: the machine's)
 
     @property
     def router_address(self) -> ipaddress.IPv4Address:
@@ -133,4 +134,4 @@ def plan_network(topology: Topology, state_dir: str) -> NetworkPlan:
                           rate_mbit=link.rate_mbit)
         links += [(a, b, shape), (b, a, shape)]
     return NetworkPlan(lab_id(state_dir), subnet, spec.mtu, slash24[0], datacenters,
-                       tuple(hosts), tuple(links))
+                       tuple(hosts), tuple(links), spec.tcp_buffer_max_bytes)
