@@ -160,6 +160,18 @@ def test_bad_requests_get_the_reason(network):
         control.request(network, "block", host="nobody", peers=["dc-a.client"])
 
 
+def test_a_malformed_control_request_gets_an_error_and_the_keeper_goes_on(network):
+    import socket
+    for garbage in (b"{not json\n", b"[1, 2]\n", b"\xff\xfe\n"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(5)
+            sock.connect(os.path.join(control.network_dir(network), "control.sock"))
+            sock.sendall(garbage)
+            answer = sock.recv(65536)
+        assert b'"ok": false' in answer, answer
+    assert control.request(network, "status")["ok"]
+
+
 def test_a_second_lab_on_the_same_range_is_refused(network, tmp_path):
     with pytest.raises(NetworkLabError, match="overlaps routes"):
         NetworkLab(str(tmp_path)).up(lab_topology("10.81.0.0/16"))
@@ -176,6 +188,8 @@ def test_nothing_is_left_behind(tmp_path, how):
         lab.down()
     else:
         os.kill(document["keeper"], signal.SIGKILL)
+        with pytest.raises(NetworkLabError, match="does not answer"):
+            wait_until(lambda: control.request(str(tmp_path), "status", timeout=1) and False, 5)
     assert wait_until(lambda: not lab_leftovers(str(tmp_path), holders), 10), \
         lab_leftovers(str(tmp_path), holders)
     assert not any("10.82." in line for line in os.popen("ip -4 route show table all"))
