@@ -13,24 +13,16 @@ import subprocess
 import pytest
 
 from broker.service_kit.process import wait_until
-from infra.local.lab import DEFAULT_TOPOLOGY
 from infra.local.network import control
 from infra.local.network.control import NetworkLabError
 from infra.local.network.plan import lab_id
 from infra.local.network.runner import NetworkLab, missing_requirements
-from infra.topology import load_topology
-from netns_helpers import address, connect_ms, echoed, listen
+from netns_helpers import address, connect_ms, echoed, lab_topology, listen
 
 MISSING = missing_requirements()
 pytestmark = pytest.mark.skipif(bool(MISSING), reason="the network lab needs "
                                 + ", ".join(MISSING))
 PORT = 7100
-
-
-def lab_topology(subnet: str, **extra):
-    return load_topology(DEFAULT_TOPOLOGY, {
-        "network.subnet": subnet,
-        "network.links": [{"between": ["dc-a", "analysis"], "rtt_ms": 40}], **extra})
 
 
 def lab_leftovers(state_dir: str, holders: list[int]) -> list[str]:

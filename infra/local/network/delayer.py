@@ -4,11 +4,14 @@ through the TUN device ``wan0``; this loop reads it, asks its link's
 it until then and writes it back to ``wan0``, where the kernel routes it on
 to its datacenter.
 
-One thread, one ``epoll`` over the TUN device, the control socket and a
-wake-up pipe for signals; packets waiting to leave are in a heap ordered by
-departure. A packet whose link adds nothing (no delay, rate or loss) is
+One thread, one ``epoll`` over the TUN device, the control socket, its
+connections and a wake-up pipe for signals; packets waiting to leave are in
+a heap ordered by departure, timers (a control connection's deadline) in
+another. A packet whose link adds nothing (no delay, rate or loss) is
 written back at once, without the heap. Timing is as precise as
 ``epoll_wait``'s millisecond timeout (a packet leaves up to ~1 ms late).
+Nothing watched may block: every packet waits while a handler runs, so a
+handler does non-blocking I/O only (keeper.py's control connections).
 
 A packet that is not IPv4, or whose source or destination is not in a
 datacenter, is dropped and counted (``stray``): only routed traffic between
@@ -74,6 +77,9 @@ class Delayer:
         self.stray = 0
         self.write_errors = 0
         self.handlers: dict[int, Callable[[], None]] = {}
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._poller = select.epoll()                # closed when run() returns
+        self._poller.register(tun_fd, select.EPOLLIN)
         self._stop = False
 
     # ------------------------------------------------------------ the links
@@ -143,27 +149,56 @@ class Delayer:
 
     # ------------------------------------------------------------ the loop
 
-    def watch(self, fd: int, handler: Callable[[], None]) -> None:
-        """Call ``handler`` when ``fd`` is readable (the control socket, the
-        signal pipe)."""
+    def watch(self, fd: int, handler: Callable[[], None], writable: bool = False) -> None:
+        """Call ``handler`` when ``fd`` is readable (or, with ``writable``,
+        writable instead); again for an fd already watched changes what it
+        waits for. Allowed before and during run(), from the loop's thread;
+        the handler may be called with nothing to do (it must not block)."""
+        events = select.EPOLLOUT if writable else select.EPOLLIN
+        if fd in self.handlers:
+            self._poller.modify(fd, events)
+        else:
+            self._poller.register(fd, events)
         self.handlers[fd] = handler
+
+    def unwatch(self, fd: int) -> None:
+        """Stop watching ``fd`` (before closing it)."""
+        if self.handlers.pop(fd, None) is not None:
+            self._poller.unregister(fd)
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once at ``when`` (on the delayer's clock), from
+        the loop. There is no cancelling: a callback whose purpose is gone
+        does nothing."""
+        heapq.heappush(self._timers, (when, next(self._seq), callback))
+
+    def _run_timers(self) -> float | None:
+        """Call every timer due; the seconds until the next one (None: none)."""
+        timers = self._timers
+        while timers:
+            wait = timers[0][0] - self.clock()
+            if wait > 0:
+                return wait
+            heapq.heappop(timers)[2]()
+        return None
 
     def stop(self) -> None:
         self._stop = True
 
     def run(self) -> None:
-        poller = select.epoll()
-        poller.register(self.fd, select.EPOLLIN)
-        for fd in self.handlers:
-            poller.register(fd, select.EPOLLIN)
+        """The loop, until stop(); once."""
+        poller = self._poller
         try:
             while not self._stop:
-                wait = self._send_due()
-                timeout = -1 if wait is None else max(0.001, wait)
+                waits = [w for w in (self._run_timers(), self._send_due()) if w is not None]
+                timeout = max(0.001, min(waits)) if waits else -1
                 for fd, _mask in poller.poll(timeout):
                     if fd == self.fd:
                         self._read_packets()
                     else:
-                        self.handlers[fd]()
+                        # gone if an earlier handler of this round unwatched it
+                        handler = self.handlers.get(fd)
+                        if handler is not None:
+                            handler()
         finally:
             poller.close()

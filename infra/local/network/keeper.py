@@ -12,7 +12,9 @@ reads ``DIR/topology.toml`` and keeps in ``DIR/network/``:
     hosts.json     the keeper's pid and, per host: its namespace holder's
                    pid, address, datacenter and role (written once built)
     control.sock   the control socket: one JSON request per connection,
-                   one JSON answer (control.py sends them)
+                   one JSON answer (control.py sends them); a request is at
+                   most 64 KiB and must arrive whole within 5 s of
+                   connecting, else it is answered an error (ControlServer)
 
 Control requests (``{"op": ...}``), each answered ``{"ok": true, ...}`` or
 ``{"ok": false, "error": "..."}``:
@@ -38,8 +40,11 @@ import os
 import signal
 import socket
 import sys
+from functools import partial
 
 from infra.local.network import fabric
+from infra.local.network.control import (MAX_REQUEST_BYTES, LineReader, LineTooLongError,
+                                          decode, encode)
 from infra.local.network.delayer import Delayer
 from infra.local.network.plan import NetworkPlan, plan_network
 from infra.topology import load_topology
@@ -47,6 +52,11 @@ from infra.topology import load_topology
 log = logging.getLogger("infra.local.network.keeper")
 
 SHAPE_KEYS = ("rtt_ms", "jitter_ms", "loss", "rate_mbit")
+#: seconds a control connection has to send its whole request and take its
+#: answer (a local client does both at once)
+CONTROL_DEADLINE = 5.0
+#: control connections open at once; more are closed unanswered
+MAX_CONNECTIONS = 32
 
 
 class ControlError(Exception):
@@ -164,34 +174,134 @@ def hosts_document(plan: NetworkPlan, holders: dict[str, int]) -> dict:
                       for h in plan.hosts}}
 
 
-def serve_control(server: socket.socket, network: Network) -> None:
-    """Answer one waiting control connection (blocking briefly: a local client)."""
-    try:
-        conn, _ = server.accept()
-    except BlockingIOError:
-        return
-    with conn:
-        conn.settimeout(2.0)
-        try:
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+class _Connection:
+    """One control connection: reading its request while ``answer`` is None,
+    then writing what is left of ``answer``; ``closed`` at the end."""
+
+    __slots__ = ("sock", "fd", "reader", "answer", "closed")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.reader = LineReader(MAX_REQUEST_BYTES)
+        self.answer: bytes | None = None
+        self.closed = False
+
+
+class ControlServer:
+    """The control socket, served by the delayer's loop (delayer.py).
+
+    Every packet of the lab waits while the loop runs a handler, so nothing
+    here waits on a client: the sockets are non-blocking, a request is read
+    into its connection's LineReader as it comes, and an answer that does not
+    fit the socket's buffer is written as the client takes it. A connection:
+
+        reading --its line (or end of stream)--> answered: writing --sent--> closed
+        reading --over MAX_REQUEST_BYTES-------> writing an error --sent--> closed
+        reading --CONTROL_DEADLINE after accept--> an error tried once, closed
+        writing --CONTROL_DEADLINE after accept--> closed
+        (any) --the peer gone (an OSError)-----> closed
+
+    and a connection beyond MAX_CONNECTIONS open is closed at once. What an
+    operation itself takes (``block`` runs iptables-restore) still holds
+    the loop: requests are the lab's own commands, one at a time.
+
+    Not thread-safe: the delayer's loop thread only.
+    """
+
+    def __init__(self, sock: socket.socket, network: Network, delayer: Delayer,
+                 deadline: float = CONTROL_DEADLINE) -> None:
+        self.sock = sock
+        self.network = network
+        self.delayer = delayer
+        self.deadline = deadline
+        self.connections: dict[int, _Connection] = {}
+        sock.setblocking(False)
+        delayer.watch(sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        while True:
             try:
-                request = json.loads(data or b"{}")
-                if not isinstance(request, dict):
-                    raise ControlError("a request is a JSON object")
-                answer = network.handle(request)
-            except (ValueError, ControlError) as exc:
-                answer = {"ok": False, "error": str(exc)}
-            except fabric.FabricError as exc:
-                log.error("control request %s failed: %s", data[:200], exc)
-                answer = {"ok": False, "error": str(exc)}
-            conn.sendall(json.dumps(answer).encode() + b"\n")
+                sock, _ = self.sock.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:           # out of file descriptors: the next wake-up
+                log.warning("control socket: accept failed: %s", exc)
+                return
+            if len(self.connections) >= MAX_CONNECTIONS:
+                log.warning("control socket: %d connections open already: one closed",
+                            len(self.connections))
+                sock.close()
+                continue
+            sock.setblocking(False)
+            conn = _Connection(sock)
+            self.connections[conn.fd] = conn
+            self.delayer.watch(conn.fd, partial(self._readable, conn))
+            self.delayer.call_at(self.delayer.clock() + self.deadline,
+                                 partial(self._expire, conn))
+
+    def _readable(self, conn: _Connection) -> None:
+        try:
+            line = None
+            while line is None:
+                line = conn.reader.feed(conn.sock.recv(65536))
+        except BlockingIOError:
+            return
+        except LineTooLongError as exc:
+            answer = {"ok": False, "error": f"the request is too long: {exc}"}
         except OSError as exc:
             log.warning("control connection failed: %s", exc)
+            self._close(conn)
+            return
+        else:
+            answer = self.respond(line)
+        conn.answer = encode(answer)
+        self._write(conn)
+
+    def respond(self, line: bytes) -> dict:
+        """The answer to one request's line."""
+        try:
+            return self.network.handle(decode(line))
+        except (ValueError, ControlError) as exc:
+            return {"ok": False, "error": str(exc)}
+        except fabric.FabricError as exc:
+            log.error("control request %s failed: %s", line[:200], exc)
+            return {"ok": False, "error": str(exc)}
+
+    def _write(self, conn: _Connection) -> None:
+        try:
+            while conn.answer:
+                conn.answer = conn.answer[conn.sock.send(conn.answer):]
+        except BlockingIOError:
+            self.delayer.watch(conn.fd, partial(self._write, conn), writable=True)
+            return
+        except OSError as exc:
+            log.warning("control connection failed: %s", exc)
+        self._close(conn)
+
+    def _expire(self, conn: _Connection) -> None:
+        if conn.closed:
+            return
+        if conn.answer is None:
+            log.warning("a control connection sent no whole request in %.0f s (%d bytes): "
+                        "closed", self.deadline, conn.reader.buffered)
+            try:
+                conn.sock.send(encode({"ok": False, "error": f"no whole request within "
+                                                             f"{self.deadline:.0f} s"}))
+            except OSError:
+                pass
+        else:
+            log.warning("a control connection did not take its answer in %.0f s: closed",
+                        self.deadline)
+        self._close(conn)
+
+    def _close(self, conn: _Connection) -> None:
+        if conn.closed:
+            return
+        self.delayer.unwatch(conn.fd)
+        del self.connections[conn.fd]
+        conn.sock.close()
+        conn.closed = True
 
 
 def build(plan: NetworkPlan, offload: bool = True) -> tuple[int, dict[str, int], list]:
@@ -254,8 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(sock_path)
         server.listen(16)
-        server.setblocking(False)
-        delayer.watch(server.fileno(), lambda: serve_control(server, network))
+        ControlServer(server, network, delayer)
 
         def woken() -> None:
             os.read(wake_r, 64)
