@@ -64,12 +64,21 @@ class MirrorConfig:
     re-sent (as duplicates) after a crash; fetching pauses when it is full."""
     commit_interval_ms: int = 1000
     """How often acknowledged source offsets are committed to ZooKeeper."""
-    fetch_max_bytes: int = 4 << 20
-    """Bytes per partition per fetch from a source broker. Across a WAN a
-    source broker's partitions deliver at most their fetches' bytes per
-    round trip: partitions x fetch_max_bytes should cover the link's
-    bandwidth x round trip (docs/mirror.md, "Across a WAN"). 4 MiB: 4
-    partitions carry ~160 MB/s at 100 ms."""
+    fetch_max_bytes: int = 1 << 20
+    """Bytes per partition per fetch from a source broker on a LAN (more
+    across a long round trip: ``fetch_rate_bytes``)."""
+    fetch_rate_bytes: int = 64_000_000
+    """Across a WAN a source broker's partitions deliver at most their
+    fetches' bytes per round trip (docs/mirror.md, "Across a WAN"): each
+    partition's fetch asks for the connection's measured round trip x this
+    many bytes per second (64 MB/s: 6.4 MB at 100 ms), between
+    ``fetch_max_bytes`` and ``fetch_rtt_max_bytes``. 0: always
+    ``fetch_max_bytes``."""
+    fetch_rtt_max_bytes: int = 16 << 20
+    """The most a partition's fetch asks for across a long round trip."""
+    fetchers_per_source_broker: int = 2
+    """Connections to each source broker, each with a fetch in flight, that
+    share the partitions this process copies from it."""
     socket_receive_buffer_bytes: int = -1
     """SO_RCVBUF of the connections to source brokers; -1 (default): the
     kernel's autotuning, which grows it to the link's bandwidth x round trip
@@ -138,10 +147,15 @@ class MirrorConfig:
         if not self.group or "/" in self.group:
             raise ValueError(f"bad group name {self.group!r}")
         for name in ("target_partitions", "batch_size", "max_unacknowledged",
-                     "commit_interval_ms", "fetch_max_bytes", "retry_backoff_ms",
+                     "commit_interval_ms", "fetch_max_bytes", "fetchers_per_source_broker",
+                     "retry_backoff_ms",
                      "retry_backoff_max_ms", "session_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.fetch_rate_bytes < 0:
+            raise ValueError("fetch_rate_bytes must be >= 0 (0: off)")
+        if not self.fetch_max_bytes <= self.fetch_rtt_max_bytes <= 64 << 20:
+            raise ValueError("fetch_rtt_max_bytes must be between fetch_max_bytes and 64 MiB")
         if self.socket_receive_buffer_bytes == 0 or self.socket_receive_buffer_bytes < -1:
             raise ValueError("socket_receive_buffer_bytes must be -1 (the kernel's "
                              "autotuning) or a size in bytes")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import select
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -36,6 +37,13 @@ def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
     if not 0 < port_number < 65536:
         raise ValueError(f"bad broker address {address!r}: port out of range")
     return host.strip("[]") or "127.0.0.1", port_number
+
+
+#: Linux's struct tcp_info: where tcpi_rtt (microseconds) is, after eight
+#: one-byte fields and fifteen 32-bit ones; enough of it to read that far.
+TCP_INFO_OPTION = getattr(socket, "TCP_INFO", None)
+TCP_INFO_RTT_AT = 68
+TCP_INFO_BYTES = 104
 
 
 class BrokerConnection:
@@ -85,6 +93,20 @@ class BrokerConnection:
         self.connected_at = time.monotonic()
         self._frames = FrameDecoder(self.max_response_bytes)
         self._pending.clear()
+
+    def round_trip_s(self) -> float | None:
+        """The kernel's smoothed round-trip time of the connection (TCP_INFO),
+        None when not connected or where the kernel does not tell."""
+        sock = self._sock
+        if sock is None or TCP_INFO_OPTION is None:
+            return None
+        try:
+            info = sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO_OPTION, TCP_INFO_BYTES)
+        except OSError:
+            return None
+        if len(info) < TCP_INFO_RTT_AT + 4:
+            return None
+        return struct.unpack_from("=I", info, TCP_INFO_RTT_AT)[0] / 1e6
 
     def close(self) -> None:
         sock, self._sock = self._sock, None

@@ -65,6 +65,15 @@ class ConsumerConfig:
     client_id: str = "samsa-consumer"
     fetch_max_bytes: int = 300 * 1024
     """Bytes asked for per partition per fetch (the paper's ~hundreds of KB)."""
+    fetch_rate_bytes: int = 0
+    """Across a long round trip, ask each partition for more than
+    ``fetch_max_bytes``: the connection's round-trip time (the kernel's
+    smoothed estimate) x this many bytes per second, up to
+    ``fetch_rtt_max_bytes`` -- a fetch sized for the bandwidth-delay product.
+    On a LAN (round trip x rate below ``fetch_max_bytes``) it changes
+    nothing. 0: always ``fetch_max_bytes``."""
+    fetch_rtt_max_bytes: int = 16 << 20
+    """The most ``fetch_rate_bytes`` makes a partition's fetch ask for."""
     max_fetch_bytes_limit: int = 64 << 20
     """Upper bound when growing the fetch size for one oversized message."""
     max_wait_ms: int = 500
@@ -109,6 +118,12 @@ class ConsumerConfig:
             raise ValueError("on_corrupt must be raise or skip")
         if self.fetch_max_bytes < 64:
             raise ValueError("fetch_max_bytes must be >= 64")
+        if self.fetch_rate_bytes < 0:
+            raise ValueError("fetch_rate_bytes must be >= 0 (0: off)")
+        if self.fetch_rate_bytes and not (self.fetch_max_bytes <= self.fetch_rtt_max_bytes
+                                          <= self.max_fetch_bytes_limit):
+            raise ValueError("fetch_rtt_max_bytes must be between fetch_max_bytes and "
+                             "max_fetch_bytes_limit")
         if self.receive_buffer_bytes == 0 or self.receive_buffer_bytes < -1:
             raise ValueError("receive_buffer_bytes must be -1 (autotuning) or a size")
         if self.request_timeout_ms <= self.max_wait_ms:
@@ -258,7 +273,7 @@ class Consumer:
     def _send_fetch(self) -> bool:
         """Ask for every assigned partition from its position (long-poll).
         False (after a back-off wait) if the broker cannot be reached."""
-        sizes, default = self._fetch_sizes, self.config.fetch_max_bytes
+        sizes, default = self._fetch_sizes, self._partition_fetch_bytes()
         entries = tuple(api.FetchEntry(t, p, off, sizes.get((t, p), default))
                         for (t, p), off in self._positions.items())
         request = api.FetchRequest(self.config.max_wait_ms, self.config.min_bytes, entries)
@@ -270,6 +285,18 @@ class Consumer:
         self._backoff.reset()
         self._inflight = dict(self._positions)
         return True
+
+    def _partition_fetch_bytes(self) -> int:
+        """What each partition asks for: ``fetch_max_bytes``, or across a long
+        round trip the bandwidth-delay product (``fetch_rate_bytes``)."""
+        cfg = self.config
+        if not cfg.fetch_rate_bytes:
+            return cfg.fetch_max_bytes
+        rtt = self.conn.round_trip_s()
+        if rtt is None:
+            return cfg.fetch_max_bytes
+        wanted = int(rtt * cfg.fetch_rate_bytes)
+        return min(cfg.fetch_rtt_max_bytes, max(cfg.fetch_max_bytes, wanted))
 
     def _connection_failed(self, exc: Exception) -> None:
         self.conn.close()
@@ -426,7 +453,7 @@ class Consumer:
             self.conn.close()
 
     def _grow_fetch_size(self, tp: TopicPartition, got: int) -> None:
-        size = self._fetch_sizes.get(tp, self.config.fetch_max_bytes) * 2
+        size = max(self._fetch_sizes.get(tp, self.config.fetch_max_bytes), got) * 2
         if size > self.config.max_fetch_bytes_limit:
             raise SamsaError(ErrorCode.MESSAGE_TOO_LARGE,
                              f"a message at offset {self._positions[tp]} of {tp[0]}/{tp[1]} is "

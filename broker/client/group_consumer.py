@@ -71,6 +71,16 @@ class GroupConsumerConfig:
     for an application that finishes messages asynchronously (the mirror
     acknowledges once the target cluster has flushed them)."""
     fetch_max_bytes: int = 300 * 1024
+    fetch_rate_bytes: int = 0
+    """Across a long round trip each partition asks for round trip x this
+    many bytes per second (up to ``fetch_rtt_max_bytes``) instead of
+    ``fetch_max_bytes``: see ConsumerConfig. 0: off."""
+    fetch_rtt_max_bytes: int = 16 << 20
+    fetchers_per_broker: int = 1
+    """Connections (each with its own fetch in flight) that share the owned
+    partitions of one broker: a fetch's next offsets are known only once its
+    answer is in, so across a long round trip more of them in flight carry
+    more per round trip."""
     receive_buffer_bytes: int = 1 << 20
     """SO_RCVBUF of each fetcher's connection; -1: the kernel's autotuning."""
     max_wait_ms: int = 100
@@ -89,8 +99,8 @@ class GroupConsumerConfig:
     """messages()/poll() hand out RawChunks (a partition's fetched bytes,
     undecoded; see Consumer) where they can: the mirror's forwarding path."""
     on_corrupt: str = "raise"
-    """Corrupt data in a partition: "raise" stops fetching from that
-    partition's broker (the fetcher of every owned partition on it) and
+    """Corrupt data in a partition: "raise" stops that partition's fetcher
+    (and so the owned partitions that share its connection to the broker) and
     raises CorruptDataError from messages()/poll() once the intact messages
     before it were handed out (nothing past it is committed);
     "skip" skips it, logs a WARNING and counts it (``corrupt_skips``)."""
@@ -99,6 +109,8 @@ class GroupConsumerConfig:
         Subscription(tuple(self.topics), self.whitelist, self.blacklist)   # validates
         if self.auto_offset_reset not in ("earliest", "latest"):
             raise ValueError("auto_offset_reset must be earliest or latest")
+        if self.fetchers_per_broker < 1:
+            raise ValueError("fetchers_per_broker must be >= 1")
         if not self.group or "/" in self.group:
             raise ValueError(f"bad group name {self.group!r}")
 
@@ -107,8 +119,10 @@ class _Fetcher(threading.Thread):
     """Pulls the owned partitions of one broker into the group's queue."""
 
     def __init__(self, owner: "GroupConsumer", broker_id: int, address: str,
-                 starts: dict[tuple[str, int], tuple[str, int | str]], generation: int) -> None:
-        super().__init__(name=f"fetcher-{owner.config.group}-b{broker_id}", daemon=True)
+                 starts: dict[tuple[str, int], tuple[str, int | str]], generation: int,
+                 index: int = 0) -> None:
+        super().__init__(name=f"fetcher-{owner.config.group}-b{broker_id}-{index}",
+                         daemon=True)
         self.owner = owner
         self.broker_id = broker_id
         self.address = address
@@ -120,7 +134,8 @@ class _Fetcher(threading.Thread):
         cfg = self.owner.config
         consumer = Consumer(ConsumerConfig(
             bootstrap=self.address, client_id=f"{cfg.group}-{self.owner.consumer_id}",
-            fetch_max_bytes=cfg.fetch_max_bytes, max_wait_ms=cfg.max_wait_ms,
+            fetch_max_bytes=cfg.fetch_max_bytes, fetch_rate_bytes=cfg.fetch_rate_bytes,
+            fetch_rtt_max_bytes=cfg.fetch_rtt_max_bytes, max_wait_ms=cfg.max_wait_ms,
             receive_buffer_bytes=cfg.receive_buffer_bytes,
             check_crcs=cfg.check_crcs, auto_offset_reset=cfg.auto_offset_reset,
             raw_chunks=cfg.raw_chunks,
@@ -166,6 +181,16 @@ class _Fetcher(threading.Thread):
                 self.owner._fetcher_failed(self, exc)
         finally:
             consumer.close()
+
+
+def _shares(starts: dict, count: int) -> list[dict]:
+    """A broker's partitions dealt round-robin over at most ``count``
+    fetchers (in a stable order: the same partitions share a connection
+    after every rebalance that leaves them here)."""
+    shares: list[dict] = [{} for _ in range(min(count, len(starts)))]
+    for i, tp in enumerate(sorted(starts)):
+        shares[i % len(shares)][tp] = starts[tp]
+    return shares
 
 
 class GroupConsumer:
@@ -450,9 +475,10 @@ class GroupConsumer:
             address = self.cluster.address(broker_id)
             if address is None:
                 continue              # gone meanwhile: the next rebalance drops it
-            fetcher = _Fetcher(self, broker_id, address, starts, self._generation)
-            self._fetchers.append(fetcher)
-            fetcher.start()
+            for index, share in enumerate(_shares(starts, self.config.fetchers_per_broker)):
+                fetcher = _Fetcher(self, broker_id, address, share, self._generation, index)
+                self._fetchers.append(fetcher)
+                fetcher.start()
 
     def _on_pause(self) -> None:
         self._resumed.clear()
