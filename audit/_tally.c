@@ -16,7 +16,9 @@
 #define LOCAL_WINDOWS 8
 #define ENVELOPE 5
 #define ID_BYTES 16
-static const long long MAX_FUTURE_MS = 24LL * 3600 * 1000;
+/* 2100-01-01T00:00Z: a timestamp at or after it is not milliseconds (no time); fixed, not
+ * relative to now_ms, so that every tier puts a message in the same window (audit/tally.py) */
+static const long long MAX_TIME_MS = 4102444800000LL;
 
 typedef struct {
     long long begin;
@@ -366,7 +368,7 @@ static int fold_bytes(Table *t, PyObject *acc, PyObject *id_sets, const char *p,
                       const long long *bounds, int nbounds) {
     long long begin;
     int bucket = -1, no_time = 0;
-    if (ts > 0 && ts <= now_ms + MAX_FUTURE_MS) {
+    if (ts > 0 && ts < MAX_TIME_MS) {
         begin = ts - ts % window_ms;
         long long latency = now_ms - ts;
         bucket = 0;

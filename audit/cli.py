@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--hours", type=float, default=24.0)
     r.add_argument("--tier", choices=list(TIERS))
     r.add_argument("--grace-ms", type=int, default=30 * 60 * 1000,
-                   help="a window that ended less than this ago is pending (default 30 min)")
+                   help="a window is pending until this long after it ended and after the "
+                        "producers' last report of it was received (default 30 min)")
     r.add_argument("--json", action="store_true", help="JSON instead of a table")
 
     d = cli.end_help_with(sub.add_parser("db", help="database maintenance"), DB_STATUS)

@@ -12,8 +12,13 @@ States (``verdict.state``):
 
 * ``complete``: as many messages as produced and the same id checksum (or,
   where the tier kept ids, no id missing and none twice);
-* ``pending``: not complete yet, but the window ended less than ``grace_ms``
-  ago: data may still be on its way (mirroring, a publish interval);
+* ``pending``: not complete yet, but less than ``grace_ms`` passed since
+  the window ended or since the audit received the producers' last report
+  of it, whichever is later: data may still be on its way (mirroring, a
+  publish interval). The report counts too because event time is the
+  producers' clock: a producer whose clock is hours behind reports into
+  windows that ended hours ago, and the tiers after it count those
+  messages seconds later, not before the window ended;
 * ``lost``: fewer messages than produced (``missing``; "at least" unless the
   tier kept ids, ``exact``);
 * ``duplicated``: more than produced (``duplicated``);
@@ -111,15 +116,22 @@ def compare(totals: list[TierTotals], now_ms: int, grace_ms: int) -> list[Verdic
                 ref = producers
             produced = sum(p.message_count for p in ref)
             checksum = sum(p.checksum for p in ref) % _MOD
+            # the grace runs from the window's end or the producers' last
+            # report of it, whichever is later (a producer clock behind)
+            since = max([end] + [p.reported_ms for p in ref if p.reported_ms is not None])
             verdicts.append(_verdict(topic, begin, end, key, row, produced, checksum, now_ms,
                                      grace_ms, reference=False,
-                                     has_reference=bool(producers) or bool(ref is not producers)))
+                                     has_reference=bool(producers) or bool(ref is not producers),
+                                     grace_from=since))
     return verdicts
 
 
 def _verdict(topic, begin, end, key, row, produced, expected_checksum, now_ms, grace_ms,
-             reference: bool, has_reference: bool = True) -> Verdict:
+             reference: bool, has_reference: bool = True,
+             grace_from: int | None = None) -> Verdict:
+    """``grace_from``: when the grace starts (default: the window's end)."""
     tier, dc, cluster = key
+    since = end if grace_from is None else grace_from
     count = row.message_count if row else 0
     unique = row.unique_count if row else None
     checksum = row.checksum if row else 0
@@ -142,7 +154,7 @@ def _verdict(topic, begin, end, key, row, produced, expected_checksum, now_ms, g
                 missing = dups = 1          # at least one of each
         else:
             state = "lost" if count < produced else "duplicated"
-    if state != "complete" and not reference and now_ms < end + grace_ms \
+    if state != "complete" and not reference and now_ms < since + grace_ms \
             and state != "no_reference":
         state = "pending"
     completeness = 100.0 * min(seen, produced) / produced if produced else 100.0

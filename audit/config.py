@@ -84,7 +84,9 @@ class ServeConfig:
     http_port: int = 8090
     """Reports, the completeness endpoint and /metrics; 0 = any free port."""
     grace_ms: int = 30 * 60 * 1000
-    """A window that ended less than this long ago is "pending", not "lost"."""
+    """A window is "pending", not "lost", until this long after it ended and
+    after the audit received the producers' last report of it (a producer
+    whose clock is behind reports into windows long ended)."""
     default_hours: int = 24
     """The period the HTML report shows when none is asked for."""
     auto_offset_reset: str = "earliest"

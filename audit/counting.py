@@ -272,6 +272,19 @@ class TierCounter:
         }
 
 
+def offset_clock(offset_ms: int) -> Callable[[], float]:
+    """A clock ``offset_ms`` ahead of the system's (behind when negative),
+    seconds since the epoch as ``time.time``: a producer host's clock that
+    is off, for drills and tests (CLOCK_REALTIME cannot be offset per
+    process or namespace: Linux time namespaces offset only the monotonic
+    and boot clocks)."""
+    offset_s = offset_ms / 1000
+
+    def clock() -> float:
+        return time.time() + offset_s
+    return clock
+
+
 def _signed(checksum: int) -> int:
     """A checksum (0..2^64-1) as the Avro long that carries it."""
     return checksum - (1 << 64) if checksum >= _SIGNED else checksum
@@ -300,7 +313,12 @@ class AuditedProducer:
     ``AuditedProducer.publishing(producer, writer, ...)`` is the usual way:
     counts published to the audit topic of the cluster the producer writes
     to, through the same producer (so the same load balancer), every
-    ``interval_s`` and on close."""
+    ``interval_s`` and on close.
+
+    Windows are those of the message timestamps (the event times the
+    application set, by its host's clock), not of the counter's clock
+    (``clock``), which gives the latencies, the time of the monitoring
+    events, and the window of a message without a usable timestamp."""
 
     def __init__(self, producer, counter: TierCounter,
                  publisher: "MonitoringPublisher | None" = None) -> None:
@@ -312,11 +330,15 @@ class AuditedProducer:
     @classmethod
     def publishing(cls, producer, writer, *, datacenter: str, cluster: str,
                    interval_s: float = 60.0, window_ms: int = DEFAULT_WINDOW_MS,
-                   service: str = "") -> "AuditedProducer":
-        """``writer``: a schemas.ValueWriter of the audit topic's subject."""
+                   service: str = "",
+                   clock: Callable[[], float] = time.time) -> "AuditedProducer":
+        """``writer``: a schemas.ValueWriter of the audit topic's subject.
+        ``clock``: the producer host's clock, seconds since the epoch (default
+        the system's; ``offset_clock(ms)`` for a host whose clock is off, as
+        drills and tests make one)."""
         counter = TierCounter(CounterConfig(tier="producer", datacenter=datacenter,
                                             cluster=cluster, window_ms=window_ms,
-                                            service=service))
+                                            service=service), clock=clock)
         publisher = MonitoringPublisher(counter, writer.encode, producer_sender(producer),
                                         interval_s).start()
         return cls(producer, counter, publisher)
@@ -455,5 +477,5 @@ def monitoring_writer(registry_url: str):
 
 __all__ = ["TierCounter", "CounterConfig", "AuditedProducer", "MonitoringPublisher",
            "producer_sender", "monitoring_writer", "percentile", "unsigned_checksum", "id_hash",
-           "id_hashes",
+           "id_hashes", "offset_clock",
            "AUDIT_TOPIC", "kernel_name"]

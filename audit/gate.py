@@ -68,7 +68,8 @@ class HourCheck:
     state: str
     topics: dict[str, TopicHour]
     grace_ms: int = 0
-    """The audit's grace: a window is called lost only this long after it ended."""
+    """The audit's grace: a window is called lost only this long after it
+    ended and after the producers' last report of it reached the audit."""
 
     def lines(self) -> list[str]:
         from audit.times import iso

@@ -101,6 +101,9 @@ class TierTotals:
     unique_checksum: int | None = None
     late_unique_count: int | None = None
     late_unique_checksum: int | None = None
+    # when the audit received the group's latest event (ms, the audit's
+    # clock): a producer's report of an old window starts its grace anew
+    reported_ms: int | None = None
 
 
 def default_url(directory: str = ".") -> str:
@@ -177,14 +180,16 @@ class Store:
             func.sum(t.c.checksum_lo), func.sum(t.c.unique_count), func.count(t.c.unique_count),
             func.count(), func.sum(t.c.unique_checksum_hi), func.sum(t.c.unique_checksum_lo),
             func.sum(t.c.late_unique_count), func.sum(t.c.late_checksum_hi),
-            func.sum(t.c.late_checksum_lo), func.count(t.c.late_unique_count)).group_by(
+            func.sum(t.c.late_checksum_lo), func.count(t.c.late_unique_count),
+            func.max(t.c.received_ms)).group_by(
                 t.c.topic, t.c.window_begin_ms, t.c.tier, t.c.datacenter, t.c.cluster)
         query = _filtered(query, topic, begin_ms, end_ms, tier)
         out = []
         with self.engine.connect() as connection:
             for row in connection.execute(query):
                 (topic_, wb, we, tier_, dc, cluster, count, size, no_time, malformed, hi, lo,
-                 unique, with_unique, n, u_hi, u_lo, late, late_hi, late_lo, with_late) = row
+                 unique, with_unique, n, u_hi, u_lo, late, late_hi, late_lo, with_late,
+                 reported) = row
                 checksum = _joined(hi, lo)
                 sums = with_late == n           # every event of a counter that sends them
                 if with_unique == n and not sums and late is not None:
@@ -197,7 +202,8 @@ class Store:
                                       int(unique) if with_unique == n else None, int(n), [], [],
                                       _joined(u_hi, u_lo) if sums else None,
                                       int(late) if late is not None else None,
-                                      _joined(late_hi, late_lo) if sums else None))
+                                      _joined(late_hi, late_lo) if sums else None,
+                                      int(reported)))
         self._add_latency(out, topic, begin_ms, end_ms, tier)
         return sorted(out, key=lambda r: (r.topic, r.window_begin_ms, r.tier, r.datacenter,
                                           r.cluster))

@@ -8,9 +8,13 @@ A tally of one (topic, window) is a list of ints::
      bucket_0, ..., bucket_n]
 
 * ``count``: messages; ``bytes``: bytes of their values;
-* ``no_time``: messages without a usable timestamp (<= 0, or more than
-  ``MAX_FUTURE_MS`` ahead of ``now_ms``): they are tallied in the window of
-  ``now_ms`` (their arrival), and have no latency;
+* ``no_time``: messages without a usable timestamp (<= 0, or at or after
+  ``MAX_TIME_MS``, 2100-01-01: microseconds or nanoseconds taken for
+  milliseconds): they are tallied in the window of ``now_ms`` (their
+  arrival), and have no latency. The bound is fixed, not relative to
+  ``now_ms``: every tier must put a message in the same window whatever its
+  own clock says (a producer whose clock is days ahead stamps its events
+  days ahead, and counts them there; a counter with a right clock must too);
 * ``malformed``: values that are not an envelope with the event header
   (schemas/header.py): counted, but without an id;
 * ``checksum``: the sum modulo 2^64 of ``id_hash(event_id)`` over every
@@ -34,7 +38,8 @@ import struct
 
 from schemas.header import HeaderError, event_header
 
-MAX_FUTURE_MS = 24 * 3600 * 1000
+#: 2100-01-01T00:00Z: a timestamp at or after it is not milliseconds (no time)
+MAX_TIME_MS = 4_102_444_800_000
 _MASK = (1 << 64) - 1
 # a message's header (broker/protocol/message.py): length, crc, magic, attributes,
 # timestamp, key length
@@ -119,7 +124,7 @@ def tally_message_set(acc: dict, buf, window_ms: int, now_ms: int, bounds: tuple
 
 
 def _fold(acc, value, ts, window_ms, now_ms, bounds, nb, id_sets) -> None:
-    if 0 < ts <= now_ms + MAX_FUTURE_MS:
+    if 0 < ts < MAX_TIME_MS:
         begin = ts - ts % window_ms
         latency = now_ms - ts
         bucket = bisect.bisect_left(bounds, latency) if latency > 0 else 0

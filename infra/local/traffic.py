@@ -7,7 +7,9 @@ topics produced through each datacenter's load balancer by audited producers.
   partition, in order);
 * event times spread evenly over the last ``hours`` whole hours (a
   datacenter's clock, not the producer's: the audit and the loader bucket
-  by event time), the hour being loaded included;
+  by event time), the hour being loaded included; ``clock_offset_ms``
+  shifts them, and the producer tier's clock, as a producer host whose
+  clock is off would;
 * per datacenter one ``AuditedProducer`` publishing the producer tier's
   monitoring events to that cluster's audit topic; what was acknowledged is
   counted per datacenter, topic and hour. It sends through the load
@@ -45,6 +47,11 @@ class TrafficConfig:
     batch_size: int = 500
     window_ms: int = 600_000
     seed: int = 1
+    clock_offset_ms: int = 0
+    """How far the producer hosts' clocks are off (negative: behind): ``now``
+    and the producer tier's clock are the system's plus it, so event times
+    and the producer tier's counts are those of a host with a wrong clock
+    (docs/audit.md, "Producer clocks")."""
 
     def __post_init__(self) -> None:
         if self.messages_per_dc <= 0 or self.hours <= 0 or not 0 <= self.v2_from <= 1:
@@ -165,12 +172,14 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
     """Produce ``config.messages_per_dc`` events into each datacenter:
     ``{name: (load balancer address, ZooKeeper connect string with chroot)}``,
     event times over ``config.hours`` hours from ``first_hour_ms`` (default:
-    the last hours up to now, the current one included). ``progress(done,
+    the last hours up to now, the current one included; now being ``now_ms``,
+    default the system's clock, plus ``config.clock_offset_ms``). ``progress(done,
     total)`` is called as it goes."""
-    from audit.counting import AUDIT_TOPIC, AuditedProducer
+    from audit.counting import AUDIT_TOPIC, AuditedProducer, offset_clock
     from schemas.registry import SchemaRegistry
     from schemas.wire import ValueWriter
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = (int(time.time() * 1000) if now_ms is None else now_ms) + config.clock_offset_ms
+    clock = offset_clock(config.clock_offset_ms) if config.clock_offset_ms else time.time
     if first_hour_ms is None:
         first_hour = now - now % HOUR_MS - (config.hours - 1) * HOUR_MS
         span = now - first_hour
@@ -196,7 +205,8 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
             producer = AuditedProducer.publishing(
                 _producer(lb, zookeeper, replicated, config.batch_size),
                 ValueWriter(registry, AUDIT_TOPIC), datacenter=dc, cluster=dc,
-                interval_s=5.0, window_ms=config.window_ms, service="demo-traffic")
+                interval_s=5.0, window_ms=config.window_ms, service="demo-traffic",
+                clock=clock)
             pending: list[tuple[object, str, int]] = []
             try:
                 for i in range(config.messages_per_dc):

@@ -107,3 +107,18 @@ def test_a_cluster_its_producers_left_alone_in_a_window_is_complete_at_zero():
            for v in compare(rows, LATER, 0) if v.window_begin_ms == BEGIN}
     assert now[("mirror", "dc-b")] == ("complete", 0, 0)
     assert now[("mirror", "dc-a")] == ("complete", 100, 100)
+
+
+@pytest.mark.parametrize("reported, now, state", [
+    # (producers' last report received, audit's now): the grace runs from the
+    # later of the window's end and that report
+    (None, BEGIN + W + 59_999, "pending"), (None, BEGIN + W + 60_000, "lost"),
+    (BEGIN + W - 1, BEGIN + W + 60_000, "lost"),          # reported before the end
+    (LATER, LATER + 59_999, "pending"),                    # reported an hour late
+    (LATER, LATER + 60_000, "lost"),
+])
+def test_the_grace_runs_from_the_end_or_the_producers_last_report(reported, now, state):
+    producer = row("producer", "dc-a", PRODUCED)
+    producer.reported_ms = reported
+    (v,) = verdict_of([producer, row("cluster", "dc-a", PRODUCED[1:])], now=now)
+    assert (v.state, v.missing) == (state, 1)

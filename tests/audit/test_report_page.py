@@ -51,8 +51,8 @@ def test_heatmap_and_drill_down_in_chromium(browser, zookeeper, zk_chroot, tmp_p
     service = AuditService(config)
     try:
         now = int(time.time() * 1000)
-        events, begin, _end = scenario(now)
-        service.store.add_events(events, now)
+        events, begin, end = scenario(now)
+        service.store.add_events(events, end)      # received as the windows ended
         port = service.serve_http()
         browser.get(f"http://127.0.0.1:{port}/?hours=6")
         assert browser.title == "Samsa audit"

@@ -87,14 +87,19 @@ def test_service_end_to_end(clusters, db_url, tmp_path):
             producer.flush()
         finally:
             producer.close()
+    # the reports of these old windows reach the audit now: a grace (1 s)
+    # after that, what is missing is lost
     config = ServeConfig(zookeeper=analysis.connect, db_url=db_url, http_port=0,
-                         grace_ms=60_000, data_dir=str(tmp_path))
+                         grace_ms=1_000, data_dir=str(tmp_path))
     service = AuditService(config)
     try:
         port = service.serve_http()
         wait_until(lambda: service.step() >= 0 and service.consumed + service.malformed
                    >= len(events) + 7, 60, what="every event read")
         assert (service.stored, service.duplicates, service.malformed) == (len(events), 4, 3)
+        wait_until(lambda: any(v.state == "lost" for v in service.verdicts("page_views", begin,
+                                                                           end)),
+                   30, what="the grace after the reports to pass")
 
         status, body = get(port, f"/api/verdicts?topic=page_views&from={begin}&to={end}")
         assert status == 200
@@ -133,7 +138,7 @@ def test_service_end_to_end(clusters, db_url, tmp_path):
 
     # the report command reads the same database
     report = [sys.executable, "-m", "audit", "report", "--db", db_url, "--topic", "page_views",
-              "--from", str(begin), "--to", str(end), "--grace-ms", "60000"]
+              "--from", str(begin), "--to", str(end), "--grace-ms", "1000"]
     out = subprocess.run(report, capture_output=True, text=True, timeout=60)
     assert out.returncode == 1, out.stderr        # something is lost
     assert "lost_and_duplicated" in out.stdout and "summary:" in out.stdout

@@ -56,6 +56,26 @@ def test_windows_split_by_timestamp():
     assert {k: v[ref.COUNT] for k, v in acc.items()} == {WINDOW * 10: 2, WINDOW * 11: 2}
 
 
+@pytest.mark.parametrize("kernel", [ref, c_tally], ids=["reference", "C"])
+def test_a_timestamp_days_ahead_of_the_counters_clock_counts_in_its_own_window(kernel):
+    """A message's window depends on the message alone, never on the
+    counter's clock: a producer whose clock is days ahead counts its
+    events in their windows, and so must a counter with a right clock.
+    Only a timestamp that cannot be milliseconds (<= 0, or from 2100 on:
+    micro- or nanoseconds) has no time, and counts where it arrives."""
+    days_ahead, last_ms = NOW + 3 * 24 * 3_600_000, ref.MAX_TIME_MS - 1
+    micros = NOW * 1000
+    acc = {}
+    kernel.tally_values(acc, [b"x"] * 4, [days_ahead, last_ms, ref.MAX_TIME_MS, micros],
+                        WINDOW, NOW, BOUNDS)
+    arrival = NOW - NOW % WINDOW
+    assert {k: (t[ref.COUNT], t[ref.NO_TIME]) for k, t in acc.items()} == {
+        days_ahead - days_ahead % WINDOW: (1, 0), last_ms - last_ms % WINDOW: (1, 0),
+        arrival: (2, 2)}
+    # ahead of the clock: the first latency bucket, as any message not late
+    assert acc[days_ahead - days_ahead % WINDOW][ref.FIXED_FIELDS] == 1
+
+
 def test_event_id_matches_the_schemas_header_reader():
     from schemas.header import event_header
     for host, service in ((b"", b""), (b"x" * 200, b"y" * 70)):
@@ -77,7 +97,8 @@ values_strategy = st.lists(
                   st.integers(0, 40))),
     max_size=60)
 stamp = st.one_of(st.integers(-5, 5), st.integers(NOW - 10 * WINDOW, NOW + 2 * WINDOW),
-                  st.integers(NOW, NOW + 10 ** 9), st.integers(-2 ** 63, 2 ** 63 - 1))
+                  st.integers(NOW, NOW + 10 ** 9), st.integers(-2 ** 63, 2 ** 63 - 1),
+                  st.integers(ref.MAX_TIME_MS - 5, ref.MAX_TIME_MS + 5))
 
 
 @SETTINGS

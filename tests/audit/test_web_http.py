@@ -47,7 +47,7 @@ def test_every_path_answers_as_before(zookeeper, zk_client, zk_chroot, tmp_path)
                          grace_ms=60_000, data_dir=str(tmp_path))
     service = AuditService(config)
     try:
-        service.store.add_events(events, received_ms=now)
+        service.store.add_events(events, received_ms=end)      # as the windows ended
         service.consumed, service.stored, service.duplicates, service.malformed = 9, 7, 2, 1
         port = service.serve_http()
 
