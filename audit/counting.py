@@ -221,13 +221,18 @@ class TierCounter:
                     for topic, acc in tallies.items()}
             if cfg.dedup_ids:
                 oldest = now - now % cfg.window_ms - cfg.dedup_windows * cfg.window_ms
+                # windows as far ahead of this clock are dropped alike (a
+                # producer whose clock is days ahead stamps its events days
+                # ahead: their ids must not wait days for the clock to pass)
+                newest = now - now % cfg.window_ms + cfg.dedup_windows * cfg.window_ms
                 forget = now - LATE_MEMORY_MS
                 for topic, sets in self._ids.items():
                     dropped = self._dropped.setdefault(topic, set())
                     # a window still being counted keeps its ids (a counter
                     # catching up on old data), whatever its age
                     active = tallies.get(topic, {})
-                    for begin in [b for b in sets if b < oldest and b not in active]:
+                    for begin in [b for b in sets
+                                  if (b < oldest or b > newest) and b not in active]:
                         del sets[begin]
                         dropped.add(begin)
                     dropped.difference_update([b for b in dropped if b < forget])

@@ -63,7 +63,8 @@ MIRROR_HOST = "to-analysis.mirror-0"
 CASES = [(0, 0.0), (10, 0.0), (40, 0.0), (100, 0.0), (200, 0.0), (40, 0.005)]
 #: the mirror as it was before issue 29 (the A of the A/B): a fixed 1 MiB
 #: receive buffer and 1 MiB per partition per fetch
-TODAY = ("socket_receive_buffer_bytes=1048576", "fetch_max_bytes=1048576")
+TODAY = ("socket_receive_buffer_bytes=1048576", "fetch_max_bytes=1048576", "fetch_rate_bytes=0",
+         "fetchers_per_source_broker=1")
 
 
 def topology(subnet: str) -> Topology:

@@ -154,7 +154,8 @@ class MirrorConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.fetch_rate_bytes < 0:
             raise ValueError("fetch_rate_bytes must be >= 0 (0: off)")
-        if not self.fetch_max_bytes <= self.fetch_rtt_max_bytes <= 64 << 20:
+        if self.fetch_rate_bytes and \
+                not self.fetch_max_bytes <= self.fetch_rtt_max_bytes <= 64 << 20:
             raise ValueError("fetch_rtt_max_bytes must be between fetch_max_bytes and 64 MiB")
         if self.socket_receive_buffer_bytes == 0 or self.socket_receive_buffer_bytes < -1:
             raise ValueError("socket_receive_buffer_bytes must be -1 (the kernel's "

@@ -39,11 +39,12 @@ def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", port_number
 
 
-#: Linux's struct tcp_info: where tcpi_rtt (microseconds) is, after eight
-#: one-byte fields and fifteen 32-bit ones; enough of it to read that far.
+#: Linux's struct tcp_info: where tcpi_min_rtt (microseconds) is (Linux 4.10+;
+#: before it, tcpi_rtt, the smoothed estimate); enough of it to read that far.
 TCP_INFO_OPTION = getattr(socket, "TCP_INFO", None)
 TCP_INFO_RTT_AT = 68
-TCP_INFO_BYTES = 104
+TCP_INFO_MIN_RTT_AT = 148
+TCP_INFO_BYTES = 152
 
 
 class BrokerConnection:
@@ -95,8 +96,12 @@ class BrokerConnection:
         self._pending.clear()
 
     def round_trip_s(self) -> float | None:
-        """The kernel's smoothed round-trip time of the connection (TCP_INFO),
-        None when not connected or where the kernel does not tell."""
+        """The network's round trip on this connection: the lowest the kernel
+        measured (TCP_INFO's min_rtt, over its last 5 minutes by default:
+        net.ipv4.tcp_min_rtt_wlen), not the smoothed estimate, which a
+        reader's delayed ACKs stretch to the broker's answer time (a long
+        poll: tens of ms on a LAN). None when not connected or where the
+        kernel does not tell."""
         sock = self._sock
         if sock is None or TCP_INFO_OPTION is None:
             return None
@@ -104,9 +109,10 @@ class BrokerConnection:
             info = sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO_OPTION, TCP_INFO_BYTES)
         except OSError:
             return None
-        if len(info) < TCP_INFO_RTT_AT + 4:
+        at = TCP_INFO_MIN_RTT_AT if len(info) >= TCP_INFO_MIN_RTT_AT + 4 else TCP_INFO_RTT_AT
+        if len(info) < at + 4:
             return None
-        return struct.unpack_from("=I", info, TCP_INFO_RTT_AT)[0] / 1e6
+        return struct.unpack_from("=I", info, at)[0] / 1e6
 
     def close(self) -> None:
         sock, self._sock = self._sock, None

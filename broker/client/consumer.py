@@ -67,9 +67,11 @@ class ConsumerConfig:
     """Bytes asked for per partition per fetch (the paper's ~hundreds of KB)."""
     fetch_rate_bytes: int = 0
     """Across a long round trip, ask each partition for more than
-    ``fetch_max_bytes``: the connection's round-trip time (the kernel's
-    smoothed estimate) x this many bytes per second, up to
-    ``fetch_rtt_max_bytes`` -- a fetch sized for the bandwidth-delay product.
+    ``fetch_max_bytes``: the connection's round-trip time (the lowest the
+    kernel measured: BrokerConnection.round_trip_s) x this many bytes per
+    second, up to ``fetch_rtt_max_bytes`` and to what keeps the whole answer
+    under the connection's response limit (256 MiB) -- a fetch sized for the
+    bandwidth-delay product.
     On a LAN (round trip x rate below ``fetch_max_bytes``) it changes
     nothing. 0: always ``fetch_max_bytes``."""
     fetch_rtt_max_bytes: int = 16 << 20
@@ -296,7 +298,9 @@ class Consumer:
         if rtt is None:
             return cfg.fetch_max_bytes
         wanted = int(rtt * cfg.fetch_rate_bytes)
-        return min(cfg.fetch_rtt_max_bytes, max(cfg.fetch_max_bytes, wanted))
+        # the whole answer must stay under the connection's response limit
+        room = (self.conn.max_response_bytes - (1 << 20)) // max(1, len(self._positions))
+        return max(cfg.fetch_max_bytes, min(cfg.fetch_rtt_max_bytes, wanted, room))
 
     def _connection_failed(self, exc: Exception) -> None:
         self.conn.close()

@@ -113,6 +113,17 @@ class GroupConsumerConfig:
             raise ValueError("fetchers_per_broker must be >= 1")
         if not self.group or "/" in self.group:
             raise ValueError(f"bad group name {self.group!r}")
+        self.fetcher_config("127.0.0.1:9092", "check")     # the fetchers' settings, validated
+
+    def fetcher_config(self, address: str, client_id: str) -> ConsumerConfig:
+        """The settings of a fetcher's Consumer of the broker at ``address``."""
+        return ConsumerConfig(
+            bootstrap=address, client_id=client_id, fetch_max_bytes=self.fetch_max_bytes,
+            fetch_rate_bytes=self.fetch_rate_bytes, fetch_rtt_max_bytes=self.fetch_rtt_max_bytes,
+            max_wait_ms=self.max_wait_ms, receive_buffer_bytes=self.receive_buffer_bytes,
+            check_crcs=self.check_crcs, auto_offset_reset=self.auto_offset_reset,
+            raw_chunks=self.raw_chunks, request_timeout_ms=max(10_000, self.max_wait_ms * 4),
+            on_corrupt=self.on_corrupt)
 
 
 class _Fetcher(threading.Thread):
@@ -132,14 +143,8 @@ class _Fetcher(threading.Thread):
 
     def run(self) -> None:
         cfg = self.owner.config
-        consumer = Consumer(ConsumerConfig(
-            bootstrap=self.address, client_id=f"{cfg.group}-{self.owner.consumer_id}",
-            fetch_max_bytes=cfg.fetch_max_bytes, fetch_rate_bytes=cfg.fetch_rate_bytes,
-            fetch_rtt_max_bytes=cfg.fetch_rtt_max_bytes, max_wait_ms=cfg.max_wait_ms,
-            receive_buffer_bytes=cfg.receive_buffer_bytes,
-            check_crcs=cfg.check_crcs, auto_offset_reset=cfg.auto_offset_reset,
-            raw_chunks=cfg.raw_chunks,
-            request_timeout_ms=max(10_000, cfg.max_wait_ms * 4), on_corrupt=cfg.on_corrupt))
+        consumer = Consumer(cfg.fetcher_config(self.address,
+                                               f"{cfg.group}-{self.owner.consumer_id}"))
         consumer.skip_listener = self.owner._corrupt_skipped
         try:
             consumer.assign(list(self.starts), start=0)

@@ -66,6 +66,25 @@ def test_events_are_additive_and_dedup_counts_first_sightings(registry):
     assert total % 2 ** 64 == checksum(ids + ids[:2])
 
 
+def test_ids_of_windows_far_ahead_are_not_kept_until_the_clock_passes_them(registry):
+    """A producer whose clock is two days ahead: its windows' ids are dropped
+    once no longer counted, as old windows' are (memory stays bounded); a
+    copy counted afterwards is late, as for an old window."""
+    writer = ValueWriter(registry, "page_views")
+    ahead = NOW + 2 * 24 * 3600 * 1000
+    values, _ids = page_views(writer, [ahead] * 3)
+    c = counter(dedup=True)
+    c.add_values("page_views", values, ahead, now_ms=NOW)
+    first = c.drain(now_ms=NOW)[0]                   # counted in this drain: kept
+    assert (first["message_count"], first["unique_count"]) == (3, 3)
+    assert c._ids["page_views"]
+    c.drain(now_ms=NOW)                              # no longer counted: dropped
+    assert not c._ids["page_views"]
+    c.add_values("page_views", values[:1], ahead, now_ms=NOW)   # a copy, later
+    late = c.drain(now_ms=NOW)[0]
+    assert late["late_unique_count"] == 1 and late["unique_count"] == 0
+
+
 def test_no_time_messages_count_in_the_window_of_arrival(registry):
     writer = ValueWriter(registry, "page_views")
     values, _ids = page_views(writer, [0, 0])

@@ -30,6 +30,14 @@ def test_fetchers_per_broker_must_be_positive():
                             fetchers_per_broker=0)
 
 
+def test_the_fetchers_settings_are_checked_before_any_fetcher_runs():
+    """Refused when the consumer is made, not in a fetcher thread that would
+    die with nobody told."""
+    with pytest.raises(ValueError, match="fetch_rtt_max_bytes"):
+        GroupConsumerConfig(zookeeper="127.0.0.1:2181", group="g", topics=("t",),
+                            fetch_max_bytes=32 << 20, fetch_rate_bytes=1)
+
+
 def test_every_message_arrives_in_order_over_several_fetchers_per_broker(
         shared_cluster, group_consumers, consume, topic):
     partitions = shared_cluster.create_topic(topic, 4)          # 3 brokers x 4

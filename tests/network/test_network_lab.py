@@ -150,6 +150,10 @@ def test_bad_requests_get_the_reason(network):
         control.request(network, "explode")
     with pytest.raises(NetworkLabError, match="no host named"):
         control.request(network, "block", host="nobody", peers=["dc-a.client"])
+    # a request of the wrong shape (peers not a list) is refused, the lab goes on
+    with pytest.raises(NetworkLabError, match="failed"):
+        control.request(network, "block", host="dc-a.client", peers=5)
+    assert control.request(network, "status")["ok"]
 
 
 def test_a_malformed_control_request_gets_an_error_and_the_keeper_goes_on(network):

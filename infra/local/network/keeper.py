@@ -267,6 +267,9 @@ class ControlServer:
         except fabric.FabricError as exc:
             log.error("control request %s failed: %s", line[:200], exc)
             return {"ok": False, "error": str(exc)}
+        except Exception as exc:    # noqa: BLE001 - a bad request must not end the lab
+            log.exception("control request %s failed", line[:200])
+            return {"ok": False, "error": f"the request failed: {exc!r}"}
 
     def _write(self, conn: _Connection) -> None:
         try:
