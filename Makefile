@@ -8,7 +8,7 @@ CHECKOV := .venv-checkov/bin/checkov
 # plain `make` prints the help (every target is listed there: tests/test_makefile.py)
 .DEFAULT_GOAL := help
 
-.PHONY: demo-down demo-broker demo-lab drill drill-loss lab-up lab-status lab-down
+.PHONY: demo-down demo-broker demo-lab drill drill-network drill-loss lab-up lab-status lab-down
 .PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication bench-network bench-mirror-wan images images-down \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
@@ -24,7 +24,11 @@ help:
 	@echo "             the audit, Airflow loading Parquet hour by hour, a summary (DEMO_ARGS=--keep-up)"
 	@echo "make demo-down  stop a demo left up; make demo-broker / demo-lab: the smaller demos"
 	@echo "make drill   the pipeline under kill -9 of brokers, mirror, counter, loader, ZooKeeper;"
-	@echo "             fails if the audit shows any acknowledged message lost"
+	@echo "             fails if the audit shows any acknowledged message lost; then, as root, the"
+	@echo "             network drill (else it says why it is skipped)"
+	@echo "make drill-network  the pipeline in network namespaces under a 2-minute cut of dc-a from"
+	@echo "             analysis, a broker cut off from ZooKeeper, a mirror cut off from its target,"
+	@echo "             one-way loss; fails on any loss (root; NETWORK_DRILL_ARGS=--cut-seconds 20)"
 	@echo "make drill-loss  a segment deleted before the mirror copied it: the audit must report"
 	@echo "             exactly that loss, and warehouse_load must refuse that hour"
 	@echo "make test    build the container images (cached), run the whole test suite, stop the"
@@ -90,10 +94,20 @@ demo-down: setup
 # Fault drill (infra/local/drill.py): the pipeline while brokers, a mirror
 # process, the audit counter, loader runs and ZooKeeper are killed -9 and
 # restarted; exits non-zero if the audit shows any acknowledged message lost.
+# Then the network drill (below), where network namespaces can be made (root);
+# elsewhere it prints why it is skipped.
 DRILL_ARGS ?=
+NETWORK_DRILL_ARGS ?=
 
 drill: setup
 	$(PY) -m infra.local.drill --dir .drill $(DRILL_ARGS)
+	$(PY) -m infra.local.drill_network --dir .drill-network --skip-if-unable $(NETWORK_DRILL_ARGS)
+
+# Network faults (infra/local/drill_network.py): dc-a cut off from analysis,
+# a broker cut off from ZooKeeper, a mirror process cut off from its target,
+# one-way loss, in the netns lab; exits non-zero if the audit shows a loss.
+drill-network: setup
+	$(PY) -m infra.local.drill_network --dir .drill-network $(NETWORK_DRILL_ARGS)
 
 # A deliberate loss (infra/local/drill_loss.py): a dc-a segment deleted before
 # the mirror copied it; passes only if the audit reports exactly that topic,

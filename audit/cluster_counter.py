@@ -53,7 +53,7 @@ class ClusterCounter:
             whitelist=config.whitelist, blacklist=blacklist,
             auto_offset_reset=config.auto_offset_reset, explicit_acknowledgement=True,
             on_corrupt="skip"))
-        self.producer = ClusterProducer(config.zookeeper, acks="flushed")
+        self.producer = ClusterProducer(config.zookeeper, acks="all")
         self.publisher = MonitoringPublisher(self.counter, writer.encode,
                                              producer_sender(self.producer))
         self._unacknowledged: dict[tuple[str, str], int] = {}

@@ -396,7 +396,7 @@ def publish_counts(config: LoaderConfig, stats: list[dict]) -> int:
         counter.merge(row["topic"], row["tallies"], ids=row.get("ids"))
     try:
         registry, writer = monitoring_writer(config.effective_registry)
-        producer = ClusterProducer(config.zookeeper, acks="flushed")
+        producer = ClusterProducer(config.zookeeper, acks="all")
         try:
             publisher = MonitoringPublisher(counter, writer.encode, producer_sender(producer))
             publisher.close(timeout=30)

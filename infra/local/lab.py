@@ -109,7 +109,7 @@ log = logging.getLogger(__name__)
 STATE_FILE = "lab.json"
 TOPOLOGY_FILE = "topology.toml"
 #: Roles, in the order ``down`` stops them (each group at once).
-STOP_ORDER = (("prometheus", "lag", "mirror", "schema-registry"), ("haproxy", "broker"),
+STOP_ORDER = (("prometheus", "lag", "mirror", "schema-registry", "audit"), ("haproxy", "broker"),
               ("zookeeper",), ("network",))
 #: The repository root: the children import the same code as the lab.
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -122,7 +122,7 @@ class LabError(RuntimeError):
 @dataclass(kw_only=True)
 class ProcessRecord(DetachedProcess):
     """One process of the lab, as the state file keeps it."""
-    role: str           # "zookeeper", "broker", "haproxy", "mirror", "lag" or "prometheus"
+    role: str           # "zookeeper", "broker", "haproxy", "mirror", "audit", "lag", "prometheus"
     ports: dict[str, int] = field(default_factory=dict)
     cluster: str | None = None
     index: int | None = None
@@ -130,6 +130,8 @@ class ProcessRecord(DetachedProcess):
     host: str | None = None     # its network namespace's host, in the netns runtime
 
 
+#: the audit service's HTTP port on the ``audit`` host (netns runtime: start_audit)
+AUDIT_PORT = 8090
 #: where the lab's processes run: this checkout's processes, the project's
 #: images as containers, or processes each in a network namespace of its host
 LAB_RUNTIMES = (*RUNTIMES, "netns")
@@ -362,15 +364,17 @@ class Lab:
 
     def _launch(self, name: str, role: str, command: list[str], ports: dict[str, int],
                 cluster: str | None = None, index: int | None = None,
-                cwd: str | None = None) -> ProcessRecord:
+                cwd: str | None = None, host: str | None = None) -> ProcessRecord:
         """Start process ``name``; in the netns runtime, in the network
-        namespace of the host of the same name (the record keeps the command
-        as given: a relaunch enters the host's namespace anew)."""
+        namespace of ``host`` (default: the host of the same name; the record
+        keeps the command as given: a relaunch enters the host's namespace
+        anew)."""
         log_path = self.log_path(name)
         given = command
-        host = None
-        if self.runtime == "netns":
-            host = name
+        if self.runtime != "netns":
+            host = None
+        else:
+            host = host or name
             try:
                 command = network_control.enter_command(self.state_dir, host, command)
             except NetworkLabError as exc:
@@ -402,7 +406,7 @@ class Lab:
                 raise LabError(f"container {old.container} cannot be removed: "
                                f"{name} cannot start")
         return self._launch(old.name, old.role, old.command, old.ports, old.cluster, old.index,
-                            old.cwd)
+                            old.cwd, host=old.host)
 
     def _failure(self, name: str, why: str, hint: str = "") -> LabError:
         record = self.records[name]
@@ -829,6 +833,15 @@ class Lab:
         self._wait_ready("its stats socket and every broker UP in its backend", names, all_up,
                          timeout)
 
+    def start_mirrors(self, timeout: float = 60.0) -> None:
+        """Start every mirror process of a lab brought up with
+        ``up(mirrors=False)`` (once the topics exist: a topic made under a
+        running consumer group moves its partitions, and at-least-once
+        copies again what was not committed yet) and wait until each is ready."""
+        if any(r.role == "mirror" for r in self.records.values()):
+            raise LabError(f"the mirrors already run in {self.state_dir}")
+        self._start_mirrors(timeout)
+
     def _start_mirrors(self, timeout: float, only: str | None = None) -> None:
         names = []
         for mirror in self.topology.mirrors:
@@ -876,6 +889,66 @@ class Lab:
                          [f"registry-{c}" for c in clusters],
                          lambda name: daemon.answers(f"{self.schema_registry_url(name[9:])}"
                                                      f"/config"), timeout)
+
+    def start_audit(self, grace_ms: int | None = None, publish_interval_ms: int = 2000,
+                    timeout: float = 60.0) -> str:
+        """The audit (audit/) in the netns runtime, all in the analysis
+        datacenter's ``audit`` host: a counter of every cluster (the cluster
+        tier; process ``audit-count-<cluster>``, group ``audit-<cluster>``),
+        reaching the datacenters' ZooKeepers and brokers across their WAN
+        links as the analysis datacenter does, and the audit service
+        (process ``audit-service``) over the analysis cluster's audit topic,
+        its database in ``audit/``, its HTTP API on the host's port
+        ``AUDIT_PORT`` (ready: /healthz answers). ``grace_ms``: how long
+        after a window ends it stays pending, not lost (None: the
+        service's default, 30 minutes). Returns the service's URL. Start it
+        once the topics (the audit topic included) exist. (The processes
+        runtime's pipeline runs the same programs as daemons of its own:
+        infra/local/pipeline.py.)"""
+        if self.runtime != "netns":
+            raise LabError("start_audit runs the audit in the netns runtime; the processes "
+                           "runtime's pipeline runs it (infra/local/pipeline.py)")
+        if any(r.role == "audit" for r in self.records.values()):
+            raise LabError(f"the audit already runs in {self.state_dir}")
+        t = self.topology
+        if t.analysis is None:
+            raise LabError("the audit runs in the analysis datacenter: the topology has none")
+        counters = []
+        for cluster in t.clusters():
+            name = f"audit-count-{cluster.name}"
+            self._launch(name, "audit",
+                         [self.python, "-m", "audit", "count", "--cluster",
+                          f"{cluster.name}={self.zookeeper_connect(cluster.name)}",
+                          "--set", f"publish_interval_ms={publish_interval_ms}",
+                          "--set", f"group=audit-{cluster.name}"],
+                         {}, cluster=cluster.name, host="audit")
+            counters.append(name)
+        address = t.address_of("audit")
+        data_dir = self.path("audit")
+        os.makedirs(data_dir, exist_ok=True)
+        command = [self.python, "-m", "audit", "serve", "--zookeeper",
+                   self.zookeeper_connect(t.analysis.name), "--http-port", str(AUDIT_PORT),
+                   "--set", f"http_host={address}", "--set", f"data_dir={data_dir}"]
+        if grace_ms is not None:
+            command += ["--set", f"grace_ms={grace_ms}"]
+        self._launch("audit-service", "audit", command, {"http": AUDIT_PORT},
+                     cluster=t.analysis.name, host="audit")
+        url = f"http://{address}:{AUDIT_PORT}"
+        self._wait_ready("its /healthz", ["audit-service"],
+                         lambda _: daemon.answers(f"{url}/healthz"), timeout)
+        # a counter answers nothing this machine reaches (its /metrics binds
+        # its host's loopback): ready is still running once the service is
+        self._wait_ready("running", counters, lambda _: True, timeout)
+        log.info("the audit runs in host audit: counters of %s; the service at %s/",
+                 ", ".join(c.name for c in t.clusters()), url)
+        return url
+
+    def audit_url(self) -> str | None:
+        """The audit service's URL, None when the lab runs none."""
+        record = self.records.get("audit-service")
+        if record is None:
+            return None
+        return f"http://{self.topology.address_of('audit')}:{record.ports['http']}"
 
     def schema_registry_url(self, cluster: str) -> str | None:
         """The REST API of ``cluster``'s schema registry, None when the lab runs none."""
