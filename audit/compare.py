@@ -74,6 +74,8 @@ class Verdict:
     latency_p99_ms: int
     checksum: int = 0             # this row's id checksum (0..2^64-1): for a producer row,
     #                               the reference a loader checks what it wrote against
+    grace_ends_ms: int = 0        # no loss is called in this window before then: the
+    #                               window's end or the producers' last report, + grace
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -161,7 +163,8 @@ def _verdict(topic, begin, end, key, row, produced, expected_checksum, now_ms, g
     return Verdict(topic, begin, end, tier, dc, cluster, state, produced, count, unique,
                    missing, dups, exact, round(completeness, 4), sums_match,
                    row.no_time_count if row else 0, row.malformed_count if row else 0,
-                   row.byte_count if row else 0, p50, p95, p99, checksum=checksum)
+                   row.byte_count if row else 0, p50, p95, p99, checksum=checksum,
+                   grace_ends_ms=since + grace_ms)
 
 
 def _by_ids(produced: int, produced_sum: int, count: int, row: TierTotals):

@@ -70,6 +70,9 @@ class HourCheck:
     grace_ms: int = 0
     """The audit's grace: a window is called lost only this long after it
     ended and after the producers' last report of it reached the audit."""
+    grace_ends_ms: int = 0
+    """When that grace has run out for every window of the hour (epoch ms):
+    before then the audit may still call one pending."""
 
     def lines(self) -> list[str]:
         from audit.times import iso
@@ -129,7 +132,9 @@ def check_hour(verdicts: list[dict], hour_ms: int, now_ms: int, grace_ms: int,
         state = READY if now_ms >= hour_ms + HOUR_MS + grace_ms else WAITING
     else:
         state = outcome(every_window)
-    return HourCheck(hour_ms, tier, cluster, state, result, grace_ms)
+    grace_ends = max([hour_ms + HOUR_MS + grace_ms]
+                     + [v.get("grace_ends_ms", 0) for v in in_hour])
+    return HourCheck(hour_ms, tier, cluster, state, result, grace_ms, grace_ends)
 
 
 @dataclass

@@ -18,7 +18,8 @@ The wait ends:
   sensor succeeds and the load runs;
 * ``timed_out``: the deadline passed first. The deadline is the first ask
   plus ``sensor_timeout_s``, and never before the audit's grace for the
-  hour has run out (plus two pokes): before that a window cannot be
+  hour has run out (plus two pokes; the grace of a window runs from its end
+  or from the producers' last report of it, whichever is later): before that a window cannot be
   called lost, so failing earlier would refuse an hour that may still
   arrive. The task fails with "Sensor has timed out" and the audit's last
   numbers, without retries.
@@ -76,14 +77,13 @@ class AuditHourTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         lines: list[str] = []
         while True:
-            state, grace_ms, asked = await asyncio.to_thread(
+            state, grace_ends_ms, asked = await asyncio.to_thread(
                 dag_steps.ask_audit, _moment(self.interval_start), _moment(self.interval_end),
                 self.config_path, self._say)
             lines = asked or lines
             if state is not None:
-                hour_end_ms = int(_moment(self.interval_end).timestamp() * 1000)
                 self.deadline_ms = max(self.deadline_ms, dag_steps.sensor_deadline_ms(
-                    0, 0, hour_end_ms, grace_ms, self.poke_s))
+                    0, 0, grace_ends_ms, self.poke_s))
             if state == "ready":
                 yield TriggerEvent({"state": READY, "lines": lines})
                 return
@@ -118,13 +118,14 @@ class AuditCompleteSensor(BaseSensorOperator):
         refused = dag_steps.run_outside_its_hour(context.get("logical_date"), start, end)
         if refused:
             raise AirflowFailException(refused)
-        state, grace_ms, _ = dag_steps.ask_audit(start, end, self.config_path, self._say)
+        state, grace_ends_ms, _ = dag_steps.ask_audit(start, end, self.config_path, self._say)
         if state == READY:
             self.log.info("the audit calls the hour complete: loading it")
             return
-        hour_end_ms = int(end.timestamp() * 1000)
+        if not grace_ends_ms:     # the audit could not be asked: at least the hour's grace
+            grace_ends_ms = int(end.timestamp() * 1000)
         give_up = dag_steps.sensor_deadline_ms(int(time.time() * 1000), self.timeout,
-                                               hour_end_ms, grace_ms, self.poke_interval)
+                                               grace_ends_ms, self.poke_interval)
         wait_s = give_up / 1000 - time.time()
         self.log.info("the hour is not complete yet: waiting for the audit (deferred to the "
                       "triggerer: no worker slot is held), asking every %g s for up to %.0f s",

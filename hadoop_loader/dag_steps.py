@@ -102,8 +102,10 @@ def _hour_check(loader: LoaderConfig, warehouse: WarehouseConfig, hour_ms: int):
 def ask_audit(interval_start, interval_end, path: str | None = None,
               say=None) -> tuple[str | None, int, list[str]]:
     """Ask the audit once about the run's hour: (the gate's state, or None
-    when the audit service could not be asked; the audit's grace in ms; the
-    answer's lines). Each line goes to ``say(level, text)`` (default: this
+    when the audit service could not be asked; when the audit's grace ends
+    for every window of the hour, epoch ms, 0 when it could not be asked: its
+    end + the grace, later where producers reported late; the answer's
+    lines). Each line goes to ``say(level, text)`` (default: this
     module's log; the sensor's trigger passes its own, whose lines are the
     task's log), a loss as an error."""
     from audit.gate import LOST
@@ -123,17 +125,17 @@ def ask_audit(interval_start, interval_end, path: str | None = None,
         say("error", f"the audit shows messages LOST before the {warehouse.audit_tier} tier in "
                      f"this hour: it is not loaded unless they arrive before the sensor times "
                      f"out")
-    return check.state, check.grace_ms, lines
+    return check.state, check.grace_ends_ms, lines
 
 
-def sensor_deadline_ms(first_ask_ms: int, timeout_s: float, hour_end_ms: int, grace_ms: int,
+def sensor_deadline_ms(first_ask_ms: int, timeout_s: float, grace_ends_ms: int,
                        poke_s: float) -> int:
     """When warehouse_load's wait for the audit gives up: ``timeout_s`` after
     its first ask, but never before the audit can have called every window
-    of the hour lost (its end + the audit's grace + two asks): failing
+    of the hour lost (``grace_ends_ms``, from ask_audit: the hour's end + the
+    audit's grace, later where producers reported late; + two asks): failing
     earlier would refuse an hour whose data may still be on its way."""
-    return max(first_ask_ms + int(timeout_s * 1000),
-               hour_end_ms + grace_ms + int(2 * poke_s * 1000))
+    return max(first_ask_ms + int(timeout_s * 1000), grace_ends_ms + int(2 * poke_s * 1000))
 
 
 def run_outside_its_hour(logical_date, interval_start, interval_end) -> str | None:

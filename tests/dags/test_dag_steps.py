@@ -119,8 +119,10 @@ def test_the_day_report_is_kept_beside_the_data_and_a_loss_fails_it(audit, tmp_p
     now = dag_steps._ms(dt.datetime.now(dt.timezone.utc))
     day = now - now % (24 * HOUR) - 24 * HOUR            # yesterday (UTC)
     ids = [uuid.uuid4().bytes for _ in range(30)]
+    # reported in time (an hour after the windows), as a producer with a right clock does
     service.store.add_events(tier_events("producer", "dc-a", ids, day + 5 * HOUR, now)
-                             + tier_events("cluster", "analysis", ids, day + 5 * HOUR, now), now)
+                             + tier_events("cluster", "analysis", ids, day + 5 * HOUR, now),
+                             day + 6 * HOUR)
     output = tmp_path / "wh"
     config = settings_file(tmp_path, url, output)
     result = dag_steps.audit_report(at(day), at(day + 24 * HOUR), config)
@@ -132,7 +134,7 @@ def test_the_day_report_is_kept_beside_the_data_and_a_loss_fails_it(audit, tmp_p
     lost = [uuid.uuid4().bytes for _ in range(10)]
     service.store.add_events(tier_events("producer", "dc-a", lost, day + 7 * HOUR, now)
                              + tier_events("cluster", "analysis", lost[3:], day + 7 * HOUR,
-                                           now), now)
+                                           now), day + 8 * HOUR)
     with pytest.raises(StepFailed, match="1 windows with lost messages"):
         dag_steps.audit_report(at(day), at(day + 24 * HOUR), config)
     report = json.loads((folder / "report.json").read_text())
@@ -156,7 +158,27 @@ def test_the_sensor_never_gives_up_before_the_audit_can_call_the_hour_lost(
     hour_end = 1_800_000_000_000 - 1_800_000_000_000 % HOUR
     ms = lambda h: int(round(h * HOUR))  # noqa: E731
     assert dag_steps.sensor_deadline_ms(hour_end + ms(first_ask_h), timeout_h * 3600,
-                                        hour_end, ms(grace_h), 5.0) == hour_end + ms(gives_up_h)
+                                        hour_end + ms(grace_h), 5.0) == hour_end + ms(gives_up_h)
+
+
+def test_the_sensor_waits_out_a_grace_that_a_late_report_extended(audit, tmp_path):
+    """Producers whose clock is behind (or a backfill) report into an hour
+    long ended: the audit keeps its windows pending a grace after that
+    report, and the sensor's deadline follows (docs/audit.md, "Producer
+    clocks"), not the hour's end + the grace."""
+    service, url = audit
+    now = dag_steps._ms(dt.datetime.now(dt.timezone.utc))
+    hour = now - now % HOUR - 3 * HOUR
+    ids = [uuid.uuid4().bytes for _ in range(10)]
+    service.store.add_events(tier_events("producer", "dc-a", ids, hour + 5 * WINDOW, now)
+                             + tier_events("cluster", "analysis", ids[2:], hour + 5 * WINDOW,
+                                           now), now)           # reported just now
+    state, grace_ends, _lines = dag_steps.ask_audit(at(hour), at(hour + HOUR),
+                                                    settings_file(tmp_path, url,
+                                                                  tmp_path / "wh"))
+    assert state == "waiting"                # the loss is not called yet
+    assert now + 60_000 <= grace_ends <= now + 60_000 + 5_000    # the fixture's grace
+    assert dag_steps.sensor_deadline_ms(now, 30, grace_ends, 5.0) == grace_ends + 10_000
 
 
 def test_a_run_whose_logical_date_is_outside_its_hour_is_refused_with_what_to_do():
