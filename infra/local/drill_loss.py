@@ -260,11 +260,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sensor-timeout", type=float, default=60.0,
                    help="seconds the hour holding the loss waits on the audit before its run "
                         "fails (default 60)")
+    p.add_argument("--audit-grace", type=float, default=60.0,
+                   help="seconds the audit waits before it calls a window lost (default 60: "
+                        "the drill's events are hours old but reported now, and a window's "
+                        "grace runs from its producers' last report)")
     p.add_argument("--keep-up", action="store_true", help="leave everything running")
     args = p.parse_args(argv)
     stop(args.dir)
     shutil.rmtree(args.dir, ignore_errors=True)
-    pipeline = Pipeline(args.dir, sensor_timeout_s=args.sensor_timeout, overrides={
+    pipeline = Pipeline(args.dir, sensor_timeout_s=args.sensor_timeout,
+                        audit_grace_s=args.audit_grace, overrides={
         f"datacenters.{VICTIM_CLUSTER}.replication_factor": "0",
         f"datacenters.{VICTIM_CLUSTER}.broker_settings": [
             "log.flush_ms=20", f"log.segment_bytes={SEGMENT_BYTES}"]})
