@@ -19,6 +19,8 @@
 * traffic.py: audited Avro traffic for the demo and the drills;
 * drill.py: the pipeline under faults, nothing acknowledged lost (``make drill``);
 * drill_loss.py: a deliberate loss the audit must report (``make drill-loss``);
+* drill_network.py: the pipeline in network namespaces under network faults,
+  nothing acknowledged lost (``make drill-network``);
 * network/: the network lab: hosts in network namespaces, WAN links with
   latency, loss and bandwidth, and network faults (``python -m infra.local.network``).
 """
