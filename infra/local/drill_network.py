@@ -517,7 +517,7 @@ class NetworkDrill:
         cut_at = time.monotonic()
 
         def sample() -> None:
-            nonlocal pending
+            nonlocal pending, heard
             lag_sample()
             windows, heard = watch.pending(fault.hour_ms)
             pending = max(pending, windows)

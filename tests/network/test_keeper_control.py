@@ -13,7 +13,7 @@ import time
 import pytest
 
 from infra.local.network import control
-from infra.local.network.keeper import CONTROL_DEADLINE
+from infra.local.network.keeper import CONTROL_DEADLINE, MAX_CONNECTIONS
 from infra.local.network.runner import NetworkLab, missing_requirements
 from netns_helpers import ConnectStream, address, lab_topology, listen
 
@@ -112,3 +112,27 @@ def test_a_request_without_its_newline_is_answered_when_the_client_stops_sending
         sock.shutdown(socket.SHUT_WR)
         answer = control.decode(read_to_end(sock))
     assert answer["ok"] and answer["links"]
+
+
+def test_connections_beyond_the_cap_are_closed_unanswered_and_the_keeper_recovers(network):
+    stuck = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            sock = control_connection(network)
+            sock.sendall(b'{"op": "sta')          # each holds a place, half a request
+            stuck.append(sock)
+        with control_connection(network) as extra:
+            assert read_to_end(extra) == b""     # closed at once, no answer
+    finally:
+        for sock in stuck:
+            sock.close()
+    # the stuck ones gone (each answered an error on its end of stream), the
+    # keeper takes requests again, long before their deadline
+    start = time.monotonic()
+    answered = None
+    while answered is None and time.monotonic() - start < 2.0:
+        try:
+            answered = control.request(network, "status")
+        except control.NetworkLabError:
+            time.sleep(0.05)                  # polled: the keeper's closing has no event here
+    assert answered and answered["ok"], "status not answered within 2 s of the close"
