@@ -2,8 +2,10 @@
 that keeps retrying (with a clear log line) while the ensemble is unreachable."""
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import weakref
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
@@ -59,6 +61,30 @@ def start_client(client: KazooClient, connect: str, timeout: float = 15.0,
         client.stop()
         raise ZooKeeperUnavailable(f"{what}: cannot reach ZooKeeper at {connect} within "
                                    f"{timeout:.0f}s") from None
+    stop_at_exit(client)
+
+
+def stop_at_exit(client: KazooClient) -> None:
+    """Stop ``client`` when the interpreter exits, if its owner did not.
+
+    kazoo joins its worker threads at exit (an atexit hook its handler
+    registers when the client starts); a watch callback waiting for an
+    answer while ZooKeeper is unreachable never returns, since the
+    connection retries for ever, and the process would hang at exit for
+    ever. Stopping the client first fails that wait. Register after
+    ``client.start()``: atexit runs the hooks in reverse order, so this one
+    runs before kazoo's. The client is held weakly: a closed and dropped
+    client is not kept alive by this."""
+    ref = weakref.ref(client)
+
+    def stop() -> None:
+        alive = ref()
+        if alive is not None and not alive._stopped.is_set():
+            try:
+                alive.stop()
+            except Exception:   # noqa: BLE001 - exiting: nothing more to do about it
+                pass
+    atexit.register(stop)
 
 
 def start_in_background(client: KazooClient, connect: str, what: str,

@@ -217,11 +217,22 @@ class ProducePath:
 
     def _not_to_create_here(self, topic_name: str) -> tuple[int, str] | None:
         """Why an unknown topic must not be auto-created here as an
-        unreplicated one, as (error code, message), or None: it is a
-        replicated topic this broker's watch has not delivered yet (retry:
-        its replicas are being made). While ZooKeeper cannot say, the topic
-        is created, as a broker without ZooKeeper does (serving comes first)."""
-        if self.replication is None or not self.replication.replicated_in_zookeeper(topic_name):
+        unreplicated one, as (error code, message), or None. Refused (retry):
+        a replicated topic this broker's watch has not delivered yet (its
+        replicas are being made), and any name while ZooKeeper cannot say
+        whether it is replicated (not connected yet, no answer in time): a
+        broker that lost its disk and restarted would otherwise take the
+        writes of a replicated partition it used to lead into a local twin,
+        and acknowledge them, and they would never reach the real replicas.
+        A broker without ZooKeeper creates the topic."""
+        if self.replication is None:
+            return None
+        replicated = self.replication.replicated_in_zookeeper(topic_name)
+        if replicated is None:
+            return (ErrorCode.NOT_LEADER_FOR_PARTITION,
+                    f"topic {quote_name(topic_name)} is unknown here and ZooKeeper cannot say "
+                    f"now whether it is a replicated topic of the cluster; retry")
+        if not replicated:
             return None
         return (ErrorCode.NOT_LEADER_FOR_PARTITION,
                 f"topic {quote_name(topic_name)} is replicated and this broker is making its "

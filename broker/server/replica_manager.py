@@ -238,7 +238,8 @@ class ReplicaManager:
         broker before its watch fires: without this, the broker would
         auto-create an unreplicated twin and never replicate the topic.
         None: ZooKeeper cannot say now (not connected, no answer in time);
-        the callers then create the topic as a broker without ZooKeeper does."""
+        the callers then refuse to create the topic (retry): a broker whose
+        disk was lost must not make a twin of a replicated topic it held."""
         if topic in self._watched_topics:
             return True
         zk = self.client

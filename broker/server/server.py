@@ -453,11 +453,20 @@ class BrokerServer:
                 any(k == "replication.factor" for k, _v in req.config)):
             self._create_replicated_topic(conn, header, req)
             return
-        if self.replication is not None and self.replication.replicated_in_zookeeper(req.name):
+        replicated = False if self.replication is None else \
+            self.replication.replicated_in_zookeeper(req.name)
+        if replicated:
             # a replicated topic of that name, this broker's watch not yet told
             conn.add_reply(Reply(api.encode_error_response(
                 header.correlation_id, ErrorCode.TOPIC_ALREADY_EXISTS,
                 f"topic {req.name!r} already exists (replicated)")))
+            return
+        if replicated is None:
+            # it may be: an unreplicated twin of a replicated topic is never made
+            conn.add_reply(Reply(api.encode_error_response(
+                header.correlation_id, ErrorCode.REQUEST_TIMED_OUT,
+                f"cannot create topic {req.name!r} now: ZooKeeper cannot say whether a "
+                f"replicated topic of that name exists; retry")))
             return
         try:
             self.logs.create_topic(req.name, req.partitions, parse_overrides(req.config))

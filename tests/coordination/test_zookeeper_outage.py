@@ -14,7 +14,8 @@ import os
 
 from broker.client.producer import Producer
 from broker.coordination import paths
-from broker_helpers import connect, log_text, read_partition, wait_until
+from broker.protocol.errors import ErrorCode
+from broker_helpers import connect, log_text, message_set, produce, read_partition, wait_until
 from coordination_helpers import Cluster, chroot_client, wait_settled
 
 
@@ -25,19 +26,35 @@ def _log_records(path: str, start: int = 0) -> list[dict]:
 
 @pytest.mark.slow
 def test_broker_without_zookeeper_serves_logs_retries_and_registers_later(
-        own_zookeeper, broker_factory, topic):
-    zk_connect = own_zookeeper.connect_string("/late")   # nothing listens there yet
-    broker = broker_factory({"zookeeper": zk_connect}, broker_id=5)
+        own_zookeeper, broker_factory, topic, tmp_path):
+    data_dir = str(tmp_path / "data")
+    # the topic is made by a broker without ZooKeeper, which then stops
+    first = broker_factory(data_dir=data_dir, broker_id=5)
+    with Producer(bootstrap=first.address, acks="flushed") as producer:
+        for i in range(10):
+            producer.send(topic, b"before-zk-%d" % i, partition=0)
+        producer.flush(timeout=30)
+        assert producer.failed_batches == 0
+    assert first.stop() == 0
 
-    # it serves produce and fetch meanwhile
+    zk_connect = own_zookeeper.connect_string("/late")   # nothing listens there yet
+    broker = broker_factory({"zookeeper": zk_connect}, broker_id=5, data_dir=data_dir)
+
+    # it serves produce and fetch of its topics meanwhile
     with Producer(bootstrap=broker.address, acks="flushed") as producer:
-        for i in range(20):
+        for i in range(10, 20):
             producer.send(topic, b"before-zk-%d" % i, partition=0)
         producer.flush(timeout=30)
         assert producer.failed_batches == 0
     with connect(broker.address) as conn:
         assert [m.value for m in read_partition(conn, topic, 0)] == \
             [b"before-zk-%d" % i for i in range(20)]
+        # but makes no new topic while ZooKeeper cannot say whether the name
+        # is a replicated topic of the cluster (a broker that lost its disk
+        # would otherwise take a replicated partition's writes into a twin)
+        r = produce(conn, "brand-new", 0, message_set([b"x"]))
+        assert r.error == ErrorCode.NOT_LEADER_FOR_PARTITION, r
+        assert "ZooKeeper cannot say" in r.message and "retry" in r.message
 
     # a clear error, naming the address, once the first attempt gives up; it retries
     def error_logged() -> list[dict]:
@@ -62,6 +79,10 @@ def test_broker_without_zookeeper_serves_logs_retries_and_registers_later(
     wait_until(lambda: any("registered in ZooKeeper" in r["msg"]
                            for r in _log_records(broker.log_path)), 10, interval=0.05,
                what="the broker to log its registration")
+    # ZooKeeper says the name is no replicated topic: the retry creates it
+    with connect(broker.address) as conn:
+        wait_until(lambda: produce(conn, "brand-new", 0, message_set([b"x"])).error ==
+                   ErrorCode.NONE, 10, interval=0.1, what="the new topic to be created")
     assert broker.proc.poll() is None
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from broker.client.cluster_producer import ClusterProducer
 from broker.client.group_consumer import GroupConsumer
+from broker.coordination import paths
 from broker.protocol.message import decode_message_set
 from broker_helpers import connect, fetch, wait_until
 from replication_helpers import (REPLICATED, assert_replicas_identical, create_replicated,
@@ -121,52 +122,58 @@ def run_faults(cluster, topic: str, fault, rounds: int) -> History:
 
     consumer = threading.Thread(target=consume, name="consume", daemon=True)
     load = Load(producer, topic, history)
-    consumer.start()
-    load.start()
     try:
-        for round_ in range(rounds):
-            wait_until(lambda: len(history.sent) > (round_ + 1) * 300, 60,
-                       what="the load to go on")
-            fault(round_)
-            for p in range(PARTITIONS):
-                wait_rejoined(cluster, topic, p)
-        wait_until(lambda: len(history.sent) > (rounds + 1) * 300, 60, what="more load")
-    finally:
-        load.stop()
-        producer.flush(60)
-    acked = history.acknowledged()
-    assert sum(map(len, acked.values())) >= rounds * 300
-    # acks=all answers once the in-sync replicas have a message; consumers
-    # see it once the leader also flushed it: read until all could be there
-    read: dict[int, list[int]] = {}
+        consumer.start()
+        load.start()
+        try:
+            for round_ in range(rounds):
+                wait_until(lambda: len(history.sent) > (round_ + 1) * 300, 60,
+                           what="the load to go on")
+                fault(round_)
+                for p in range(PARTITIONS):
+                    wait_rejoined(cluster, topic, p)
+            wait_until(lambda: len(history.sent) > (rounds + 1) * 300, 60, what="more load")
+        finally:
+            load.stop()
+            producer.flush(60)
+        acked = history.acknowledged()
+        assert sum(map(len, acked.values())) >= rounds * 300
+        # acks=all answers once the in-sync replicas have a message; consumers
+        # see it once the leader also flushed it: read until all could be there
+        read: dict[int, list[int]] = {}
 
-    def everything_visible() -> bool:
-        read.update({p: partition_values(cluster, topic, p) for p in range(PARTITIONS)})
-        return all(set(seqs) <= set(read[p]) for p, seqs in acked.items())
-    try:
-        wait_until(everything_visible, 30, interval=0.2, what="every acknowledged message")
-    except pytest.fail.Exception:
-        pass                    # check_history says what is missing
-    duplicates = check_history(history, read, "the partitions")
-    retried = sum(1 for _seq, b in history.sent if b.attempts > 1)
-    # a duplicate comes from a batch sent again (after a lost answer)
-    assert duplicates == 0 or retried > 0, (duplicates, retried)
-    wait_until(lambda: all(set(seqs) <= set(consumed.get(p, ())) for p, seqs in acked.items()),
-               60, what=lambda: f"the group to consume every acknowledged message: "
-                                f"{ {p: len(v) for p, v in consumed.items()} } of "
-                                f"{ {p: len(v) for p, v in acked.items()} }; its view of the "
-                                f"leaders: {group.cluster._leaders}, brokers "
-                                f"{sorted(group.cluster.brokers())}; fetchers "
-                                f"{[(f.broker_id, f.is_alive(), f.starts) for f in group._fetchers]}"
-                                f"; owned {group._owned}; ZooKeeper: "
-                                f"{[state(cluster, topic, p) for p in range(PARTITIONS)]}")
-    stop_consuming.set()
-    consumer.join(10)
-    group.close()
-    producer.close()
-    check_history(history, consumed, "the consumer group")
-    for p in range(PARTITIONS):
-        assert_replicas_identical(cluster, topic, p)
+        def everything_visible() -> bool:
+            read.update({p: partition_values(cluster, topic, p) for p in range(PARTITIONS)})
+            return all(set(seqs) <= set(read[p]) for p, seqs in acked.items())
+        try:
+            wait_until(everything_visible, 30, interval=0.2, what="every acknowledged message")
+        except pytest.fail.Exception:
+            pass                    # check_history says what is missing
+        duplicates = check_history(history, read, "the partitions")
+        retried = sum(1 for _seq, b in history.sent if b.attempts > 1)
+        # a duplicate comes from a batch sent again (after a lost answer)
+        assert duplicates == 0 or retried > 0, (duplicates, retried)
+        def group_view() -> str:
+            return (f"the group to consume every acknowledged message: "
+                    f"{ {p: len(v) for p, v in consumed.items()} } of "
+                    f"{ {p: len(v) for p, v in acked.items()} }; its view of the leaders: "
+                    f"{group.cluster._leaders}, brokers {sorted(group.cluster.brokers())}; "
+                    f"fetchers {[(f.broker_id, f.is_alive(), f.starts) for f in group._fetchers]}"
+                    f"; owned {group._owned}; ZooKeeper: "
+                    f"{[state(cluster, topic, p) for p in range(PARTITIONS)]}")
+        wait_until(lambda: all(set(seqs) <= set(consumed.get(p, ())) for p, seqs in acked.items()),
+                   60, what=group_view)
+        check_history(history, consumed, "the consumer group")
+        for p in range(PARTITIONS):
+            assert_replicas_identical(cluster, topic, p)
+    finally:
+        # closed whatever happened: a client left open after a failure
+        # outlives the test (and its ZooKeeper)
+        stop_consuming.set()
+        load.stop()
+        consumer.join(10)
+        group.close()
+        producer.close()
     return history
 
 
@@ -220,9 +227,16 @@ def _wipe_follower(cluster):
         leader = leader_of(cluster, "h", 0)
         victim = next(b for b in sorted(cluster.brokers) if b != leader)
         broker = cluster.brokers[victim]
+        before = cluster.zk.exists(paths.broker_id_path(victim)).czxid
         broker.kill()
         shutil.rmtree(broker.data_dir)
         broker.start()
+        # the killed process's registration lingers until its session
+        # expires, and the in-sync set may not have changed yet: wait for
+        # the new process to register, or wait_rejoined would hold at once
+        wait_until(lambda: getattr(cluster.zk.exists(paths.broker_id_path(victim)), "czxid",
+                                   before) != before, 30,
+                   what=f"the wiped broker {victim} to register again")
     return fault
 
 

@@ -447,3 +447,39 @@ def test_a_produce_racing_the_leaders_watch_never_makes_an_unreplicated_twin(clu
         # every replica replicates it: none holds a local topic of the name
         wait_in_sync(cluster, topic, 0, {0, 1, 2}, timeout=10)
         assert_replicas_identical(cluster, topic, 0)
+
+
+def test_a_broker_that_lost_its_disk_takes_no_writes_into_a_twin(clusters):
+    # The leader's disk is lost: killed, its data directory gone, restarted
+    # on the same address. Producers that still name it leader reach it
+    # before it has read the cluster's topics from ZooKeeper (it serves
+    # before it connects). It auto-created the topic as an unreplicated one
+    # and acknowledged the writes, which never reached the real replicas:
+    # test_failover_history's wipe-follower lost 7,526 acknowledged
+    # messages that way. Now, until ZooKeeper can say whether the name is a
+    # replicated topic, the answer is "retry".
+    cluster = clusters("wiped", brokers=3, settings=REPLICATED)
+    create_replicated(cluster, "w", partitions=1, replication_factor=3,
+                      **{"min.insync.replicas": "2"})
+    wait_in_sync(cluster, "w", 0, {0, 1, 2})
+    leader = leader_of(cluster, "w", 0)
+    broker = cluster.brokers[leader]
+    broker.kill()
+    shutil.rmtree(broker.data_dir)
+    broker.start()
+    answers = []
+    with connect(broker.address) as conn:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            r = produce(conn, "w", 0, message_set([b"to-the-wiped-one"]), Acks.ALL)
+            answers.append(r.error)
+            assert r.error == ErrorCode.NOT_LEADER_FOR_PARTITION, r
+    assert len(answers) > 10
+    assert "holds an unreplicated topic" not in broker.tail_log(400)
+    # it follows the new leader and comes back in sync, with its copy the others'
+    new = wait_serving(cluster, "w", 0, not_on={leader}, timeout=30)
+    with connect(cluster.brokers[new].address) as conn:
+        wait_until(lambda: produce(conn, "w", 0, message_set([b"after"]), Acks.ALL).error ==
+                   ErrorCode.NONE, 30, interval=0.1, what="the new leader to take a write")
+    wait_in_sync(cluster, "w", 0, {0, 1, 2}, timeout=30)
+    assert_replicas_identical(cluster, "w", 0)
