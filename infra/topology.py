@@ -576,7 +576,9 @@ class Topology:
         """Every host of the network lab, datacenter by datacenter
         (docs/network-lab.md): its ZooKeeper members, brokers, load balancer,
         a client host; the mirrors in their target's datacenter; the
-        pipeline's services in the analysis datacenter (else the first)."""
+        pipeline's services in the analysis datacenter (else the first);
+        last, each cluster's schema registry (its REST API), so that the
+        hosts before keep their addresses."""
         slash24 = list(ipaddress.IPv4Network(self.network.subnet).subnets(new_prefix=24))
         clusters = self.clusters()
         names: dict[str, list[tuple[str, str]]] = {c.name: [] for c in clusters}
@@ -593,6 +595,8 @@ class Topology:
                                      for i in range(mirror.processes)]
         services_at = self.analysis.name if self.analysis else clusters[0].name
         names[services_at] += [(service, service) for service in NETWORK_SERVICES]
+        for cluster in clusters:
+            names[cluster.name].append((f"{cluster.name}.registry", "registry"))
         out = []
         for c, cluster in enumerate(clusters):
             base = slash24[c + 1].network_address + FIRST_HOST

@@ -44,6 +44,37 @@ def pytest_sessionstart(session):
                     "read its codec line", returncode=3)
 
 
+# Once pytest has printed its summary, the process must end: a thread or an
+# atexit hook that a failing test left waiting (a client of a ZooKeeper that
+# is gone) must not hold `make test` until CI's time runs out, which would
+# hide the summary's verdict. After this grace the process exits with
+# pytest's status, whatever still waits.
+EXIT_GRACE_S = int(os.environ.get("SAMSA_TEST_EXIT_GRACE_S", "120"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._samsa_exit_status = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    import sys
+    import threading
+
+    status = getattr(config, "_samsa_exit_status", None)
+    if status is None:
+        return
+
+    def give_up() -> None:
+        print(f"\n(tests/conftest.py: the process had not exited {EXIT_GRACE_S} s after the "
+              f"summary: something still waits; exiting with pytest's status {status})",
+              file=sys.stderr, flush=True)
+        os._exit(status)
+    watchdog = threading.Timer(EXIT_GRACE_S, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     # Keep each phase's report on the item, so fixtures can tell at teardown

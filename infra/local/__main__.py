@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "answering), then the monitoring: a lag service over every cluster and "
                     "Prometheus (Debian's prometheus) scraping every process with the alert "
                     "rules of infra/prometheus/alerts.yml, each on a free port that status "
-                    "shows. If anything fails, what was started is taken down and the "
+                    "shows (in the netns runtime, each in its host, on a fixed port). If anything fails, what was started is taken down and the "
                     "error shows the tail of the failing process's log. Refused when a lab "
                     "already runs in the state directory.")
     cli.add_settings_options(
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="leave the mirrors out (start only ZooKeeper, brokers, load balancers)")
     up.add_argument("--no-monitoring", action="store_true",
                     help="leave out the lag service and Prometheus (they run in the "
-                         "processes runtime only; --only leaves them out too)")
+                         "processes and netns runtimes; --only leaves them out too)")
     up.add_argument("--only", metavar="COMPONENT",
                     help="start one component of the topology in this state directory: "
                          "zookeeper, cluster:NAME (its brokers and load balancer) or "

@@ -35,6 +35,7 @@ import os
 import sys
 import time
 import urllib.request
+from typing import Callable
 
 from broker.service_kit import detached
 from broker.service_kit.detached import DetachedProcess
@@ -61,32 +62,36 @@ def airflow_bin() -> str:
 
 
 def settings(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
-             dags_folder: str = os.path.join(ROOT, "dags")) -> dict[str, str]:
+             dags_folder: str = os.path.join(ROOT, "dags"),
+             address: str = "127.0.0.1") -> dict[str, str]:
     """Airflow's and the DAGs' settings (environment variables), the same in
-    both runtimes but for where the DAGs are."""
+    both runtimes but for where the DAGs are; ``address``: where the API
+    server binds and is reached, and Spark's driver binds (a host of the
+    network lab: its own address)."""
     values = {
         "AIRFLOW_HOME": os.path.join(state_dir, "home"),
         "AIRFLOW__CORE__DAGS_FOLDER": dags_folder,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__HOST": address,
         "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__API__BASE_URL": f"http://{address}:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{address}:{port}/execution/",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "SAMSA_WAREHOUSE_CONFIG": os.path.abspath(warehouse_config),
-        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOCAL_IP": address,
     }
     if db_url:
         values["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
     return values
 
 
-def environment(state_dir: str, port: int, warehouse_config: str, db_url: str = "") -> dict:
+def environment(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
+                address: str = "127.0.0.1") -> dict:
     """The environment of this checkout's Airflow processes."""
     env = dict(os.environ)
-    env.update(settings(state_dir, port, warehouse_config, db_url))
+    env.update(settings(state_dir, port, warehouse_config, db_url, address=address))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     return env
 
@@ -172,13 +177,15 @@ def _dags_parsed(cli: list[str], env: dict) -> bool:
 
 class _Runner:
     """How ``up`` runs an airflow command: this checkout's, or in a container
-    of the analysis image (``docker`` set)."""
+    of the analysis image (``docker`` set); ``enter``: what makes a command
+    run in a host of the network lab (its network namespace), or None."""
 
     def __init__(self, state_dir: str, port: int, warehouse_config: str, db_url: str,
-                 docker: Docker | None = None) -> None:
-        self.state_dir, self.docker = state_dir, docker
+                 docker: Docker | None = None, address: str = "127.0.0.1",
+                 enter: Callable[[list[str]], list[str]] | None = None) -> None:
+        self.state_dir, self.docker, self.enter = state_dir, docker, enter
         if docker is None:
-            self.env = environment(state_dir, port, warehouse_config, db_url)
+            self.env = environment(state_dir, port, warehouse_config, db_url, address)
         else:
             self.env = docker.env               # the docker client's
             self.container_env = container_environment(state_dir, port, warehouse_config, db_url)
@@ -190,7 +197,8 @@ class _Runner:
     def command(self, name: str, args: list[str]) -> list[str]:
         """``airflow ARGS``, the one called ``name`` (its container's name)."""
         if self.docker is None:
-            return [airflow_bin(), *args]
+            command = [airflow_bin(), *args]
+            return self.enter(command) if self.enter else command
         return self.docker.run_command(self.container(name), IMAGES["analysis"],
                                        ["airflow", *args], state_dir=self.state_dir,
                                        env=self.container_env, mounts=self.mounts)
@@ -205,10 +213,15 @@ class _Runner:
 
 
 def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
-       timeout: float = 180.0, say=print, runtime: str = "processes") -> dict:
+       timeout: float = 180.0, say=print, runtime: str = "processes",
+       address: str = "127.0.0.1",
+       enter: Callable[[list[str]], list[str]] | None = None) -> dict:
     """Start Airflow (see the module's docstring) and wait until its UI
     answers and the DAGs are parsed; the state file's content (the
-    processes' records as dicts)."""
+    processes' records as dicts). ``address`` and ``enter``: a host of the
+    network lab (Lab.start_airflow): every process runs in its network
+    namespace (``enter(command)``), the UI binds its address; processes
+    runtime only."""
     import subprocess
     state_dir = os.path.abspath(state_dir)
     existing = read(state_dir)
@@ -217,6 +230,8 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
                                 f"(make airflow-down first)")
     if runtime not in RUNTIMES:
         raise AirflowStackError(f"runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
+    if enter is not None and runtime != "processes":
+        raise AirflowStackError("Airflow runs in a host of the network lab as processes only")
     docker = None
     if runtime == "containers":
         try:
@@ -226,7 +241,7 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
         except ContainerError as exc:
             raise AirflowStackError(str(exc)) from None
     os.makedirs(os.path.join(state_dir, "logs"), exist_ok=True)
-    runner = _Runner(state_dir, port, warehouse_config, db_url, docker)
+    runner = _Runner(state_dir, port, warehouse_config, db_url, docker, address, enter)
     t0 = time.monotonic()
     try:
         migrate = subprocess.run(runner.command("db-migrate", ["db", "migrate"]),
@@ -243,11 +258,11 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
     records = []
     for name in SERVICES:
         log_path = os.path.join(state_dir, "logs", f"{name}.log")
-        command = runner.command(name, [name] + (["--port", str(port), "--host", "127.0.0.1"]
+        command = runner.command(name, [name] + (["--port", str(port), "--host", address]
                                                  if name == "api-server" else []))
         proc = SupervisedProcess(name, command, log_path, cwd=state_dir, env=runner.env).start()
         records.append(DetachedProcess.of(proc, container=runner.container(name)))
-    fields = {"url": f"http://127.0.0.1:{port}", "port": port,
+    fields = {"url": f"http://{address}:{port}", "port": port,
               "warehouse_config": os.path.abspath(warehouse_config), "runtime": runtime,
               "docker_host": docker.host if docker else None}
     detached.write_state(os.path.join(state_dir, STATE_FILE), records, **fields)

@@ -66,7 +66,10 @@ itself (its ``zoo.cfg`` is written by the image into ``zookeeper/zk-<id>/conf``)
 a process of the state file is the docker client, and ``down`` also removes
 every container labelled with the state directory (a docker client killed
 with SIGKILL leaves its container running). The monitoring runs in the
-processes runtime only (``up`` leaves it out, with a warning, in containers).
+processes and netns runtimes (``up`` leaves it out, with a warning, in
+containers); in the netns runtime each service is in a host of its own
+(docs/network-lab.md), Airflow too (``start_airflow``: ``airflow/``, its
+state, logs and SQLite database, and ``warehouse/``, the loader's output).
 
 Linux only (it reads /proc). Not thread-safe: drive a Lab from one thread.
 """
@@ -74,6 +77,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import dataclasses
 import logging
 import os
@@ -93,7 +97,7 @@ from broker.service_kit import detached, settings
 from broker.service_kit.detached import DetachedProcess
 from broker.service_kit.ports import NoFreePorts, busy_among, free_base_port, free_ports
 from broker.service_kit.process import SupervisedProcess, tail, wait_until
-from infra.local import daemon, haproxy, prometheus
+from infra.local import airflow_stack, daemon, haproxy, prometheus
 from infra.local.container_runtime import (HAPROXY_CONFIG, IMAGES, RUNTIMES, ContainerError,
                                            Docker, Mount, container_name, engine_host)
 from infra.local.metrics import scrape
@@ -132,6 +136,14 @@ class ProcessRecord(DetachedProcess):
 
 #: the audit service's HTTP port on the ``audit`` host (netns runtime: start_audit)
 AUDIT_PORT = 8090
+#: Airflow's UI and REST API on the ``airflow`` host (netns runtime: start_airflow)
+AIRFLOW_PORT = 8080
+#: in the netns runtime, where each service listens on its host's address:
+#: a cluster's schema registry on ``<cluster>.registry`` (Confluent's port),
+#: the lag service on ``lag`` (Burrow's), Prometheus on ``prometheus``
+REGISTRY_PORT = 8081
+LAG_PORT = 8000
+PROMETHEUS_PORT = 9090
 #: where the lab's processes run: this checkout's processes, the project's
 #: images as containers, or processes each in a network namespace of its host
 LAB_RUNTIMES = (*RUNTIMES, "netns")
@@ -496,17 +508,17 @@ class Lab:
                 self._start_zookeeper(timeout)
                 self._start_brokers(timeout)
                 self._start_load_balancers(timeout)
-                if self.runtime == "processes":
+                if self.runtime in ("processes", "netns"):
                     self._start_schema_registries(timeout)
                 else:
                     log.warning("the schema registries' REST API runs in the processes "
-                                "runtime only: left out (each cluster's registry is in its "
-                                "ZooKeeper all the same)")
+                                "and netns runtimes only: left out (each cluster's registry "
+                                "is in its ZooKeeper all the same)")
                 if mirrors:
                     self._start_mirrors(timeout)
-                if monitoring and self.runtime != "processes":
+                if monitoring and self.runtime == "containers":
                     log.warning("the monitoring (lag service, Prometheus) runs in the "
-                                "processes runtime only: left out")
+                                "processes and netns runtimes only: left out")
                 elif monitoring:
                     self.start_monitoring(timeout=timeout)
             elif component[0] == "zookeeper":
@@ -876,15 +888,20 @@ class Lab:
 
     def _start_schema_registries(self, timeout: float) -> None:
         """Each cluster's schema registry (in its ZooKeeper) served over
-        Confluent's REST API (``python -m schemas serve``), on a free port."""
+        Confluent's REST API (``python -m schemas serve``), on a free port;
+        in the netns runtime in the cluster's host ``<cluster>.registry``,
+        on its address and port ``REGISTRY_PORT``."""
         t = self.topology
         clusters = [c.name for c in t.clusters()]
-        for cluster, port in zip(clusters, free_ports(len(clusters), t.host)):
+        ports = [REGISTRY_PORT] * len(clusters) if self.runtime == "netns" else \
+            free_ports(len(clusters), t.host)
+        for cluster, port in zip(clusters, ports):
+            host = f"{cluster}.registry"
             self._launch(f"registry-{cluster}", "schema-registry",
                          [self.python, "-m", "schemas", "--registry",
                           f"zookeeper://{self.zookeeper_connect(cluster)}", "serve",
-                          "--host", t.host, "--port", str(port)],
-                         {"http": port}, cluster=cluster)
+                          "--host", t.address_of(host), "--port", str(port)],
+                         {"http": port}, cluster=cluster, host=host)
         self._wait_ready("its REST API (/config)",
                          [f"registry-{c}" for c in clusters],
                          lambda name: daemon.answers(f"{self.schema_registry_url(name[9:])}"
@@ -950,20 +967,86 @@ class Lab:
             return None
         return f"http://{self.topology.address_of('audit')}:{record.ports['http']}"
 
+    def start_airflow(self, sensor_poke_s: float = 5.0, sensor_timeout_s: float = 900.0,
+                      timeout: float = 300.0) -> str:
+        """A real Airflow with the project's DAGs (infra/local/airflow_stack.py)
+        in the netns runtime, all in the analysis datacenter's ``airflow``
+        host: its API server (the UI and REST API on the host's port
+        ``AIRFLOW_PORT``), scheduler, DAG processor and triggerer, and the
+        tasks they run (the loader's spark-submit, whose driver binds the
+        host's address). The DAGs' settings (``airflow/warehouse.toml``)
+        name the analysis cluster's ZooKeeper at its address in the lab, the
+        audit service in the ``audit`` host (start_audit first) and the
+        output ``warehouse/`` under the state directory. State, logs and
+        database (SQLite) in ``airflow/``; ``down`` stops it first. Returns
+        the UI's URL; the login is ``admin`` with the password in
+        ``airflow_stack.password(lab.path("airflow"))``."""
+        if self.runtime != "netns":
+            raise LabError("start_airflow runs Airflow in the netns runtime; in the processes "
+                           "runtime `make airflow-up` or the pipeline starts it")
+        t = self.topology
+        if t.analysis is None:
+            raise LabError("Airflow runs in the analysis datacenter: the topology has none")
+        audit = self.audit_url()
+        if audit is None:
+            raise LabError("warehouse_load waits on the audit: start_audit first")
+        directory = self.path("airflow")
+        os.makedirs(directory, exist_ok=True)
+        config = os.path.join(directory, "warehouse.toml")
+        with open(config, "w") as f:
+            f.write(f"""[loader]
+zookeeper = {json.dumps(self.zookeeper_connect(t.analysis.name))}
+output = {json.dumps(self.path("warehouse"))}
+master = "local[2]"
+cluster_name = {json.dumps(t.analysis.name)}
+progress_interval_s = 5.0
+
+[warehouse]
+audit_url = {json.dumps(audit)}
+sensor_poke_s = {float(sensor_poke_s)}
+sensor_timeout_s = {float(sensor_timeout_s)}
+retries = 2
+retry_delay_s = 5.0
+max_retry_delay_s = 30.0
+""")
+        try:
+            state = airflow_stack.up(
+                directory, AIRFLOW_PORT, config, timeout=timeout, address=t.address_of("airflow"),
+                enter=lambda command: network_control.enter_command(self.state_dir, "airflow",
+                                                                    command),
+                say=lambda text: log.info("airflow: %s", text))
+        except airflow_stack.AirflowStackError as exc:
+            raise LabError(f"Airflow in host airflow: {exc}") from None
+        return state["url"]
+
+    def airflow_url(self) -> str | None:
+        """The URL of the Airflow the lab runs (start_airflow), None when none runs."""
+        try:
+            state = airflow_stack.read(self.path("airflow"))
+        except airflow_stack.AirflowStackError:
+            return None
+        return state[0]["url"] if state and any(r.alive() for r in state[1]) else None
+
     def schema_registry_url(self, cluster: str) -> str | None:
         """The REST API of ``cluster``'s schema registry, None when the lab runs none."""
         record = self.records.get(f"registry-{cluster}")
-        return f"http://{self.topology.host}:{record.ports['http']}" if record else None
+        if record is None:
+            return None
+        return f"http://{self.topology.address_of(f'{cluster}.registry')}:{record.ports['http']}"
 
     def start_monitoring(self, extra_jobs: tuple[prometheus.ScrapeJob, ...] = (),
                          timeout: float = 60.0) -> str:
         """Start the lag service (every cluster of the topology) and then
         Prometheus, scraping the brokers, the mirrors and schema registries
-        the lab runs, the lag service and ``extra_jobs`` (services the lab does not run), with the
-        repository's alert rules; each on a free port, waited for. Returns
-        Prometheus's URL. Processes runtime only."""
-        if self.runtime != "processes":
-            raise LabError("the monitoring runs in the processes runtime only")
+        the lab runs, the lag service and ``extra_jobs`` (services the lab
+        does not run), with the repository's alert rules; each on a free
+        port, waited for. In the netns runtime each in its host of the
+        analysis datacenter, ``lag`` (port ``LAG_PORT``) and ``prometheus``
+        (``PROMETHEUS_PORT``), Prometheus scraping every target at its
+        host's address across the lab's links. Returns Prometheus's URL.
+        Not in the containers runtime."""
+        if self.runtime == "containers":
+            raise LabError("the monitoring runs in the processes and netns runtimes only")
         if any(r.role in ("lag", "prometheus") for r in self.records.values()):
             raise LabError(f"the monitoring already runs in {self.state_dir}")
         try:
@@ -972,25 +1055,30 @@ class Lab:
         except prometheus.PrometheusError as exc:
             raise LabError(str(exc)) from None
         t = self.topology
-        lag_port, web_port = free_ports(2, t.host)
+        if self.runtime == "netns":
+            lag_port, web_port = LAG_PORT, PROMETHEUS_PORT
+        else:
+            lag_port, web_port = free_ports(2, t.host)
+        lag_host, web_host = t.address_of("lag"), t.address_of("prometheus")
         path = self.path("lag", "lag.toml")
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        config = dataclasses.replace(lag_config(t, lag_port), http_host=lag_host)
         with open(path, "w") as f:
-            f.write(settings.to_toml(lag_config(t, lag_port)))
-        log.info("starting the lag service on http://%s:%d/", t.host, lag_port)
+            f.write(settings.to_toml(config))
+        log.info("starting the lag service on http://%s:%d/", lag_host, lag_port)
         self._launch("lag", "lag", [self.python, "-m", "broker.lag", "--config", path],
                      {"http": lag_port})
         self._wait_ready("its /healthz (a first evaluation)", ["lag"],
-                         lambda _: daemon.answers(f"http://{t.host}:{lag_port}/healthz"),
+                         lambda _: daemon.answers(f"http://{lag_host}:{lag_port}/healthz"),
                          timeout)
         jobs = [prometheus.broker_job(t)]
         if any(r.role == "mirror" for r in self.records.values()):
             jobs.append(prometheus.mirror_job(t))
-        registries = [(r.cluster, f"{t.host}:{r.ports['http']}") for r in self.records.values()
-                      if r.role == "schema-registry"]
+        registries = [(r.cluster, f"{t.address_of(f'{r.cluster}.registry')}:{r.ports['http']}")
+                      for r in self.records.values() if r.role == "schema-registry"]
         if registries:
             jobs.append(prometheus.schema_registry_job(registries))
-        jobs += [prometheus.single_job(prometheus.LAG_JOB, f"{t.host}:{lag_port}"),
+        jobs += [prometheus.single_job(prometheus.LAG_JOB, f"{lag_host}:{lag_port}"),
                  *extra_jobs]
         directory = self.path("prometheus")
         os.makedirs(os.path.join(directory, "data"), exist_ok=True)
@@ -1001,11 +1089,11 @@ class Lab:
             prometheus.check_config(config)
         except prometheus.PrometheusError as exc:
             raise LabError(str(exc)) from None
-        url = f"http://{t.host}:{web_port}"
+        url = f"http://{web_host}:{web_port}"
         log.info("starting Prometheus on %s/", url)
         self._launch("prometheus", "prometheus",
                      prometheus.command(config, os.path.join(directory, "data"),
-                                        f"{t.host}:{web_port}"),
+                                        f"{web_host}:{web_port}"),
                      {"web": web_port}, cwd=directory)
         expected = sum(len(job.targets) for job in jobs)
 
@@ -1025,7 +1113,8 @@ class Lab:
     def prometheus_url(self) -> str | None:
         """The URL of the lab's Prometheus, None when the lab runs none."""
         record = self.records.get("prometheus")
-        return f"http://{self.topology.host}:{record.ports['web']}" if record else None
+        return (f"http://{self.topology.address_of('prometheus')}:{record.ports['web']}"
+                if record else None)
 
     def _mirror_hint(self, name: str) -> str:
         if "No module named mirror.__main__" in tail(self.records[name].log, 200):
@@ -1043,6 +1132,13 @@ class Lab:
         logs and data. Returns the names of the processes that were still
         running."""
         was_running = [name for name in self.records if self.alive(name)]
+        if os.path.exists(self.path("airflow", airflow_stack.STATE_FILE)):
+            # Airflow (start_airflow) first: its tasks use everything else
+            try:
+                airflow_stack.down(self.path("airflow"), timeout=timeout,
+                                   say=lambda text: log.info("airflow: %s", text))
+            except airflow_stack.AirflowStackError as exc:
+                raise LabError(f"stopping Airflow: {exc}") from None
         for roles in STOP_ORDER:
             names = [n for n, r in self.records.items() if r.role in roles and self._leftovers(n)]
             if names:

@@ -76,7 +76,8 @@ class ScrapeJob:
 
 def broker_job(topology: Topology) -> ScrapeJob:
     """Every broker of every cluster whose metrics are on."""
-    targets = [ScrapeTarget(f"{topology.host}:{port}", (("cluster", c.name), ("broker", str(i))))
+    targets = [ScrapeTarget(f"{topology.address_of(f'{c.name}.broker-{i}')}:{port}",
+                            (("cluster", c.name), ("broker", str(i))))
                for c in topology.clusters()
                for i, port in enumerate(topology.broker_metrics_ports(c.name)) if port != -1]
     return ScrapeJob(BROKER_JOB, tuple(targets))
@@ -84,7 +85,8 @@ def broker_job(topology: Topology) -> ScrapeJob:
 
 def mirror_job(topology: Topology) -> ScrapeJob:
     """Every process of every mirror whose metrics are on."""
-    targets = [ScrapeTarget(f"{topology.host}:{port}", (("mirror", m.name), ("process", str(i))))
+    targets = [ScrapeTarget(f"{topology.address_of(f'{m.name}.mirror-{i}')}:{port}",
+                            (("mirror", m.name), ("process", str(i))))
                for m in topology.mirrors
                for i, port in enumerate(topology.mirror_metrics_ports(m.name)) if port != -1]
     return ScrapeJob(MIRROR_JOB, tuple(targets))

@@ -165,7 +165,9 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
       its scrape targets (how many, how many up, which are down) and the
       alerts pending or firing (name, state, labels), as its API tells
       them (infra/local/prometheus.py's summary; ``error`` when it does not
-      answer).
+      answer);
+    * ``airflow`` (netns runtime, when Lab.start_airflow started one): the
+      URL of its UI in the ``airflow`` host.
     """
     t = env.topology
     runtimes = sorted({lab.runtime for lab in env.labs}) or ["processes"]
@@ -186,10 +188,13 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
     out["schema_registries"] = {}
     for lab in env.labs:
         out["schema_registries"].update({
-            r.cluster: f"http://{t.host}:{r.ports['http']}/" for r in lab.records.values()
+            r.cluster: f"{lab.schema_registry_url(r.cluster)}/" for r in lab.records.values()
             if r.role == "schema-registry"})
         if "lag" in lab.records:
-            out["lag_service"] = f"http://{t.host}:{lab.records['lag'].ports['http']}/"
+            out["lag_service"] = (f"http://{lab.topology.address_of('lag')}:"
+                                  f"{lab.records['lag'].ports['http']}/")
+        if lab.runtime == "netns" and lab.airflow_url():
+            out["airflow"] = lab.airflow_url() + "/"
         if lab.prometheus_url():
             out["prometheus"] = prometheus.summary(lab.prometheus_url())
     for service in env.services:

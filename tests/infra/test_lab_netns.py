@@ -101,3 +101,59 @@ def test_down_leaves_no_namespace_cable_or_process(tmp_path):
     assert not os.path.exists(f"/sys/class/net/samsa{lab_id(state_dir)}")
     assert not [pid for pid in holders if os.path.exists(f"/proc/{pid}")]
     assert processes_mentioning(state_dir) == []
+
+
+def test_registries_lag_service_and_prometheus_run_in_hosts_of_their_own(tmp_path):
+    # Each cluster's schema registry (Confluent's REST API) in its
+    # <cluster>.registry host, the lag service in `lag`, Prometheus in
+    # `prometheus`, each bound to its host's address (not this machine's
+    # loopback); Prometheus scrapes every broker, the mirror, the
+    # registries and the lag service at their hosts' addresses across the
+    # lab's links, and finds them all up.
+    import json
+    import urllib.request
+
+    from infra.local import prometheus
+    topology = dataclasses.replace(
+        small_topology(dc_brokers=1, analysis_brokers=1, mirror=True),
+        network=NetworkSpec(subnet="10.92.0.0/16",
+                            links=(LinkSpec(("dc-a", "analysis"), rtt_ms=10),)))
+    state_dir = str(tmp_path / "lab")
+    lab = Lab(topology, state_dir, runtime="netns")
+    lab.up(timeout=90, monitoring=True)
+    try:
+        hosts = control.hosts(state_dir)["hosts"]
+        for cluster in ("dc-a", "analysis"):
+            address = hosts[f"{cluster}.registry"]["address"]
+            url = lab.schema_registry_url(cluster)
+            assert url == f"http://{address}:8081"
+            with urllib.request.urlopen(f"{url}/config", timeout=10) as r:
+                assert "compatibilityLevel" in json.load(r)
+        status = lab.status()
+        assert status["schema_registries"] == {
+            c: f"{lab.schema_registry_url(c)}/" for c in ("dc-a", "analysis")}
+        assert status["lag_service"] == f"http://{hosts['lag']['address']}:8000/"
+        url = lab.prometheus_url()
+        assert url == f"http://{hosts['prometheus']['address']}:9090"
+        # every process in the namespace of its host
+        for name, host in (("registry-dc-a", "dc-a.registry"), ("lag", "lag"),
+                           ("prometheus", "prometheus")):
+            assert os.readlink(f"/proc/{lab.records[name].pid}/ns/net") == \
+                os.readlink(f"/proc/{hosts[host]['pid']}/ns/net"), name
+        # nothing listens on this machine's loopback for them
+        with pytest.raises(OSError):
+            urllib.request.urlopen("http://127.0.0.1:9090/-/ready", timeout=2)
+
+        def all_up() -> bool:
+            targets = prometheus.targets(url)
+            return bool(targets) and all(t["health"] == "up" for t in targets)
+        assert wait_until(all_up, 60, interval=1), prometheus.targets(url)
+        scraped = {t["labels"]["job"] for t in prometheus.targets(url)}
+        assert {prometheus.BROKER_JOB, prometheus.MIRROR_JOB, prometheus.SCHEMA_REGISTRY_JOB,
+                prometheus.LAG_JOB} <= scraped
+        addresses = {t["scrapeUrl"].split("/")[2].split(":")[0]
+                     for t in prometheus.targets(url)}
+        assert all(a.startswith("10.92.") for a in addresses), addresses
+    finally:
+        lab.down(timeout=20)
+    assert processes_mentioning(state_dir) == []

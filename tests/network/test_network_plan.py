@@ -30,9 +30,14 @@ def test_every_host_of_the_lab_has_an_address_in_its_datacenters_slash_24():
         assert host.address in plan.datacenter(host.datacenter).subnet
         assert len(host.cable) <= 15
     assert {h.name for h in plan.hosts_in("dc-a")} == {
-        "dc-a.zookeeper-1", "dc-a.broker-0", "dc-a.broker-1", "dc-a.haproxy", "dc-a.client"}
+        "dc-a.zookeeper-1", "dc-a.broker-0", "dc-a.broker-1", "dc-a.haproxy", "dc-a.client",
+        "dc-a.registry"}
     assert {h.role for h in plan.hosts_in("analysis")} >= {"mirror", "audit", "airflow",
-                                                           "zookeeper", "broker", "client"}
+                                                           "zookeeper", "broker", "client",
+                                                           "registry"}
+    # each datacenter's registry comes last: the hosts before keep their addresses
+    assert [h.name for h in plan.hosts_in("dc-a")][-1] == "dc-a.registry"
+    assert str(plan.host("dc-a.client").address) == "10.77.1.14"
     assert plan.root_address == ipaddress.IPv4Address("10.77.0.2")
     assert len(plan.root_cable) <= 15
 
