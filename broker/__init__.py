@@ -4,6 +4,7 @@
 * storage/: partition logs on disk (segments, the log manager, drop-behind);
 * server/: the broker process (asyncio server, flusher, metrics);
 * client/: producer, consumers, admin (the codec, never the server);
+* security/: access control entries and their decisions (pure; docs/security.md);
 * coordination/: ZooKeeper (registration, cluster view, groups, offsets) and
   the one named-cluster type (named_cluster.py);
 * lag/: consumer lag judged as Burrow does, and the lag service

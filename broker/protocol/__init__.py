@@ -6,5 +6,6 @@ server, the storage or the clients.
 * framing.py: length-prefixed frames in and out;
 * api.py: requests and responses, encoded and decoded;
 * errors.py: error codes and the codec's exceptions;
+* scram.py: SCRAM-SHA-512's exchange (client and server) and stored credential;
 * _speedups.c: the optional C accelerator of message.py (walk, decode).
 """
