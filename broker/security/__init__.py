@@ -3,7 +3,12 @@ no sockets and no ZooKeeper here, so the server, the clients and the tools
 share one meaning of each control.
 
 * acl.py: access control entries (principal, operation, resource pattern,
-  allow or deny) and the Authorizer's decision, deny winning.
+  allow or deny) and the Authorizer's decision, deny winning;
+* tls.py: TLS settings, the server's and client's contexts (strict
+  defaults), reloaded when their files change, and the principal a client
+  certificate names;
+* ca.py: a certificate authority of one's own (the lab, the demo, tests):
+  a CA and certificates it issues per host.
 
 (SCRAM-SHA-512's exchange is a part of the wire protocol: broker/protocol/scram.py.)
 """
