@@ -79,7 +79,7 @@ def stop_at_exit(client: KazooClient) -> None:
 
     def stop() -> None:
         alive = ref()
-        if alive is not None and not alive._stopped.is_set():
+        if alive is not None:       # (stopping a stopped client does nothing)
             try:
                 alive.stop()
             except Exception:   # noqa: BLE001 - exiting: nothing more to do about it
