@@ -63,6 +63,20 @@ class BrokerConfig:
     -1: the kernel's autotuning, up to net.ipv4.tcp_wmem's maximum. A consumer
     across a WAN receives at most this much per round trip: a fixed buffer
     smaller than the link's bandwidth x round trip caps it."""
+    tls_port: int = -1
+    """Port of a TLS listener beside the plaintext one (both serve the same
+    protocol: a migration runs them side by side); -1: none, 0 picks a free
+    port. Fetches on it are encrypted in user space (no sendfile)."""
+    tls_cert_file: str = ""
+    """This broker's certificate (PEM) for tls_port; a renewal in place is
+    taken by the next connection."""
+    tls_key_file: str = ""
+    """The key of tls_cert_file (PEM)."""
+    tls_ca_file: str = ""
+    """The authorities trusted for clients' certificates (tls_client_auth)."""
+    tls_client_auth: str = "none"
+    """Whether the TLS listener asks clients for a certificate: "none",
+    "optional" (checked when sent) or "required"."""
     max_queued_requests_per_connection: int = 1000
     """Stop reading a connection while more than this many of its requests
     wait for their reply (parked long-poll fetches included); resume once half
@@ -129,6 +143,16 @@ class BrokerConfig:
     """Defaults for every partition log; topics may override them."""
 
     def __post_init__(self) -> None:
+        if not -1 <= self.tls_port <= 65535:
+            raise ConfigError(f"tls_port must be -1..65535, got {self.tls_port}")
+        if self.tls_port >= 0 and not (self.tls_cert_file and self.tls_key_file):
+            raise ConfigError("tls_port needs tls_cert_file and tls_key_file")
+        if self.tls_client_auth not in ("none", "optional", "required"):
+            raise ConfigError(f"tls_client_auth must be none, optional or required, not "
+                              f"{self.tls_client_auth!r}")
+        if self.tls_client_auth != "none" and not self.tls_ca_file:
+            raise ConfigError("tls_client_auth needs tls_ca_file: the authorities its "
+                              "clients' certificates are checked against")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if not -1 <= self.metrics_port <= 65535:

@@ -1,6 +1,8 @@
 """Topic administration and offset look-ups against one broker."""
 from __future__ import annotations
 
+import ssl
+
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
 
@@ -13,9 +15,11 @@ class AdminClient:
     Not thread-safe: one thread per client."""
 
     def __init__(self, bootstrap: str, client_id: str = "samsa-admin",
-                 request_timeout: float = 30.0) -> None:
+                 request_timeout: float = 30.0, tls: "ssl.SSLContext | None" = None) -> None:
+        """``tls``: a client context, for a broker's TLS listener."""
         host, port = parse_address(bootstrap)
-        self.conn = BrokerConnection(host, port, client_id, request_timeout=request_timeout)
+        self.conn = BrokerConnection(host, port, client_id, request_timeout=request_timeout,
+                                     tls=tls)
 
     def create_topic(self, name: str, partitions: int,
                      config: dict[str, str] | None = None) -> None:

@@ -8,6 +8,7 @@ another calls ``receive`` (sends hold a lock); other use is single-threaded.
 from __future__ import annotations
 
 import select
+import ssl
 import socket
 import struct
 import threading
@@ -51,11 +52,14 @@ class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str = "samsa-python",
                  connect_timeout: float = 10.0, request_timeout: float | None = 30.0,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-                 receive_buffer_bytes: int = 1 << 20) -> None:
+                 receive_buffer_bytes: int = 1 << 20,
+                 tls: "ssl.SSLContext | None" = None) -> None:
         """``receive_buffer_bytes``: SO_RCVBUF; -1 leaves the kernel's
         autotuning on (up to net.ipv4.tcp_rmem's maximum), which a reader
         across a WAN needs: a fixed buffer caps what it receives per round
-        trip."""
+        trip. ``tls``: a client context (broker/security/tls.py's
+        ``client_context``) for a broker's TLS listener: the broker's
+        certificate and host name are checked at connect."""
         self.host = host
         self.receive_buffer_bytes = receive_buffer_bytes
         self.port = port
@@ -69,6 +73,7 @@ class BrokerConnection:
         self._next_correlation_id = 0
         self._pending: deque[tuple[int, int]] = deque()   # (correlation id, api key)
         self._send_lock = threading.Lock()
+        self.tls = tls
 
     @property
     def address(self) -> str:
@@ -89,6 +94,19 @@ class BrokerConnection:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.receive_buffer_bytes > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+        if self.tls is not None:
+            try:
+                sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+            except ssl.SSLCertVerificationError as exc:
+                sock.close()
+                raise BrokerConnectionError(
+                    f"TLS with broker {self.address}: its certificate is not trusted "
+                    f"({exc.verify_message})") from None
+            except (ssl.SSLError, OSError) as exc:
+                sock.close()
+                raise BrokerConnectionError(
+                    f"TLS with broker {self.address} failed: {exc} (is it the broker's TLS "
+                    f"port?)") from None
         sock.settimeout(self.request_timeout)
         self._sock = sock
         self.connected_at = time.monotonic()
@@ -192,6 +210,8 @@ class BrokerConnection:
             return True
         if self._sock is None:
             return True      # receive() will say what is wrong
+        if self.tls is not None and self._sock.pending():
+            return True      # decrypted already: select cannot see it
         try:
             readable, _, _ = select.select([self._sock], [], [], max(0.0, timeout))
         except (OSError, ValueError):

@@ -34,6 +34,8 @@ from broker.protocol.errors import CorruptMessageError, ErrorCode, ProtocolError
 from broker.protocol.message import (Message, decode_message_set, scan_valid_prefix,
                                      walk_message_set, whole_messages_length)
 
+from broker.security.tls import TlsClientSettings, client_context_of
+
 from .backoff import Backoff
 from .connection import BrokerConnection, BrokerConnectionError, parse_address
 from .errors import CorruptDataError, InvalidOffsetError
@@ -59,7 +61,7 @@ class RawChunk(NamedTuple):
 
 
 @dataclass(frozen=True)
-class ConsumerConfig:
+class ConsumerConfig(TlsClientSettings):
     bootstrap: str = "127.0.0.1:9092"
     """Broker address host:port."""
     client_id: str = "samsa-consumer"
@@ -151,7 +153,8 @@ class Consumer:
         host, port = parse_address(config.bootstrap)
         self.conn = BrokerConnection(host, port, config.client_id,
                                      request_timeout=config.request_timeout_ms / 1000,
-                                     receive_buffer_bytes=config.receive_buffer_bytes)
+                                     receive_buffer_bytes=config.receive_buffer_bytes,
+                                     tls=client_context_of(config))
         self._positions: dict[TopicPartition, int] = {}
         self._fetch_sizes: dict[TopicPartition, int] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}

@@ -39,6 +39,7 @@ Locking: ``_cond`` guards ``_due`` and the writes of ``_counts`` (reads of
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 
@@ -53,8 +54,10 @@ log = logging.getLogger(__name__)
 
 class PartitionCounts:
     def __init__(self, bootstrap: str, client_id: str, request_timeout: float,
-                 max_age_ms: int, retry_ms: int, retry_max_ms: int) -> None:
+                 max_age_ms: int, retry_ms: int, retry_max_ms: int,
+                 tls: "ssl.SSLContext | None" = None) -> None:
         self.bootstrap = bootstrap
+        self.tls = tls
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.max_age = max_age_ms / 1000
@@ -140,7 +143,8 @@ class PartitionCounts:
         with ``_asking``; raises when the request fails."""
         if self._closed:
             raise BrokerConnectionError("the producer is closed: no partition counts to ask")
-        self._admin = AdminClient(self.bootstrap, self.client_id, self.request_timeout)
+        self._admin = AdminClient(self.bootstrap, self.client_id, self.request_timeout,
+                                  tls=self.tls)
         try:
             response = self._admin.metadata(topics)
         finally:                     # close() may have closed it already: closing is idempotent

@@ -57,6 +57,7 @@ from broker.protocol.api import Acks
 from broker.protocol.compression import Codec
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.message import compress_message_set, encode_message_set, encode_values
+from broker.security.tls import TlsClientSettings, client_context_of
 
 from .backoff import Backoff
 from .connection import BrokerConnection, BrokerConnectionError, parse_address
@@ -75,7 +76,7 @@ _SINGLES_PER_WRITE = 8192      # ~2 MB of 200-byte messages per write on the bat
 
 
 @dataclass(frozen=True)
-class ProducerConfig:
+class ProducerConfig(TlsClientSettings):
     bootstrap: str = "127.0.0.1:9092"
     """Broker (or load balancer) address host:port."""
     client_id: str = "samsa-producer"
@@ -182,14 +183,16 @@ class Producer:
         self._acks = config.acks_mode
         self._codec = Codec.from_name(config.compression)
         host, port = parse_address(config.bootstrap)
+        tls = client_context_of(config)
         self.conn = BrokerConnection(host, port, config.client_id,
-                                     request_timeout=config.request_timeout_ms / 1000)
+                                     request_timeout=config.request_timeout_ms / 1000, tls=tls)
         self._leader = leader
         self._encoder = api.ProduceFrameEncoder(config.client_id, self._acks,
                                                 config.request_timeout_ms)
         self._partition_counts = PartitionCounts(
             config.bootstrap, config.client_id, config.request_timeout_ms / 1000,
-            config.metadata_max_age_ms, config.retry_backoff_ms, config.retry_backoff_max_ms)
+            config.metadata_max_age_ms, config.retry_backoff_ms, config.retry_backoff_max_ms,
+            tls=tls)
         self._sticky = StickyPartitioner() if config.partitioner == "sticky" else None
         # batch_size 1, acks=none, no linger, no compression: gather the
         # messages per partition (Batch.singles); each still its own request

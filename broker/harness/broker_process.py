@@ -31,11 +31,19 @@ class BrokerProcess:
         self.log_path = log_path or data_dir.rstrip("/") + ".log"
         self.port: int | None = None
         self.metrics_port: int | None = None
+        self.tls_port: int | None = None       # with the setting tls_port (kept on restarts)
         self.process: SupervisedProcess | None = None
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def tls_address(self) -> str:
+        """The TLS listener's (the setting tls_port)."""
+        if not self.tls_port:
+            raise RuntimeError("this broker has no TLS listener (settings: tls_port)")
+        return f"127.0.0.1:{self.tls_port}"
 
     @property
     def proc(self) -> subprocess.Popen | None:
@@ -49,7 +57,10 @@ class BrokerProcess:
                "--metrics-port", str(self.metrics_port if self.metrics_port else
                                      self.requested_metrics_port),
                "--log-format", "json"]
-        for key, value in self.settings.items():
+        settings = dict(self.settings)
+        if self.tls_port:
+            settings["tls_port"] = self.tls_port    # a restart binds the same TLS port
+        for key, value in settings.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd
 
@@ -60,6 +71,7 @@ class BrokerProcess:
             event = json.loads(line)
             self.port = int(event["port"])
             self.metrics_port = event.get("metrics_port")
+            self.tls_port = event.get("tls_port")
         except (ValueError, KeyError):
             return False
         return True

@@ -76,6 +76,31 @@ def client_context(settings: TlsSettings) -> ssl.SSLContext:
     return context
 
 
+@dataclass(frozen=True)
+class TlsClientSettings:
+    """The TLS settings of a client's configuration (ProducerConfig and
+    ConsumerConfig take them: ``--set tls=true --set tls_ca_file=...``)."""
+    tls: bool = False
+    """Connect with TLS: ``bootstrap`` is then a broker's TLS listener
+    (its setting tls_port); docs/security.md."""
+    tls_ca_file: str = ""
+    """The authorities trusted for the broker's certificate (empty: the system's)."""
+    tls_cert_file: str = ""
+    """This client's certificate, for a broker that asks for one (tls_client_auth)."""
+    tls_key_file: str = ""
+    """The key of tls_cert_file."""
+    tls_verify_hostname: bool = True
+    """Check the broker's host name against its certificate."""
+
+
+def client_context_of(config: TlsClientSettings) -> ssl.SSLContext | None:
+    """The client context ``config`` asks for; None without ``tls``."""
+    if not config.tls:
+        return None
+    return client_context(TlsSettings(config.tls_cert_file, config.tls_key_file,
+                                      config.tls_ca_file, config.tls_verify_hostname))
+
+
 def principal_of(peer_certificate: dict | None) -> str | None:
     """``User:<subject>`` of a certificate as ``SSLSocket.getpeercert()``
     gives it (RFC 4514 order: most specific first), None without one."""
@@ -131,6 +156,18 @@ class ReloadingContext:
     @classmethod
     def client(cls, settings: TlsSettings, **kwargs) -> "ReloadingContext":
         return cls(lambda: client_context(settings), settings.files, **kwargs)
+
+    def listener(self) -> ssl.SSLContext:
+        """The context to give a listener that binds one for good (asyncio's
+        ``create_server(ssl=...)``): each handshake is moved to ``current()``
+        (its SNI callback, called whether or not the client sent a name),
+        so a renewal is taken by the next connection."""
+        base = self._build()
+
+        def switch(ssl_object, _server_name, _context) -> None:
+            ssl_object.context = self.current()
+        base.sni_callback = switch
+        return base
 
     def current(self) -> ssl.SSLContext:
         now = self._clock()

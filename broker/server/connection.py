@@ -94,8 +94,13 @@ class Server(Protocol):
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, tls: bool = False) -> None:
         self.server = server
+        # a connection of the TLS listener: its transport encrypts, so a
+        # fetch's file regions are read and written through it (sendfile
+        # would put clear text on the wire)
+        self.tls = tls
+        self.principal: str | None = None       # a TLS client certificate's subject
         self.decoder = FrameDecoder(server.config.max_request_bytes)
         self.outbox: deque[Reply] = deque()
         self.transport: asyncio.Transport | None = None
@@ -117,7 +122,10 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
-        self._sock_fd = sock.fileno() if sock is not None else -1
+        self._sock_fd = sock.fileno() if sock is not None and not self.tls else -1
+        if self.tls:
+            from broker.security.tls import principal_of
+            self.principal = principal_of(transport.get_extra_info("peercert"))
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -259,6 +267,19 @@ class Connection(asyncio.Protocol):
         for i, part in enumerate(parts):
             if type(part) is not FileRegion:
                 transport.write(part)
+                continue
+            if self.tls:
+                # encrypted in user space: read, and written through TLS
+                try:
+                    data = os.pread(part.segment.fd, part.length, part.position)
+                except OSError as exc:
+                    log.info("fetch reply to %s failed: %s", self.peer, exc)
+                    self.close()
+                    return None
+                transport.write(data)
+                metrics.tls_fetch_bytes += len(data)
+                part.position += part.length
+                part.length = 0
                 continue
             if transport.get_write_buffer_size():
                 return i       # the header is still queued: let asyncio order the rest

@@ -71,6 +71,7 @@ class BrokerMetrics:
         self.flush_buckets = [0] * (len(FLUSH_BUCKETS) + 1)
         self.connections = 0
         self.sendfile_bytes = 0
+        self.tls_fetch_bytes = 0      # fetched bytes encrypted in user space (TLS listener)
         self.validations_off_loop = 0
         self.produce_short_cuts = 0        # batch-1 appends (ProducePath.append_no_ack_run)
         self.connections_throttled = 0     # reading paused: too many queued requests
@@ -154,6 +155,11 @@ class BrokerCollector:
         fam = CounterMetricFamily("samsa_sendfile_bytes",
                                   "Message bytes sent zero-copy with sendfile(2)")
         fam.add_metric([], m.sendfile_bytes)
+        yield fam
+        fam = CounterMetricFamily("samsa_tls_fetch_bytes",
+                                  "Message bytes read and encrypted in user space for fetches "
+                                  "on the TLS listener (no sendfile there)")
+        fam.add_metric([], m.tls_fetch_bytes)
         yield fam
         fam = CounterMetricFamily("samsa_validations_off_loop",
                                   "Produce requests whose compressed wrappers were checked on "

@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 limited_log = RateLimitedLog(log)      # for what a client can trigger at will
 
 API_NAMES = {k: k.name.lower() for k in ApiKey}
+#: a TLS client has this long to finish its handshake, or its connection is closed
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 def wall_clock_ms() -> int:
@@ -80,6 +82,9 @@ class BrokerServer:
         # connections whose requests wait for a produce validated off the loop
         self._held_frames: dict[Connection, list] = {}
         self._server: asyncio.base_events.Server | None = None
+        self._tls_server: asyncio.base_events.Server | None = None
+        self.tls_port: int | None = None      # the TLS listener's, when tls_port >= 0
+        self.tls_contexts = None              # its ReloadingContext
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
         self._listening = True        # until the shutdown closes the listener
@@ -146,6 +151,16 @@ class BrokerServer:
             lambda: Connection(self), self.config.host, self.config.port, reuse_address=True,
             backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.config.tls_port >= 0:
+            from broker.security.tls import ReloadingContext, TlsSettings
+            c = self.config
+            self.tls_contexts = ReloadingContext.server(TlsSettings(
+                c.tls_cert_file, c.tls_key_file, c.tls_ca_file, client_auth=c.tls_client_auth))
+            self._tls_server = await self._loop.create_server(
+                lambda: Connection(self, tls=True), c.host, c.tls_port, reuse_address=True,
+                backlog=1024, ssl=self.tls_contexts.listener(),
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
         if self.config.metrics_port >= 0:
             self._metrics_server = serve_metrics(
                 self.config.host, self.config.metrics_port,
@@ -174,11 +189,13 @@ class BrokerServer:
         self._tasks.append(self._loop.create_task(self._periodic(
             min(10_000, max(100, self.config.connections_max_idle_ms // 4)),
             self._close_idle_connections)))
-        log.info("broker %d listening on %s:%d (metrics port %s), data in %s, %d topics, "
+        log.info("broker %d listening on %s:%d%s (metrics port %s), data in %s, %d topics, "
                  "started in %.2fs", self.config.broker_id, self.config.host, self.port,
+                 f" and TLS {self.tls_port}" if self.tls_port is not None else "",
                  self.metrics_port, self.config.data_dir, len(self.logs.topics),
                  time.monotonic() - started,
-                 extra={"event": "started", "port": self.port, "metrics_port": self.metrics_port})
+                 extra={"event": "started", "port": self.port, "metrics_port": self.metrics_port,
+                        "tls_port": self.tls_port})
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -208,6 +225,8 @@ class BrokerServer:
                 self.config.controlled_shutdown_timeout_ms / 1000)
         self._listening = False
         self._server.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
         if self.replication is not None:
             await self._loop.run_in_executor(None, self.controller.close)
         if self.registry is not None:
