@@ -9,7 +9,7 @@ CHECKOV := .venv-checkov/bin/checkov
 .DEFAULT_GOAL := help
 
 .PHONY: demo-down demo-broker demo-lab drill drill-network drill-loss lab-up lab-status lab-down
-.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication bench-network bench-mirror-wan images images-down \
+.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication bench-network bench-mirror-wan bench-tls images images-down \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
@@ -53,6 +53,7 @@ help:
 	@echo "make bench-replication  replication's produce cost, failover times, re-replication (~3 min)"
 	@echo "make bench-network  what the network lab's router carries per MTU and link (root, ~4 min)"
 	@echo "make bench-mirror-wan  the mirror's throughput against the WAN's round trip, A/B (root)"
+	@echo "make bench-tls         produce and consume through the TLS listener against plaintext, A/B"
 	@echo "make bench-scale  broker cost against partitions, clients, idle consumers, segments, recovery"
 	@echo "make airflow-up  a real Airflow (UI on 127.0.0.1:$(AIRFLOW_PORT)) with dags/: warehouse_load,"
 	@echo "             audit_report; WAREHOUSE_CONFIG=file names their settings (config/loader.toml)"
@@ -261,3 +262,7 @@ bench-network: setup
 # the mirror against the round trip of the link it copies across (root)
 bench-mirror-wan: setup
 	$(PY) -m bench.mirror_wan_bench
+
+# produce and consume through the broker's TLS listener against its plaintext one
+bench-tls: setup
+	$(PY) -m bench.tls_bench --json bench/results/tls-$$(date +%F).json
