@@ -7,6 +7,7 @@
 * connection.py: one client connection (framing in, ordered replies, sendfile);
 * flusher.py: the thread that fsyncs logs (group commit);
 * memory_pool.py: the broker-wide budget of request bytes being read;
+* memory_trim.py: giving freed memory back to the system after a burst;
 * metrics.py: the broker's counters and their Prometheus collector;
 * replica_manager.py: the broker's replicas of replicated partitions (leader
   or follower, in-sync set, high watermark, the answers to followers);

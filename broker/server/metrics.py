@@ -72,6 +72,7 @@ class BrokerMetrics:
         self.connections = 0
         self.sendfile_bytes = 0
         self.tls_fetch_bytes = 0      # fetched bytes encrypted in user space (TLS listener)
+        self.memory_trims = 0         # malloc_trim calls after validations off the loop
         self.validations_off_loop = 0
         self.produce_short_cuts = 0        # batch-1 appends (ProducePath.append_no_ack_run)
         self.connections_throttled = 0     # reading paused: too many queued requests
@@ -155,6 +156,11 @@ class BrokerCollector:
         fam = CounterMetricFamily("samsa_sendfile_bytes",
                                   "Message bytes sent zero-copy with sendfile(2)")
         fam.add_metric([], m.sendfile_bytes)
+        yield fam
+        fam = CounterMetricFamily("samsa_memory_trims",
+                                  "Times the memory freed by the validation of compressed "
+                                  "sets was given back to the system (malloc_trim)")
+        fam.add_metric([], m.memory_trims)
         yield fam
         fam = CounterMetricFamily("samsa_tls_fetch_bytes",
                                   "Message bytes read and encrypted in user space for fetches "

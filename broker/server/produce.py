@@ -60,9 +60,13 @@ from broker.storage.page_cache import PageCacheBudget
 
 from .connection import Connection, Reply
 from .flusher import Flusher
+from .memory_trim import MemoryTrimmer
 from .metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
+#: how long after the last check of a compressed set off the loop the memory
+#: it freed is given back (memory_trim.py)
+TRIM_AFTER_IDLE_S = 0.5
 
 
 @dataclass(slots=True, eq=False)
@@ -113,6 +117,11 @@ class ProducePath:
             self._flushes_done, results))
         self._validator = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="samsa-validate")
+        # what the validation thread inflated is given back to the system once
+        # the validations have stopped for TRIM_AFTER_IDLE_S (memory_trim.py)
+        self._trimmer = MemoryTrimmer()
+        self._trim_timer: asyncio.TimerHandle | None = None
+        self._validations_in_flight = 0
 
     def set_replication(self, replication) -> None:
         """Check every append to a replicated log with ``replication``
@@ -405,12 +414,18 @@ class ProducePath:
                 out.append((topic, partition, message_set, info))
             return out
 
+        self._validations_in_flight += 1
         future = self._validator.submit(validate)
         future.add_done_callback(lambda f: self._loop.call_soon_threadsafe(
             self._validated_off_loop, conn, request, f, then))
 
     def _validated_off_loop(self, conn: Connection, request: tuple, future,
                             then: Callable[[], None]) -> None:
+        self._validations_in_flight -= 1
+        if self._validations_in_flight == 0 and self._trimmer.available:
+            if self._trim_timer is not None:
+                self._trim_timer.cancel()
+            self._trim_timer = self._loop.call_later(TRIM_AFTER_IDLE_S, self._trim_if_idle)
         if not conn.closed:
             try:
                 entries = future.result()
@@ -421,6 +436,12 @@ class ProducePath:
                 entries = [(t, p, ms, error) for t, p, ms, _info in request[3]]
             self.produce(conn, request[0], request[1], request[2], entries, self._clock())
         then()
+
+    def _trim_if_idle(self) -> None:
+        self._trim_timer = None
+        if self._validations_in_flight == 0 and not self.stopping:
+            self._trimmer.release()
+            self.metrics.memory_trims = self._trimmer.trims
 
     # ------------------------------------------------------------ writes and acks
 

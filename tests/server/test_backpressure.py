@@ -24,15 +24,8 @@ from broker.protocol.api import ApiKey
 
 from broker_helpers import (closed_by_peer, connect, log_text, message_set, metric, produce,
                             raw_socket, request_frame, scrape_metrics, wait_until)
-from server_helpers import requests_handled
+from server_helpers import requests_handled, rss_mb
 
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def fetch_frames(topic: str, count: int, offset: int = 0, max_wait_ms: int = 0,
