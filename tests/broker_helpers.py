@@ -182,6 +182,15 @@ def unused_port() -> int:
 
 # ------------------------------------------------------------------ metrics, logs, programs
 
+def rss_mb(pid: int) -> float:
+    """The resident size of process ``pid``, in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
 def scrape_metrics(port: int) -> dict[tuple[str, frozenset], float]:
     """/metrics as {(sample name, frozenset of label items): value}."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:

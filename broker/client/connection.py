@@ -216,7 +216,29 @@ class BrokerConnection:
             readable, _, _ = select.select([self._sock], [], [], max(0.0, timeout))
         except (OSError, ValueError):
             return True
+        if readable and self.tls is not None:
+            # TLS records that hold no data (TLS 1.3's session tickets) make
+            # the socket readable too: read what there is, without waiting
+            return self._read_available()
         return bool(readable)
+
+    def _read_available(self) -> bool:
+        """Read what the TLS socket has, without blocking; whether any of a
+        response is here now (or the connection ended: receive() says so)."""
+        sock = self._sock
+        sock.setblocking(False)
+        try:
+            count = sock.recv_into(self._frames.receive_buffer())
+            if count == 0:
+                return True
+            self._frames.received(count)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+            pass
+        except OSError:
+            return True
+        finally:
+            sock.settimeout(self.request_timeout)
+        return bool(self._frames.buffered)
 
     def _read_frame(self) -> bytes | bytearray:
         frames = self._frames

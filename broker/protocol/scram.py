@@ -23,8 +23,11 @@ The exchange::
 Each exchange's server nonce is fresh, so a recorded client-final proves
 nothing in another exchange (a replay fails). An unknown user gets a
 server-first like a known one's (a salt derived from the user name and a
-secret of the server's), and fails at the end as a wrong password does:
-the answers do not tell which users exist. Every failure of the server's
+secret of the server's, and the iteration count ``fake_iterations``, by
+default the default count), and fails at the end as a wrong password does:
+the answers do not tell which users exist, as long as the credentials are
+made with the default iteration count and salt length (a credential made
+with another count stands out from the unknown users' answers). Every failure of the server's
 side is ``AuthenticationFailed`` whose message is for the server's log; the
 peer is told "authentication failed" and nothing more.
 
@@ -57,8 +60,8 @@ SALT_BYTES = 32
 MAX_MESSAGE_BYTES = 1024
 GS2_HEADER = b"n,,"
 _KEY_BYTES = hashlib.sha512().digest_size
-_USER = re.compile(r"^[^\x00-\x1f\x7f]{1,255}$")
-_NONCE = re.compile(r"^[\x21-\x2b\x2d-\x7e]+$")     # printable, no ","
+_USER = re.compile(r"[^\x00-\x1f\x7f]{1,255}")
+_NONCE = re.compile(r"[\x21-\x2b\x2d-\x7e]+")     # printable, no ","
 
 
 class ScramError(ValueError):
@@ -73,7 +76,7 @@ class AuthenticationFailed(ScramError):
 def validate_user(name: str) -> str:
     """``name`` if it can be a user name: 1 to 255 characters, none a
     control character; ValueError otherwise."""
-    if not isinstance(name, str) or not _USER.match(name):
+    if not isinstance(name, str) or not _USER.fullmatch(name):
         raise ValueError(f"a user name is 1 to 255 printable characters, not {name!r}")
     return name
 
@@ -192,7 +195,7 @@ class ScramClient:
         attrs = _attributes(server_first, "server-first", "rsi")
         nonce = attrs["r"]
         if not nonce.startswith(self.nonce) or len(nonce) <= len(self.nonce) \
-                or not _NONCE.match(nonce):
+                or not _NONCE.fullmatch(nonce):
             raise ScramError("the server's nonce does not extend the client's")
         try:
             iterations = int(attrs["i"])
@@ -257,7 +260,7 @@ class ScramServer:
             validate_user(user)
         except ValueError as exc:
             raise ScramError(str(exc)) from None
-        if not _NONCE.match(attrs["r"]) or len(attrs["r"]) > 256:
+        if not _NONCE.fullmatch(attrs["r"]) or len(attrs["r"]) > 256:
             raise ScramError("the client's nonce is not printable, or too long")
         self._claimed = user
         self._credential = self._lookup(user)
@@ -284,6 +287,8 @@ class ScramServer:
         proof = _unb64(attrs["p"], "the proof")
         credential = self._credential
         if credential is None:
+            # the work a known user's proof costs, so the time does not tell either
+            _hmac(self._secret, self._auth_prefix)
             raise AuthenticationFailed(f"user {self._claimed!r} is unknown")
         if len(proof) != _KEY_BYTES:
             raise AuthenticationFailed(f"user {self._claimed!r}: a proof of {len(proof)} "

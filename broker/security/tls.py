@@ -106,14 +106,23 @@ def principal_of(peer_certificate: dict | None) -> str | None:
     gives it (RFC 4514 order: most specific first), None without one."""
     if not peer_certificate or "subject" not in peer_certificate:
         return None
-    parts = []
     short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
-             "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}
-    for rdn in reversed(peer_certificate["subject"]):
-        for key, value in rdn:
-            value = value.replace("\\", "\\\\").replace(",", "\\,").replace("+", "\\+")
-            parts.append(f"{short.get(key, key)}={value}")
-    return "User:" + ",".join(parts)
+             "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
+             "domainComponent": "DC", "userId": "UID"}
+    rdns = ["+".join(f"{short.get(key, key)}={_escape_dn_value(value)}" for key, value in rdn)
+            for rdn in reversed(peer_certificate["subject"])]
+    return "User:" + ",".join(rdns)
+
+
+def _escape_dn_value(value: str) -> str:
+    """RFC 4514, section 2.4: the characters that must be escaped, a leading
+    '#' or space and a trailing space (so two subjects never read alike)."""
+    out = "".join("\\" + c if c in '"+,;<>\\' else c for c in value)
+    if out.startswith(("#", " ")):
+        out = "\\" + out
+    if out.endswith(" ") and not out.endswith("\\ "):
+        out = out[:-1] + "\\ "
+    return out
 
 
 def _signature(paths: tuple[str, ...]) -> tuple:
@@ -122,8 +131,8 @@ def _signature(paths: tuple[str, ...]) -> tuple:
         try:
             st = os.stat(path)
             out.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
-        except FileNotFoundError:
-            out.append((path, None))
+        except OSError as exc:          # gone, unreadable: a change all the same
+            out.append((path, type(exc).__name__))
     return tuple(out)
 
 
@@ -165,7 +174,10 @@ class ReloadingContext:
         base = self._build()
 
         def switch(ssl_object, _server_name, _context) -> None:
-            ssl_object.context = self.current()
+            try:
+                ssl_object.context = self.current()
+            except Exception:   # noqa: BLE001 - the handshake goes on with the base context
+                log.exception("TLS: switching to the current certificate failed")
         base.sni_callback = switch
         return base
 

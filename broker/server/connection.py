@@ -39,6 +39,11 @@ from broker.protocol.errors import ProtocolError
 from broker.protocol.framing import FrameDecoder
 
 log = logging.getLogger(__name__)
+#: a fetch reply on the TLS listener is read and encrypted this much at a
+#: time, and no more is written while the transport holds this much unsent:
+#: a client that reads slowly costs the broker about that, not its fetch size
+TLS_CHUNK_BYTES = 256 << 10
+TLS_WRITE_HIGH_WATER = 1 << 20
 # a client can send bad frames at will: a few lines a minute, then a count
 limited_log = RateLimitedLog(log)
 
@@ -101,6 +106,8 @@ class Connection(asyncio.Protocol):
         # would put clear text on the wire)
         self.tls = tls
         self.principal: str | None = None       # a TLS client certificate's subject
+        self._writable = asyncio.Event()        # cleared while asyncio says pause_writing
+        self._writable.set()
         self.decoder = FrameDecoder(server.config.max_request_bytes)
         self.outbox: deque[Reply] = deque()
         self.transport: asyncio.Transport | None = None
@@ -200,6 +207,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._writable.set()           # a reply waiting to write gives up
         pending = len(self.outbox)
         for reply in self.outbox:
             reply.release()
@@ -213,9 +221,11 @@ class Connection(asyncio.Protocol):
         self.server.connection_closed(self)
 
     def pause_writing(self) -> None:
+        self._writable.clear()
         self.pause_reading("write")
 
     def resume_writing(self) -> None:
+        self._writable.set()
         self.resume_reading("write")
 
     # ------------------------------------------------------------ replies
@@ -269,17 +279,13 @@ class Connection(asyncio.Protocol):
                 transport.write(part)
                 continue
             if self.tls:
-                # encrypted in user space: read, and written through TLS
-                try:
-                    data = os.pread(part.segment.fd, part.length, part.position)
-                except OSError as exc:
-                    log.info("fetch reply to %s failed: %s", self.peer, exc)
-                    self.close()
-                    return None
-                transport.write(data)
-                metrics.tls_fetch_bytes += len(data)
-                part.position += part.length
-                part.length = 0
+                # encrypted in user space: read and written through TLS a
+                # chunk at a time, while the transport's buffer is short
+                while part.length:
+                    if transport.get_write_buffer_size() >= TLS_WRITE_HIGH_WATER:
+                        return i
+                    if not self._send_tls_chunk(part):
+                        return None
                 continue
             if transport.get_write_buffer_size():
                 return i       # the header is still queued: let asyncio order the rest
@@ -301,11 +307,43 @@ class Connection(asyncio.Protocol):
                 metrics.sendfile_bytes += sent
         return None
 
+    def _send_tls_chunk(self, part: FileRegion) -> bool:
+        """Read the next chunk of ``part`` and write it through TLS; False
+        (the connection closed) when the read fails or comes short (the
+        segment was cut under it: the frame's length would lie)."""
+        want = min(part.length, TLS_CHUNK_BYTES)
+        try:
+            data = os.pread(part.segment.fd, want, part.position)
+        except OSError as exc:
+            log.info("fetch reply to %s failed: %s", self.peer, exc)
+            self.close()
+            return False
+        if len(data) != want:
+            log.info("fetch reply to %s: %d bytes read of %d (the segment was cut); "
+                     "closing", self.peer, len(data), want)
+            self.close()
+            return False
+        self.transport.write(data)
+        self.server.metrics.tls_fetch_bytes += want
+        part.position += want
+        part.length -= want
+        return True
+
     async def _send_regions(self, reply: Reply, start: int) -> None:
         loop = asyncio.get_running_loop()
         try:
             for part in reply.parts[start:]:
-                if type(part) is FileRegion:
+                if type(part) is FileRegion and self.tls:
+                    while part.length and not self.closed:
+                        if self.transport.get_write_buffer_size() >= TLS_WRITE_HIGH_WATER:
+                            if self._writable.is_set():     # asyncio's limits are higher
+                                await asyncio.sleep(0.005)
+                            else:
+                                await self._writable.wait()
+                            continue
+                        if not self._send_tls_chunk(part):
+                            break
+                elif type(part) is FileRegion:
                     if part.length:
                         await loop.sendfile(self.transport, part, part.position, part.length,
                                             fallback=False)

@@ -18,11 +18,18 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 
 log = logging.getLogger(__name__)
 M_MMAP_THRESHOLD = -3            # mallopt's parameter number (malloc.h)
 MMAP_THRESHOLD_BYTES = 4 << 20
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    """The C library, found once per process (find_library runs ldconfig)."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
 
 class MemoryTrimmer:
@@ -33,7 +40,7 @@ class MemoryTrimmer:
         self.trims = 0
         self._trim = None
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            libc = _libc()
             self._trim = libc.malloc_trim
             self._trim.argtypes = [ctypes.c_size_t]
             self._trim.restype = ctypes.c_int

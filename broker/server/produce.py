@@ -131,6 +131,9 @@ class ProducePath:
 
     def close(self) -> None:
         """Stop the flusher and validation threads (after the last flush)."""
+        if self._trim_timer is not None:
+            self._trim_timer.cancel()
+            self._trim_timer = None
         self._flusher.stop()
         self._validator.shutdown(wait=True, cancel_futures=True)
 
@@ -414,8 +417,8 @@ class ProducePath:
                 out.append((topic, partition, message_set, info))
             return out
 
-        self._validations_in_flight += 1
         future = self._validator.submit(validate)
+        self._validations_in_flight += 1
         future.add_done_callback(lambda f: self._loop.call_soon_threadsafe(
             self._validated_off_loop, conn, request, f, then))
 

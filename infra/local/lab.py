@@ -1132,13 +1132,16 @@ max_retry_delay_s = 30.0
         logs and data. Returns the names of the processes that were still
         running."""
         was_running = [name for name in self.records if self.alive(name)]
+        airflow_error = None
         if os.path.exists(self.path("airflow", airflow_stack.STATE_FILE)):
-            # Airflow (start_airflow) first: its tasks use everything else
+            # Airflow (start_airflow) first: its tasks use everything else;
+            # if it cannot be stopped, the rest is stopped all the same
             try:
                 airflow_stack.down(self.path("airflow"), timeout=timeout,
                                    say=lambda text: log.info("airflow: %s", text))
-            except airflow_stack.AirflowStackError as exc:
-                raise LabError(f"stopping Airflow: {exc}") from None
+            except (airflow_stack.AirflowStackError, OSError) as exc:
+                log.error("stopping Airflow failed: %s; stopping the rest", exc)
+                airflow_error = exc
         for roles in STOP_ORDER:
             names = [n for n, r in self.records.items() if r.role in roles and self._leftovers(n)]
             if names:
@@ -1171,6 +1174,8 @@ max_retry_delay_s = 30.0
             shutil.rmtree(self.state_dir, ignore_errors=True)
         log.info("lab %s is down (%d processes stopped)%s", self.topology.name,
                  len(was_running), "; state directory removed" if purge else "")
+        if airflow_error is not None:
+            raise LabError(f"the lab is down, but stopping its Airflow failed: {airflow_error}")
         return was_running
 
     # ---------------------------------------------------------------- faults

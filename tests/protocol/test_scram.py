@@ -100,6 +100,17 @@ def test_the_client_refuses_a_server_first_it_should_not_trust(server_first, ref
         client.final(server_first.format(salt=salt).encode())
 
 
+@pytest.mark.parametrize("client_first", [
+    b"n,,n=alice\n,r=abc",          # a user name ending in a newline
+    b"n,,n=alice,r=abc\n",          # a nonce ending in one
+    b"n,,n=,r=abc",                  # no user name
+])
+def test_names_and_nonces_with_control_characters_are_refused(client_first):
+    server = ScramServer(credentials(alice="pw").get, SECRET)
+    with pytest.raises(ScramError):
+        server.first(client_first)
+
+
 def test_messages_out_of_order_are_refused():
     server = ScramServer(credentials(a="b").get, SECRET)
     with pytest.raises(ScramError):

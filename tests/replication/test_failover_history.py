@@ -227,7 +227,7 @@ def _wipe_follower(cluster):
         leader = leader_of(cluster, "h", 0)
         victim = next(b for b in sorted(cluster.brokers) if b != leader)
         broker = cluster.brokers[victim]
-        before = cluster.zk.exists(paths.broker_id_path(victim)).czxid
+        before = getattr(cluster.zk.exists(paths.broker_id_path(victim)), "czxid", None)
         broker.kill()
         shutil.rmtree(broker.data_dir)
         broker.start()

@@ -9,6 +9,7 @@ closed after the limit."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import socket
 import time
 
@@ -22,8 +23,8 @@ from broker.protocol import api
 from broker.protocol.api import Acks
 from broker.security.ca import CertificateAuthority
 from broker.security.tls import TlsSettings, client_context
-from broker_helpers import (closed_by_peer, message_set, metric, produce, read_partition,
-                            scrape_metrics)
+from broker_helpers import (closed_by_peer, fetch, message_set, metric, produce,
+                            read_partition, rss_mb, scrape_metrics)
 
 
 @pytest.fixture
@@ -127,6 +128,16 @@ def test_a_required_client_certificate(pki, broker_factory, topic, tmp_path):
         # TLS 1.3: the server's refusal arrives with the first answer
         produce(conn, topic, 0, message_set([b"without"]), Acks.WRITTEN)
     conn.close()
+    # a client certificate of an authority the broker does not trust
+    stranger = CertificateAuthority.create(str(tmp_path / "stranger"), name="someone else")
+    theirs, theirkey = stranger.issue("mirror", [], str(tmp_path / "stranger-certs"),
+                                      organization="samsa")
+    conn = BrokerConnection(*parse_address(broker.tls_address), request_timeout=5,
+                            tls=client_context(TlsSettings(theirs, theirkey, ca.cert_path)))
+    with pytest.raises(BrokerConnectionError):
+        conn.connect()
+        produce(conn, topic, 0, message_set([b"from a stranger"]), Acks.WRITTEN)
+    conn.close()
     with BrokerConnection(*parse_address(broker.address)) as plain:
         assert [m.value for m in read_partition(plain, topic, 0)] == [b"with-a-certificate"]
 
@@ -159,3 +170,39 @@ def test_a_client_that_never_finishes_its_handshake_is_closed(pki, broker_factor
     with socket.create_connection((host, port), timeout=5) as sock:
         sock.sendall(b"\x16\x03\x01")           # the start of a ClientHello, and no more
         assert closed_by_peer(sock, timeout=20)
+
+
+def test_a_client_that_reads_slowly_costs_the_broker_little(pki, broker_factory, topic):
+    # A fetch of 64 MiB on the TLS port, not read: the broker reads and
+    # encrypts 256 KiB at a time and stops at 1 MiB unsent, so its resident
+    # size does not grow by the fetch's size; read at last, every byte is there.
+    ca, cert, key, _ = pki
+    broker = tls_broker(broker_factory, cert, key)
+    value = os.urandom(1000)
+    with BrokerConnection(*parse_address(broker.address)) as conn:
+        for _ in range(48):
+            assert produce(conn, topic, 0, message_set([value] * 1000), Acks.FLUSHED).error == 0
+        end = fetch(conn, topic, 0, 0, max_bytes=0).high_watermark
+    assert end > 40 << 20
+    before = rss_mb(broker.proc.pid)
+    conn = BrokerConnection(*parse_address(broker.tls_address), request_timeout=60,
+                            receive_buffer_bytes=64 << 10,
+                            tls=client_context(TlsSettings(ca_file=ca.cert_path)))
+    conn.connect()
+    try:
+        conn.send(api.FetchRequest(0, 1, (api.FetchEntry(topic, 0, 0, 64 << 20),)))
+        time.sleep(2)                       # the broker writes what the socket takes, then waits
+        grown = rss_mb(broker.proc.pid) - before
+        _cid, response = conn.receive()
+    finally:
+        conn.close()
+    assert grown < 16, f"the broker grew by {grown:.0f} MB for one unread fetch"
+    assert len(response.results[0].message_set) == end
+
+
+def test_the_cluster_producer_refuses_tls_it_cannot_give():
+    # ZooKeeper registers the brokers' plaintext ports: TLS to them would
+    # fail every handshake, so it is refused at once, saying why
+    from broker.client.cluster_producer import ClusterProducer
+    with pytest.raises(ValueError, match="plaintext ports"):
+        ClusterProducer("127.0.0.1:1/nowhere", tls=True)

@@ -179,3 +179,9 @@ def test_principal_of_escapes_what_rfc_4514_escapes():
     cert = {"subject": ((("organizationName", "a,b"),), (("commonName", "x+y"),))}
     assert principal_of(cert) == "User:CN=x\\+y,O=a\\,b"
     assert principal_of(None) is None and principal_of({}) is None
+    # a multi-valued RDN is joined by "+", and reads unlike two RDNs
+    multi = {"subject": ((("commonName", "a"), ("organizationName", "b")),)}
+    two = {"subject": ((("organizationName", "b"),), (("commonName", "a"),))}
+    assert principal_of(multi) == "User:CN=a+O=b" != principal_of(two) == "User:CN=a,O=b"
+    odd = {"subject": ((("commonName", '#x;<y>"z" '),),)}
+    assert principal_of(odd) == 'User:CN=\\#x\\;\\<y\\>\\"z\\"\\ '

@@ -23,8 +23,8 @@ from broker.protocol import api
 from broker.protocol.api import ApiKey
 
 from broker_helpers import (closed_by_peer, connect, log_text, message_set, metric, produce,
-                            raw_socket, request_frame, scrape_metrics, wait_until)
-from server_helpers import requests_handled, rss_mb
+                            raw_socket, request_frame, rss_mb, scrape_metrics, wait_until)
+from server_helpers import requests_handled
 
 
 

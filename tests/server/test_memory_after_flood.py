@@ -25,8 +25,7 @@ from broker.protocol.api import Acks, ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.message import encode_message
 from broker_helpers import (NOW_MS, connect, message_set, metric, produce, raw_socket,
-                            read_frame, scrape_metrics, wait_until)
-from server_helpers import rss_mb
+                            read_frame, rss_mb, scrape_metrics, wait_until)
 
 #: how far above its size before the flood the broker's RSS may stay after it
 FLOOD_BOUND_MB = 40
