@@ -231,19 +231,22 @@ class ProducePath:
         """Why an unknown topic must not be auto-created here as an
         unreplicated one, as (error code, message), or None. Refused (retry):
         a replicated topic this broker's watch has not delivered yet (its
-        replicas are being made), and any name while ZooKeeper cannot say
-        whether it is replicated (not connected yet, no answer in time): a
+        replicas are being made), and any name while the broker cannot tell
+        whether it is replicated (it has not read the cluster's replicated
+        topics since it started, or ZooKeeper gave no answer in time): a
         broker that lost its disk and restarted would otherwise take the
         writes of a replicated partition it used to lead into a local twin,
         and acknowledge them, and they would never reach the real replicas.
-        A broker without ZooKeeper creates the topic."""
+        During a ZooKeeper outage the topics it read before tell it. A broker
+        without ZooKeeper creates the topic."""
         if self.replication is None:
             return None
         replicated = self.replication.replicated_in_zookeeper(topic_name)
         if replicated is None:
             return (ErrorCode.NOT_LEADER_FOR_PARTITION,
-                    f"topic {quote_name(topic_name)} is unknown here and ZooKeeper cannot say "
-                    f"now whether it is a replicated topic of the cluster; retry")
+                    f"topic {quote_name(topic_name)} is unknown here and this broker cannot "
+                    f"tell yet whether it is a replicated topic of the cluster (ZooKeeper "
+                    f"has not answered since it started); retry")
         if not replicated:
             return None
         return (ErrorCode.NOT_LEADER_FOR_PARTITION,

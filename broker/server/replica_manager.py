@@ -147,6 +147,7 @@ class ReplicaManager:
         self.produce_path = None          # set by the server (acks=all waiters, follower appends)
         self.fetch_long_poll = None       # set by the server (consumers parked on a log)
         self.client = None                # the broker's kazoo client, once connected
+        self._topics_read = False         # the replicated topics read once since start
         self.addresses: dict[int, tuple[str, int]] = {}
         self.fetchers: dict[int, object] = {}       # leader broker id -> ReplicaFetcher
         self.stopping = False
@@ -233,18 +234,21 @@ class ReplicaManager:
         now if this broker's watch has not told it: blocking the event loop
         for one ZooKeeper round trip (at most ``timeout`` s), on the
         auto-create path only, so once per new topic name (and per retry of
-        a produce while the watch has not caught up). A
-        client that read a new topic's leader in ZooKeeper may reach that
-        broker before its watch fires: without this, the broker would
-        auto-create an unreplicated twin and never replicate the topic.
-        None: ZooKeeper cannot say now (not connected, no answer in time);
-        the callers then refuse to create the topic (retry): a broker whose
-        disk was lost must not make a twin of a replicated topic it held."""
+        a produce while the watch has not caught up). A client that read a
+        new topic's leader in ZooKeeper may reach that broker before its
+        watch fires: without this, the broker would auto-create an
+        unreplicated twin and never replicate the topic. While ZooKeeper is
+        away after this broker had read the cluster's replicated topics, the
+        answer is what it read then (a replicated topic is only ever made
+        through ZooKeeper). None: it cannot say (never read them since it
+        started, or no answer in time): the callers then refuse to create
+        the topic (retry): a broker whose disk was lost must not make a twin
+        of a replicated topic it held."""
         if topic in self._watched_topics:
             return True
         zk = self.client
         if zk is None or not zk.connected:
-            return None
+            return False if self._topics_read else None
         try:
             found = zk.exists_async(paths.replicated_topic_path(topic)).get(timeout=timeout)
         except (KazooException, KazooTimeoutError) as exc:
@@ -254,6 +258,7 @@ class ReplicaManager:
         return found is not None
 
     def _on_topics(self, topics: list[str]) -> None:
+        self._topics_read = True          # (kazoo's thread; read by the event loop)
         for topic in topics:
             if topic not in self._watched_topics:
                 self._watched_topics.add(topic)

@@ -484,8 +484,9 @@ class BrokerServer:
             # it may be: an unreplicated twin of a replicated topic is never made
             conn.add_reply(Reply(api.encode_error_response(
                 header.correlation_id, ErrorCode.REQUEST_TIMED_OUT,
-                f"cannot create topic {req.name!r} now: ZooKeeper cannot say whether a "
-                f"replicated topic of that name exists; retry")))
+                f"cannot create topic {req.name!r} now: this broker cannot tell yet whether "
+                f"a replicated topic of that name exists (ZooKeeper has not answered since "
+                f"it started); retry")))
             return
         try:
             self.logs.create_topic(req.name, req.partitions, parse_overrides(req.config))

@@ -49,12 +49,12 @@ def test_broker_without_zookeeper_serves_logs_retries_and_registers_later(
     with connect(broker.address) as conn:
         assert [m.value for m in read_partition(conn, topic, 0)] == \
             [b"before-zk-%d" % i for i in range(20)]
-        # but makes no new topic while ZooKeeper cannot say whether the name
+        # but makes no new topic while it cannot tell whether the name
         # is a replicated topic of the cluster (a broker that lost its disk
         # would otherwise take a replicated partition's writes into a twin)
         r = produce(conn, "brand-new", 0, message_set([b"x"]))
         assert r.error == ErrorCode.NOT_LEADER_FOR_PARTITION, r
-        assert "ZooKeeper cannot say" in r.message and "retry" in r.message
+        assert "cannot tell yet" in r.message and "retry" in r.message
 
     # a clear error, naming the address, once the first attempt gives up; it retries
     def error_logged() -> list[dict]:

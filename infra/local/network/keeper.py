@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         network = Network(plan, delayer, holders)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(sock_path)
-        server.listen(16)
+        server.listen(128)      # the connections beyond the cap are taken and closed
         ControlServer(server, network, delayer)
 
         def woken() -> None:
