@@ -77,6 +77,33 @@ class BrokerConfig:
     tls_client_auth: str = "none"
     """Whether the TLS listener asks clients for a certificate: "none",
     "optional" (checked when sent) or "required"."""
+    authentication: str = "none"
+    """What a client of the plaintext port must prove: "none" (every client
+    is ``User:ANONYMOUS``) or "scram" (SCRAM-SHA-512 before any other
+    request; the credentials are in ZooKeeper: ``python -m broker.tools
+    users``). docs/security.md."""
+    tls_authentication: str = "none"
+    """The same for the TLS listener: "none", "scram" or "certificate" (the
+    principal is the client certificate's subject, ``User:CN=...``; needs
+    tls_client_auth = "required")."""
+    authentication_timeout_ms: int = 10_000
+    """A connection that has not authenticated this long after it opened is
+    closed (until then it may send nothing but the handshake, in small frames)."""
+    authorization: bool = False
+    """Enforce the ACLs kept in ZooKeeper (``python -m broker.tools acls``):
+    what no entry allows is refused (TOPIC_/CLUSTER_AUTHORIZATION_FAILED),
+    nothing appended or changed. Needs zookeeper."""
+    super_users: tuple[str, ...] = ()
+    """Principals that may do everything whatever the ACLs say ("User:admin",
+    the brokers' own "User:broker" for replication)."""
+    allow_if_no_acl: bool = False
+    """With authorization: allow what no entry at all names (a migration's
+    setting: turn ACLs on resource by resource). Off: refuse."""
+    sasl_username: str = ""
+    """The user this broker authenticates as to the other brokers
+    (replication), when their listener asks for SCRAM."""
+    sasl_password_file: str = ""
+    """A file holding sasl_username's password (one line)."""
     max_queued_requests_per_connection: int = 1000
     """Stop reading a connection while more than this many of its requests
     wait for their reply (parked long-poll fetches included); resume once half
@@ -143,6 +170,28 @@ class BrokerConfig:
     """Defaults for every partition log; topics may override them."""
 
     def __post_init__(self) -> None:
+        for name in ("authentication", "tls_authentication"):
+            allowed = ("none", "scram", "certificate") if name.startswith("tls") \
+                else ("none", "scram")
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be {', '.join(allowed)}, not "
+                                  f"{getattr(self, name)!r}")
+        if self.tls_authentication == "certificate" and self.tls_client_auth != "required":
+            raise ConfigError('tls_authentication = "certificate" needs tls_client_auth = '
+                              '"required"')
+        if "scram" in (self.authentication, self.tls_authentication) and not self.zookeeper:
+            raise ConfigError("SCRAM authentication needs zookeeper: the credentials are kept "
+                              "there")
+        if self.authorization and not self.zookeeper:
+            raise ConfigError("authorization needs zookeeper: the ACLs are kept there")
+        for principal in self.super_users:
+            if not principal.startswith("User:") or len(principal) < 6:
+                raise ConfigError(f"super_users: a principal is User:<name>, not "
+                                  f"{principal!r}")
+        if self.authentication_timeout_ms < 100:
+            raise ConfigError("authentication_timeout_ms must be >= 100")
+        if bool(self.sasl_username) != bool(self.sasl_password_file):
+            raise ConfigError("sasl_username and sasl_password_file go together")
         if not -1 <= self.tls_port <= 65535:
             raise ConfigError(f"tls_port must be -1..65535, got {self.tls_port}")
         if self.tls_port >= 0 and not (self.tls_cert_file and self.tls_key_file):

@@ -67,8 +67,10 @@ def pytest_unconfigure(config):
 
     def give_up() -> None:
         print(f"\n(tests/conftest.py: the process had not exited {EXIT_GRACE_S} s after the "
-              f"summary: something still waits; exiting with pytest's status {status})",
-              file=sys.stderr, flush=True)
+              f"summary: something still waits; its threads' stacks follow; exiting with "
+              f"pytest's status {status})", file=sys.stderr, flush=True)
+        import faulthandler
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         os._exit(status)
     watchdog = threading.Timer(EXIT_GRACE_S, give_up)
     watchdog.daemon = True

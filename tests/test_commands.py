@@ -24,7 +24,8 @@ ENTRY_POINTS = ["broker", "broker.tools", "mirror", "broker.lag", "audit", "hado
                 "infra.local.network"]
 #: entry points with sub-commands, and theirs
 SUBCOMMANDS = [("broker.tools", c) for c in ("produce", "consume", "topics", "offsets",
-                                             "groups", "reassign", "elect-leaders")] \
+                                             "groups", "reassign", "elect-leaders", "users",
+                                             "acls")] \
     + [("audit", c) for c in ("count", "serve", "report", "db")] \
     + [("infra.local", c) for c in ("up", "status", "down")] \
     + [("infra.local.network", c) for c in ("up", "down", "status", "shape", "cut", "heal",

@@ -6,6 +6,7 @@ import ssl
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
 
+from .authentication import SaslLogin
 from .connection import BrokerConnection, check, parse_address
 
 
@@ -15,11 +16,13 @@ class AdminClient:
     Not thread-safe: one thread per client."""
 
     def __init__(self, bootstrap: str, client_id: str = "samsa-admin",
-                 request_timeout: float = 30.0, tls: "ssl.SSLContext | None" = None) -> None:
-        """``tls``: a client context, for a broker's TLS listener."""
+                 request_timeout: float = 30.0, tls: "ssl.SSLContext | None" = None,
+                 sasl: "SaslLogin | None" = None) -> None:
+        """``tls``: a client context, for a broker's TLS listener; ``sasl``: a
+        user and password, for a listener that asks for SCRAM."""
         host, port = parse_address(bootstrap)
         self.conn = BrokerConnection(host, port, client_id, request_timeout=request_timeout,
-                                     tls=tls)
+                                     tls=tls, sasl=sasl)
 
     def create_topic(self, name: str, partitions: int,
                      config: dict[str, str] | None = None) -> None:

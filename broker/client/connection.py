@@ -18,6 +18,7 @@ from collections import deque
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, ProtocolError, SamsaError
 from broker.protocol.framing import FrameDecoder
+from .authentication import SaslLogin, authenticate
 
 DEFAULT_MAX_RESPONSE_BYTES = 256 << 20
 
@@ -53,13 +54,15 @@ class BrokerConnection:
                  connect_timeout: float = 10.0, request_timeout: float | None = 30.0,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
                  receive_buffer_bytes: int = 1 << 20,
-                 tls: "ssl.SSLContext | None" = None) -> None:
+                 tls: "ssl.SSLContext | None" = None, sasl: "SaslLogin | None" = None) -> None:
         """``receive_buffer_bytes``: SO_RCVBUF; -1 leaves the kernel's
         autotuning on (up to net.ipv4.tcp_rmem's maximum), which a reader
         across a WAN needs: a fixed buffer caps what it receives per round
         trip. ``tls``: a client context (broker/security/tls.py's
         ``client_context``) for a broker's TLS listener: the broker's
-        certificate and host name are checked at connect."""
+        certificate and host name are checked at connect. ``sasl``: a user
+        and password to authenticate with (SCRAM-SHA-512) right after
+        connecting (authentication.py); a refusal raises SamsaError."""
         self.host = host
         self.receive_buffer_bytes = receive_buffer_bytes
         self.port = port
@@ -74,6 +77,7 @@ class BrokerConnection:
         self._pending: deque[tuple[int, int]] = deque()   # (correlation id, api key)
         self._send_lock = threading.Lock()
         self.tls = tls
+        self.sasl = sasl
 
     @property
     def address(self) -> str:
@@ -112,6 +116,12 @@ class BrokerConnection:
         self.connected_at = time.monotonic()
         self._frames = FrameDecoder(self.max_response_bytes)
         self._pending.clear()
+        if self.sasl is not None:
+            try:
+                authenticate(self, self.sasl)
+            except BaseException:
+                self.close()
+                raise
 
     def round_trip_s(self) -> float | None:
         """The network's round trip on this connection: the lowest the kernel

@@ -36,6 +36,7 @@ from broker.protocol.message import (Message, decode_message_set, scan_valid_pre
 
 from broker.security.tls import TlsClientSettings, client_context_of
 
+from .authentication import SaslClientSettings, sasl_login_of
 from .backoff import Backoff
 from .connection import BrokerConnection, BrokerConnectionError, parse_address
 from .errors import CorruptDataError, InvalidOffsetError
@@ -61,7 +62,7 @@ class RawChunk(NamedTuple):
 
 
 @dataclass(frozen=True)
-class ConsumerConfig(TlsClientSettings):
+class ConsumerConfig(TlsClientSettings, SaslClientSettings):
     bootstrap: str = "127.0.0.1:9092"
     """Broker address host:port."""
     client_id: str = "samsa-consumer"
@@ -154,7 +155,8 @@ class Consumer:
         self.conn = BrokerConnection(host, port, config.client_id,
                                      request_timeout=config.request_timeout_ms / 1000,
                                      receive_buffer_bytes=config.receive_buffer_bytes,
-                                     tls=client_context_of(config))
+                                     tls=client_context_of(config),
+                                     sasl=sasl_login_of(config))
         self._positions: dict[TopicPartition, int] = {}
         self._fetch_sizes: dict[TopicPartition, int] = {}
         self.high_watermarks: dict[TopicPartition, int] = {}

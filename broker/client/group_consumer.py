@@ -31,19 +31,23 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from broker.coordination import offsets as zk_offsets
 from broker.coordination.cluster import ClusterView
 from broker.coordination.ownership import Assignment, GroupMember, Subscription
 from broker.coordination.zk import make_client, start_client
+from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.message import Message
 
 from .consumer import Consumer, ConsumerConfig
 from .errors import CorruptDataError, InvalidOffsetError
 
 log = logging.getLogger(__name__)
+#: errors a fetcher hands to the application rather than retry
+REFUSALS = frozenset({ErrorCode.SASL_AUTHENTICATION_FAILED, ErrorCode.ILLEGAL_SASL_STATE,
+                      ErrorCode.UNSUPPORTED_SASL_MECHANISM, ErrorCode.TOPIC_AUTHORIZATION_FAILED})
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,13 @@ class GroupConsumerConfig:
     raises CorruptDataError from messages()/poll() once the intact messages
     before it were handed out (nothing past it is committed);
     "skip" skips it, logs a WARNING and counts it (``corrupt_skips``)."""
+    sasl_username: str = ""
+    """The fetchers authenticate as this user (SCRAM-SHA-512) to brokers whose
+    plaintext port asks for it (docs/security.md); empty: they do not."""
+    sasl_password_file: str = ""
+    """The file holding sasl_username's password (its first line)."""
+    sasl_password: str = field(default="", repr=False)
+    """The password itself, for programs that hold it (tests)."""
 
     def __post_init__(self) -> None:
         Subscription(tuple(self.topics), self.whitelist, self.blacklist)   # validates
@@ -123,7 +134,8 @@ class GroupConsumerConfig:
             max_wait_ms=self.max_wait_ms, receive_buffer_bytes=self.receive_buffer_bytes,
             check_crcs=self.check_crcs, auto_offset_reset=self.auto_offset_reset,
             raw_chunks=self.raw_chunks, request_timeout_ms=max(10_000, self.max_wait_ms * 4),
-            on_corrupt=self.on_corrupt)
+            on_corrupt=self.on_corrupt, sasl_username=self.sasl_username,
+            sasl_password_file=self.sasl_password_file, sasl_password=self.sasl_password)
 
 
 class _Fetcher(threading.Thread):
@@ -180,10 +192,22 @@ class _Fetcher(threading.Thread):
                     except queue.Full:
                         continue
         except Exception as exc:   # noqa: BLE001 - report, and let a rebalance decide
-            if not self.stopping.is_set():
-                log.error("fetcher for broker %d (%s) failed: %s", self.broker_id,
-                          self.address, exc)
-                self.owner._fetcher_failed(self, exc)
+            if self.stopping.is_set():
+                return
+            if isinstance(exc, SamsaError) and exc.code in REFUSALS:
+                # a refused login or read does not get better by retrying:
+                # the application gets the error from messages()/poll()
+                log.error("fetcher for broker %d (%s): %s", self.broker_id, self.address, exc)
+                while not self.stopping.is_set():
+                    try:
+                        self.owner._chunks.put((self.generation, exc), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                return
+            log.error("fetcher for broker %d (%s) failed: %s", self.broker_id,
+                      self.address, exc)
+            self.owner._fetcher_failed(self, exc)
         finally:
             consumer.close()
 

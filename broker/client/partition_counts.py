@@ -55,9 +55,10 @@ log = logging.getLogger(__name__)
 class PartitionCounts:
     def __init__(self, bootstrap: str, client_id: str, request_timeout: float,
                  max_age_ms: int, retry_ms: int, retry_max_ms: int,
-                 tls: "ssl.SSLContext | None" = None) -> None:
+                 tls: "ssl.SSLContext | None" = None, sasl=None) -> None:
         self.bootstrap = bootstrap
         self.tls = tls
+        self.sasl = sasl
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.max_age = max_age_ms / 1000
@@ -144,7 +145,7 @@ class PartitionCounts:
         if self._closed:
             raise BrokerConnectionError("the producer is closed: no partition counts to ask")
         self._admin = AdminClient(self.bootstrap, self.client_id, self.request_timeout,
-                                  tls=self.tls)
+                                  tls=self.tls, sasl=self.sasl)
         try:
             response = self._admin.metadata(topics)
         finally:                     # close() may have closed it already: closing is idempotent

@@ -59,6 +59,7 @@ from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.message import compress_message_set, encode_message_set, encode_values
 from broker.security.tls import TlsClientSettings, client_context_of
 
+from .authentication import SaslClientSettings, sasl_login_of
 from .backoff import Backoff
 from .connection import BrokerConnection, BrokerConnectionError, parse_address
 from .partition_counts import PartitionCounts
@@ -76,7 +77,7 @@ _SINGLES_PER_WRITE = 8192      # ~2 MB of 200-byte messages per write on the bat
 
 
 @dataclass(frozen=True)
-class ProducerConfig(TlsClientSettings):
+class ProducerConfig(TlsClientSettings, SaslClientSettings):
     bootstrap: str = "127.0.0.1:9092"
     """Broker (or load balancer) address host:port."""
     client_id: str = "samsa-producer"
@@ -184,15 +185,17 @@ class Producer:
         self._codec = Codec.from_name(config.compression)
         host, port = parse_address(config.bootstrap)
         tls = client_context_of(config)
+        sasl = sasl_login_of(config)
         self.conn = BrokerConnection(host, port, config.client_id,
-                                     request_timeout=config.request_timeout_ms / 1000, tls=tls)
+                                     request_timeout=config.request_timeout_ms / 1000, tls=tls,
+                                     sasl=sasl)
         self._leader = leader
         self._encoder = api.ProduceFrameEncoder(config.client_id, self._acks,
                                                 config.request_timeout_ms)
         self._partition_counts = PartitionCounts(
             config.bootstrap, config.client_id, config.request_timeout_ms / 1000,
             config.metadata_max_age_ms, config.retry_backoff_ms, config.retry_backoff_max_ms,
-            tls=tls)
+            tls=tls, sasl=sasl)
         self._sticky = StickyPartitioner() if config.partitioner == "sticky" else None
         # batch_size 1, acks=none, no linger, no compression: gather the
         # messages per partition (Batch.singles); each still its own request

@@ -26,6 +26,19 @@ Their partitions are numbered cluster-wide, and a replicated partition is
 named by its number alone ("0", "1", ...): it has no fixed broker. Its
 consumer offsets live at /consumers/<group>/offsets/<topic>/<partition>, as
 in Kafka 0.8.
+
+Security records (docs/security.md; broker/security/store.py reads and
+writes them, the ``users`` and ``acls`` tools are its users)::
+
+    /security/users/<user>                         persistent {"SCRAM-SHA-512": "<credential>"}
+    /security/acls/<resource type>/<pattern type>:<name>
+                                                   persistent that pattern's entries (JSON list)
+
+A credential is ``ScramCredential.to_text()`` (never the password). An ACL
+node holds every entry whose resource pattern is the node's: resource type
+``topic``, ``group`` or ``cluster``, pattern type ``literal`` or
+``prefixed``, and the name (``*`` is every resource of the type). A pattern
+type has no ':', so the node name splits back at its first ':'.
 """
 from __future__ import annotations
 
@@ -39,6 +52,36 @@ CONTROLLER = "/replication/controller"
 CONTROLLER_EPOCH = "/replication/controller_epoch"
 REASSIGNMENTS = "/replication/reassign"
 PREFERRED_ELECTIONS = "/replication/elect_preferred"
+SECURITY = "/security"
+SECURITY_USERS = "/security/users"
+SECURITY_ACLS = "/security/acls"
+
+
+def user_path(user: str) -> str:
+    return f"{SECURITY_USERS}/{user}"
+
+
+def acl_type_path(resource_type: str) -> str:
+    """The parent of every ACL node of one resource type ("topic", ...)."""
+    return f"{SECURITY_ACLS}/{resource_type}"
+
+
+def acl_node_name(pattern_type: str, name: str) -> str:
+    """"<pattern type>:<name>" ("literal:events", "prefixed:pv-")."""
+    return f"{pattern_type}:{name}"
+
+
+def parse_acl_node_name(node: str) -> tuple[str, str]:
+    """'prefixed:pv-' -> ('prefixed', 'pv-'), split at the first ':' (a
+    name may hold ':'); ValueError when there is no ':' or either part is empty."""
+    pattern_type, sep, name = node.partition(":")
+    if not sep or not pattern_type or not name:
+        raise ValueError(f"not an ACL node name (<pattern type>:<name>): {node!r}")
+    return pattern_type, name
+
+
+def acl_path(resource_type: str, pattern_type: str, name: str) -> str:
+    return f"{SECURITY_ACLS}/{resource_type}/{acl_node_name(pattern_type, name)}"
 
 
 def broker_rack_path(broker_id: int) -> str:

@@ -67,24 +67,37 @@ def start_client(client: KazooClient, connect: str, timeout: float = 15.0,
 def stop_at_exit(client: KazooClient) -> None:
     """Stop ``client`` when the interpreter exits, if its owner did not.
 
-    kazoo joins its worker threads at exit (an atexit hook its handler
-    registers when the client starts); a watch callback waiting for an
+    kazoo joins its worker threads at exit (an atexit hook each client's
+    handler registers when it starts); a watch callback waiting for an
     answer while ZooKeeper is unreachable never returns, since the
     connection retries for ever, and the process would hang at exit for
-    ever. Stopping the client first fails that wait. Register after
-    ``client.start()``: atexit runs the hooks in reverse order, so this one
-    runs before kazoo's. The client is held weakly: a closed and dropped
-    client is not kept alive by this."""
-    ref = weakref.ref(client)
+    ever. Stopping the client first fails that wait. So, called after
+    ``client.start()``, this takes kazoo's hook of that client away and has
+    this module's one hook stop the client instead (which stops its
+    handler). Clients are held weakly: a closed and dropped client is not
+    kept alive by this, and however many clients a process makes it holds
+    one hook. (A client started again later gets kazoo's hook back: call
+    this again then.)"""
+    global _exit_hook_registered
+    _clients_to_stop.add(client)
+    atexit.unregister(client.handler.stop)
+    if not _exit_hook_registered:
+        atexit.register(_stop_clients)
+        _exit_hook_registered = True
 
-    def stop() -> None:
-        alive = ref()
-        if alive is not None:       # (stopping a stopped client does nothing)
-            try:
-                alive.stop()
-            except Exception:   # noqa: BLE001 - exiting: nothing more to do about it
-                pass
-    atexit.register(stop)
+
+# the started clients stop_at_exit stops at exit (weakly held; process-wide
+# as atexit itself is)
+_clients_to_stop: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()
+_exit_hook_registered = False
+
+
+def _stop_clients() -> None:
+    for client in list(_clients_to_stop):
+        try:          # (stopping a stopped client does nothing)
+            client.stop()
+        except Exception:   # noqa: BLE001 - exiting: nothing more to do about it
+            pass
 
 
 def start_in_background(client: KazooClient, connect: str, what: str,

@@ -47,6 +47,8 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPIC = 5
     REPLICA_FETCH = 6       # a follower's fetch from its leader (Kafka 0.8's replica Fetch)
     LEADER_EPOCH_END = 7    # where a leader epoch ends (Kafka's OffsetsForLeaderEpoch, KIP-101)
+    SASL_HANDSHAKE = 8      # choose an authentication mechanism (Kafka's SaslHandshake)
+    SASL_AUTHENTICATE = 9   # one message of the mechanism's exchange (Kafka's SaslAuthenticate)
 
 
 class Acks(enum.IntEnum):
@@ -902,6 +904,90 @@ def decode_leader_epoch_end_response(r: Reader) -> LeaderEpochEndResponse:
     return LeaderEpochEndResponse(tuple(out))
 
 
+# ----------------------------------------------------------------- authentication
+
+#: the most bytes of one authentication message (SCRAM's are under 1 KiB):
+#: before a connection has authenticated its frames are capped near this
+MAX_SASL_BYTES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class SaslHandshakeRequest:
+    """mechanism:string   ("SCRAM-SHA-512")"""
+
+    API: ClassVar[ApiKey] = ApiKey.SASL_HANDSHAKE
+    mechanism: str
+
+    def encode_body(self) -> bytes:
+        return enc_string(self.mechanism)
+
+
+def decode_sasl_handshake_request(r: Reader) -> SaslHandshakeRequest:
+    req = SaslHandshakeRequest(r.required_string("mechanism"))
+    r.done()
+    return req
+
+
+@dataclass(frozen=True, slots=True)
+class SaslHandshakeResponse:
+    """mechanisms:array[string]   the mechanisms the listener takes (also sent
+    with the UNSUPPORTED_SASL_MECHANISM error's message)"""
+
+    mechanisms: tuple[str, ...]
+
+    def encode_body(self) -> bytes:
+        return _I32.pack(len(self.mechanisms)) + b"".join(enc_string(m)
+                                                          for m in self.mechanisms)
+
+
+def decode_sasl_handshake_response(r: Reader) -> SaslHandshakeResponse:
+    mechanisms = tuple(r.required_string("mechanism") for _ in range(r.count(2)))
+    r.done()
+    return SaslHandshakeResponse(mechanisms)
+
+
+def _sasl_bytes(r: Reader) -> bytes:
+    data = r.bytes_()
+    if data is None:
+        raise ProtocolError("auth_bytes must not be null")
+    if len(data) > MAX_SASL_BYTES:
+        raise ProtocolError(f"auth_bytes of {len(data)} bytes (at most {MAX_SASL_BYTES})")
+    return bytes(data)
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticateRequest:
+    """auth_bytes:bytes   the client's next message of the exchange"""
+
+    API: ClassVar[ApiKey] = ApiKey.SASL_AUTHENTICATE
+    auth_bytes: bytes
+
+    def encode_body(self) -> bytes:
+        return enc_bytes(self.auth_bytes)
+
+
+def decode_sasl_authenticate_request(r: Reader) -> SaslAuthenticateRequest:
+    req = SaslAuthenticateRequest(_sasl_bytes(r))
+    r.done()
+    return req
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticateResponse:
+    """auth_bytes:bytes   the server's next message of the exchange"""
+
+    auth_bytes: bytes
+
+    def encode_body(self) -> bytes:
+        return enc_bytes(self.auth_bytes)
+
+
+def decode_sasl_authenticate_response(r: Reader) -> SaslAuthenticateResponse:
+    resp = SaslAuthenticateResponse(_sasl_bytes(r))
+    r.done()
+    return resp
+
+
 # NamedTuple classes cannot declare class variables in their body.
 ProduceRequest.API = ApiKey.PRODUCE
 FetchRequest.API = ApiKey.FETCH
@@ -918,6 +1004,8 @@ REQUEST_DECODERS = {
     ApiKey.DELETE_TOPIC: decode_delete_topic_request,
     ApiKey.REPLICA_FETCH: decode_replica_fetch_request,
     ApiKey.LEADER_EPOCH_END: decode_leader_epoch_end_request,
+    ApiKey.SASL_HANDSHAKE: decode_sasl_handshake_request,
+    ApiKey.SASL_AUTHENTICATE: decode_sasl_authenticate_request,
 }
 
 RESPONSE_DECODERS = {
@@ -929,6 +1017,8 @@ RESPONSE_DECODERS = {
     ApiKey.DELETE_TOPIC: decode_empty_response,
     ApiKey.REPLICA_FETCH: decode_replica_fetch_response,
     ApiKey.LEADER_EPOCH_END: decode_leader_epoch_end_response,
+    ApiKey.SASL_HANDSHAKE: decode_sasl_handshake_response,
+    ApiKey.SASL_AUTHENTICATE: decode_sasl_authenticate_response,
 }
 
 

@@ -39,6 +39,12 @@ class ErrorCode(enum.IntEnum):
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 17   # appended, then the in-sync set shrank: may duplicate
     FENCED_LEADER_EPOCH = 18        # the request's leader epoch is older than ours: sender behind
     UNKNOWN_LEADER_EPOCH = 19       # the request's leader epoch is newer than ours: we are behind
+    # security (docs/protocol.md section 6.9, docs/security.md)
+    SASL_AUTHENTICATION_FAILED = 20     # "authentication failed", and nothing more; closed after
+    UNSUPPORTED_SASL_MECHANISM = 21     # the listener does not take that mechanism
+    ILLEGAL_SASL_STATE = 22             # a request out of the exchange's order; closed after
+    TOPIC_AUTHORIZATION_FAILED = 23     # no ACL allows this principal that on the topic
+    CLUSTER_AUTHORIZATION_FAILED = 24   # no ACL allows this principal that on the cluster
 
 
 class ProtocolError(Exception):

@@ -5,6 +5,8 @@
 * produce.py: the produce path (append, flush policy, acks);
 * fetch.py: the fetch long-poll (the parked fetches and their waking);
 * connection.py: one client connection (framing in, ordered replies, sendfile);
+* authentication.py: the SASL/SCRAM exchange before a connection's other requests;
+* authorization.py: the permissions each request needs, checked against the ACLs;
 * flusher.py: the thread that fsyncs logs (group commit);
 * memory_pool.py: the broker-wide budget of request bytes being read;
 * memory_trim.py: giving freed memory back to the system after a burst;

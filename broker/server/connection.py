@@ -105,7 +105,11 @@ class Connection(asyncio.Protocol):
         # fetch's file regions are read and written through it (sendfile
         # would put clear text on the wire)
         self.tls = tls
-        self.principal: str | None = None       # a TLS client certificate's subject
+        # who the peer is: a TLS client certificate's subject, User:<name>
+        # once a SASL exchange succeeded, else User:ANONYMOUS (server.py)
+        self.principal: str | None = None
+        self.sasl = None          # its SaslExchange until authenticated (authentication.py)
+        self.authorized = None    # (ACL generation, {permission: decision}) (authorization.py)
         self._writable = asyncio.Event()        # cleared while asyncio says pause_writing
         self._writable.set()
         self.decoder = FrameDecoder(server.config.max_request_bytes)

@@ -73,6 +73,9 @@ class BrokerMetrics:
         self.sendfile_bytes = 0
         self.tls_fetch_bytes = 0      # fetched bytes encrypted in user space (TLS listener)
         self.memory_trims = 0         # malloc_trim calls after validations off the loop
+        # security (authentication.py, authorization.py)
+        self.authentications: dict[tuple[str, str], int] = defaultdict(int)  # (mechanism, result)
+        self.authorization_denials: dict[tuple[str, str], int] = defaultdict(int)  # (op, type)
         self.validations_off_loop = 0
         self.produce_short_cuts = 0        # batch-1 appends (ProducePath.append_no_ack_run)
         self.connections_throttled = 0     # reading paused: too many queued requests
@@ -166,6 +169,18 @@ class BrokerCollector:
                                   "Message bytes read and encrypted in user space for fetches "
                                   "on the TLS listener (no sendfile there)")
         fam.add_metric([], m.tls_fetch_bytes)
+        yield fam
+        fam = CounterMetricFamily("samsa_authentications",
+                                  "SASL exchanges, by mechanism and result (ok, failed, "
+                                  "timeout)", labels=["mechanism", "result"])
+        for (mechanism, result), value in list(m.authentications.items()):
+            fam.add_metric([mechanism, result], value)
+        yield fam
+        fam = CounterMetricFamily("samsa_authorization_denials",
+                                  "Requests refused by the ACLs, by operation and resource "
+                                  "type", labels=["operation", "resource_type"])
+        for (operation, resource_type), value in list(m.authorization_denials.items()):
+            fam.add_metric([operation, resource_type], value)
         yield fam
         fam = CounterMetricFamily("samsa_validations_off_loop",
                                   "Produce requests whose compressed wrappers were checked on "

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import struct
 
-from broker.protocol import api
+from broker.protocol import api, scram
 from broker.protocol.errors import ErrorCode, ProtocolError
 from broker.protocol.message import scan_valid_prefix
 from broker.storage.errors import StorageError
@@ -74,6 +74,8 @@ class ReplicaFetcher:
             writer = None
             try:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(*address), 5)
+                if self.manager.sasl_login is not None:
+                    await self._authenticate(reader, writer, *self.manager.sasl_login)
                 backoff = 0.05
                 while not self._stopped and self.partitions:
                     if self.manager.addresses.get(self.leader) != address:
@@ -112,6 +114,20 @@ class ReplicaFetcher:
         if isinstance(response, api.ErrorResponse):
             raise ProtocolError(f"the leader refused: {response.message}")
         return response
+
+    async def _authenticate(self, reader, writer, user: str, password: str) -> None:
+        """SCRAM-SHA-512 with the leader, for a listener that asks for it (the
+        broker's settings sasl_username and sasl_password_file)."""
+        await self._request(reader, writer, api.SaslHandshakeRequest(scram.MECHANISM), 10)
+        client = scram.ScramClient(user, password)
+        first = await self._request(reader, writer, api.SaslAuthenticateRequest(client.first()),
+                                    10)
+        try:
+            final = client.final(first.auth_bytes)
+            answer = await self._request(reader, writer, api.SaslAuthenticateRequest(final), 10)
+            client.verify(answer.auth_bytes)
+        except scram.ScramError as exc:
+            raise ProtocolError(f"authentication with the leader failed: {exc}") from None
 
     # ------------------------------------------------------------ 1. truncate
 

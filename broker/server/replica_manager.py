@@ -60,6 +60,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.config import BrokerConfig
+from broker.security.password_file import read_password_file
+from broker.service_kit.settings import ConfigError
 from broker.coordination import paths
 from broker.coordination.replica_state import (NO_LEADER, PartitionState, PlacementError,
                                                TopicAssignment, place_replicas,
@@ -78,6 +80,17 @@ from .metrics import BrokerMetrics
 log = logging.getLogger(__name__)
 
 _ENTRY_COUNT = struct.Struct(">i")
+
+
+def read_sasl_login(config: BrokerConfig) -> tuple[str, str] | None:
+    """The broker's own (user, password) from its settings, None without."""
+    if not config.sasl_username:
+        return None
+    try:
+        return config.sasl_username, read_password_file(config.sasl_password_file,
+                                                        "sasl_password_file")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 class Role(enum.Enum):
@@ -138,6 +151,9 @@ class ReplicaManager:
         self.config = config
         self.broker_id = config.broker_id
         self.logs = logs
+        # (user, password) the fetchers authenticate with, when the leaders'
+        # listener asks for SCRAM (the settings sasl_username, sasl_password_file)
+        self.sasl_login = read_sasl_login(config)
         self.metrics = metrics
         self._loop = loop
         self._clock = clock

@@ -36,14 +36,17 @@ from typing import Callable
 from broker.config import BrokerConfig
 from broker.service_kit.logging_setup import RateLimitedLog
 from broker.protocol import api
-from broker.protocol.api import ApiKey, quote_name
+from broker.protocol.api import Acks, ApiKey, quote_name
 from broker.protocol.errors import ErrorCode, ProtocolError
+from broker.security.acl import Operation, ResourceType
 from broker.storage.errors import InvalidConfigError
 from broker.storage.log import Log
 from broker.storage.log_config import parse_overrides
 from broker.storage.log_manager import LogManager, TopicExistsError, UnknownTopicError
 from broker.storage.page_cache import PageCacheBudget, drop_behind_enabled
 
+from .authentication import ANONYMOUS, Authenticator
+from .authorization import RequestAuthorizer, permissions_of
 from .connection import Connection, Reply
 from .fetch import FetchLongPoll
 from .memory_pool import RequestMemoryPool
@@ -94,6 +97,11 @@ class BrokerServer:
         self.registry = None          # BrokerRegistry when config.zookeeper is set
         self.replication = None       # ReplicaManager when config.zookeeper is set
         self.controller = None        # Controller when config.zookeeper is set
+        # security (docs/security.md): the users and ACLs read from ZooKeeper,
+        # the SASL exchange of connections that must authenticate, the ACL check
+        self.security = None          # SecurityCache, when SCRAM or authorization is on
+        self.authenticator: Authenticator | None = None
+        self.request_authorizer: RequestAuthorizer | None = None
         # the requests other than produce (which handle_frames decodes on a fast
         # path of its own); start() adds FETCH, once the fetch long-poll exists
         self._handlers = {
@@ -104,6 +112,9 @@ class BrokerServer:
             # the replication APIs: decoded, not served yet (UNSUPPORTED_VERSION)
             ApiKey.REPLICA_FETCH: self._handle_not_served,
             ApiKey.LEADER_EPOCH_END: self._handle_not_served,
+            # after authentication, or on a listener that does not ask for it
+            ApiKey.SASL_HANDSHAKE: self._handle_sasl_out_of_place,
+            ApiKey.SASL_AUTHENTICATE: self._handle_sasl_out_of_place,
         }
 
     # ------------------------------------------------------------ life cycle
@@ -147,6 +158,7 @@ class BrokerServer:
             self.metrics.replicas = lambda: list(self.replication.partitions.values())
             self._handlers[ApiKey.REPLICA_FETCH] = self.replication.handle_replica_fetch
             self._handlers[ApiKey.LEADER_EPOCH_END] = self.replication.handle_leader_epoch_end
+        self._start_security()
         self._server = await self._loop.create_server(
             lambda: Connection(self), self.config.host, self.config.port, reuse_address=True,
             backlog=1024)
@@ -179,6 +191,9 @@ class BrokerServer:
             self.metrics.controller = self.controller.stats
             self.registry.on_connected += [self.replication.start,
                                            lambda _client: self.controller.start()]
+            if self.security is not None:
+                self.security.use_client(self.registry.client)
+                self.registry.on_connected.insert(0, lambda _client: self.security.start())
             self.registry.on_registration.append(self.replication.registration_changed)
             self._topics_changed()
             self.registry.start()
@@ -196,6 +211,26 @@ class BrokerServer:
                  time.monotonic() - started,
                  extra={"event": "started", "port": self.port, "metrics_port": self.metrics_port,
                         "tls_port": self.tls_port})
+
+    def _start_security(self) -> None:
+        """The users' credentials and the ACLs (a ZooKeeper cache, started
+        once the broker's ZooKeeper client connects), when asked for."""
+        c = self.config
+        if "scram" not in (c.authentication, c.tls_authentication) and not c.authorization:
+            return
+        from broker.security.store import SecurityCache
+        self.security = SecurityCache(None, c.super_users, c.allow_if_no_acl)
+        if "scram" in (c.authentication, c.tls_authentication):
+            self.authenticator = Authenticator(self.security.credential,
+                                               self.security.ready.is_set, self.metrics,
+                                               self._loop, c.authentication_timeout_ms / 1000,
+                                               c.max_request_bytes)
+        if c.authorization:
+            self.request_authorizer = RequestAuthorizer(self.security, c.super_users,
+                                                        self.metrics)
+        log.info("security: plaintext port authentication %s, TLS port %s, authorization %s",
+                 c.authentication, c.tls_authentication if c.tls_port >= 0 else "-",
+                 "on" if c.authorization else "off")
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -307,6 +342,15 @@ class BrokerServer:
         self.metrics.connections = len(self.connections)
         if not self._listening:
             conn.close()
+            return
+        mode = self.config.tls_authentication if conn.tls else self.config.authentication
+        if mode == "scram":
+            conn.principal = None
+            self.authenticator.begin(conn)
+        elif conn.principal is None:
+            # "certificate" requires one (tls_client_auth = required): the
+            # TLS handshake refused a client without
+            conn.principal = ANONYMOUS
 
     def connection_closed(self, conn: Connection) -> None:
         """Drop the closed connection's pending work at once: its parked
@@ -314,6 +358,8 @@ class BrokerServer:
         self.connections.discard(conn)
         self.metrics.connections = len(self.connections)
         self._held_frames.pop(conn, None)
+        if self.authenticator is not None:
+            self.authenticator.connection_closed(conn)
         if self.replication is not None:      # first: both kinds share parked_fetches
             self.replication.drop_connection(conn)
         self.fetch_long_poll.drop_connection(conn)
@@ -333,6 +379,12 @@ class BrokerServer:
             if held is not None:
                 held.extend(frames)
                 return
+        if conn.sasl is not None:       # not authenticated yet: the exchange only
+            frames = self.authenticator.handle(conn, frames)
+            if not frames:
+                conn.pump()
+                return
+        authorizing = self.request_authorizer is not None
         metrics = self.metrics
         produce_path = self.produce_path
         now = self.clock()
@@ -360,6 +412,10 @@ class BrokerServer:
                        else fast_produce(payload, max_message_bytes))
             if produce is not None:
                 metrics.requests["produce"] += 1
+                if authorizing and self._produce_refused(conn, produce):
+                    if conn.close_after_flush:
+                        break
+                    continue
                 entries = produce[3]
                 # the C fast path validated every entry (info set); the
                 # Python fallback validates none (info None): check the first
@@ -389,10 +445,23 @@ class BrokerServer:
                                                                str(exc))))
                 continue
             metrics.requests[API_NAMES[header.api_key]] += 1
+            if authorizing and header.api_key != ApiKey.PRODUCE:
+                refused = self.request_authorizer.check(
+                    conn, permissions_of(header.api_key, request))
+                if refused is not None:
+                    code, message = refused
+                    metrics.errors[(API_NAMES[header.api_key], code.name)] += 1
+                    conn.add_reply(Reply(api.encode_error_response(header.correlation_id,
+                                                                   code, message)))
+                    continue
             try:
                 if header.api_key == ApiKey.PRODUCE:
                     produce = (header.correlation_id, request.acks, request.timeout_ms,
                                [(t, p, ms, None) for t, p, ms in request.entries])
+                    if authorizing and self._produce_refused(conn, produce):
+                        if conn.close_after_flush:
+                            break
+                        continue
                     if not produce_path.validate_on_loop(produce[3]):
                         self._validate_off_loop(conn, produce, frames[i + 1:])
                         break
@@ -406,6 +475,39 @@ class BrokerServer:
                     header.correlation_id, ErrorCode.UNKNOWN, f"internal error: {exc}")))
         produce_path.write_dirty_logs(conn)
         conn.pump()
+
+    def _produce_refused(self, conn: Connection, produce: tuple) -> bool:
+        """Refuse ``produce`` (correlation id, acks, timeout, entries) when
+        the principal may not write to one of its topics (or create one the
+        produce would auto-create): nothing of it is appended. An acks=none
+        produce has no reply to carry the error: its connection is closed
+        once its earlier replies are out, as for any acks=none failure."""
+        authorizer = self.request_authorizer
+        for topic in {entry[0] for entry in produce[3]}:
+            needed = [(Operation.WRITE, ResourceType.TOPIC, topic)]
+            if self.config.auto_create_topics and self.logs.get(topic) is None and not (
+                    self.replication is not None and topic in self.replication.known_topics):
+                needed.append((Operation.CREATE, ResourceType.TOPIC, topic))
+            refused = authorizer.check(conn, needed)
+            if refused is None:
+                continue
+            code, message = refused
+            self.metrics.errors[("produce", code.name)] += 1
+            if produce[1] == Acks.NONE:
+                conn.close_after_flush = True
+                conn.pause_reading("closing")
+            else:
+                conn.add_reply(Reply(api.encode_error_response(produce[0], code, message)))
+            return True
+        return False
+
+    def _handle_sasl_out_of_place(self, conn: Connection, header, req) -> None:
+        mode = self.config.tls_authentication if conn.tls else self.config.authentication
+        why = ("this connection is authenticated already" if mode == "scram"
+               else f"this listener does not take SASL (its authentication is {mode})")
+        self.metrics.errors[(API_NAMES[header.api_key], "ILLEGAL_SASL_STATE")] += 1
+        conn.add_reply(Reply(api.encode_error_response(
+            header.correlation_id, ErrorCode.ILLEGAL_SASL_STATE, why)))
 
     def _validate_off_loop(self, conn: Connection, produce: tuple, rest: list) -> None:
         """Have ``produce`` validated off the loop (by the produce path); hold
@@ -450,6 +552,10 @@ class BrokerServer:
 
     def _handle_metadata(self, conn: Connection, header, req: api.MetadataRequest) -> None:
         names = req.topics or sorted(self.logs.topics)
+        if not req.topics and self.request_authorizer is not None:
+            # all topics: only those the principal may describe
+            names = [n for n in names if self.request_authorizer.allowed(
+                conn, (Operation.DESCRIBE, ResourceType.TOPIC, n))]
         topics = []
         for name in names:
             topic = self.logs.get(name)

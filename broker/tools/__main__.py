@@ -7,10 +7,12 @@
     groups    consumer groups: list, describe (lag), status (Burrow's rules), reset offsets
     reassign  move replicas of replicated partitions (a plan, or --drain-broker N)
     elect-leaders  move the lead of replicated partitions back to their preferred replicas
+    users     SCRAM users in ZooKeeper: add (the password from stdin or a file), remove, list
+    acls      access control entries in ZooKeeper: add, remove, list
 
-Every tool but groups, reassign and elect-leaders takes --bootstrap HOST:PORT
-(default 127.0.0.1:9092, or $SAMSA_BOOTSTRAP); those take --cluster
-NAME=ZOOKEEPER (or --zookeeper).
+Every tool but groups, reassign, elect-leaders, users and acls takes
+--bootstrap HOST:PORT (default 127.0.0.1:9092, or $SAMSA_BOOTSTRAP); those
+take --cluster NAME=ZOOKEEPER (or --zookeeper).
 Exit status: 0 on success, 1 on a broker or ZooKeeper error (unreachable
 too), 2 on bad usage, 3 when ``groups --status --fail-on LEVEL`` finds a group
 at LEVEL or worse, or ``reassign --verify`` finds reassignments still running
@@ -24,6 +26,7 @@ import json
 import logging
 import os
 import sys
+import textwrap
 
 from broker.client.admin import AdminClient
 from broker.client.connection import BrokerConnectionError
@@ -32,8 +35,9 @@ from broker.lag.evaluator import Status
 from broker.lag.group_lag import AdminPool, partition_lags
 from broker.client.producer import Producer, ProducerConfig
 from broker.coordination.named_cluster import add_cluster_option, cluster_from
-from broker.protocol import api
+from broker.protocol import api, scram
 from broker.protocol.errors import ErrorCode, SamsaError
+from broker.security.acl import Operation
 from broker.service_kit import cli
 from broker.service_kit.settings import ConfigError
 
@@ -42,7 +46,7 @@ EXIT_STATUS = cli.exit_status(
     (0, "done"),
     (1, "the broker or ZooKeeper refused or could not be reached (one line on stderr, "
         "\"error: ...\"); reassign --verify: a reassignment failed; elect-leaders: a "
-        "partition's lead could not be moved"),
+        "partition's lead could not be moved; users remove: no such user"),
     (2, "bad usage: an unknown option, a missing argument, a malformed line or value, a "
         "plan that cannot be carried out"),
     (3, "groups --status --fail-on LEVEL: a group's status is LEVEL or worse "
@@ -52,6 +56,8 @@ EXIT_STATUS = cli.exit_status(
 FAIL_LEVELS = tuple(s.name for s in sorted(Status) if s > Status.OK)
 EXIT_GROUP_STATUS = 3
 EXIT_STILL_RUNNING = 3
+#: the operations an ACL entry names (acls --operation)
+OPERATIONS = tuple(o.value for o in Operation)
 #: how long the produce tool waits for the broker's first answer before it gives up
 PRODUCE_ASK_TIMEOUT_S = 5.0
 
@@ -509,6 +515,180 @@ def cmd_elect_leaders(args: argparse.Namespace) -> int:
     return _zk_tool(zookeeper, args, "elect-leaders tool", body)
 
 
+# ------------------------------------------------------------------ users, acls
+
+def _read_password(args: argparse.Namespace) -> str | None:
+    """The password of ``users add``: one line of standard input (typed
+    without echo when it is a terminal) or the first line of --password-file,
+    its trailing newline ("\\n" or "\\r\\n") not part of it. None, said on
+    stderr, when it cannot be read or is empty."""
+    if args.password_stdin and sys.stdin.isatty():
+        import getpass
+        password = getpass.getpass(f"password of {args.name}: ")
+    else:
+        try:
+            if args.password_stdin:
+                line = sys.stdin.buffer.readline()
+            else:
+                with open(args.password_file, "rb") as f:
+                    line = f.readline()
+            if line.endswith(b"\n"):
+                line = line[:-1].removesuffix(b"\r")
+            password = line.decode("utf-8")
+        except OSError as exc:
+            print(f"error: cannot read the password: {exc}", file=sys.stderr)
+            return None
+        except UnicodeDecodeError:
+            print("error: the password is not UTF-8", file=sys.stderr)
+            return None
+    if not password:
+        print("error: the password is empty", file=sys.stderr)
+        return None
+    return password
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    """users add|remove|list: the users' SCRAM credentials in ZooKeeper."""
+    from broker.security import store
+
+    if args.action != "list" and args.name is None:
+        print(f"error: users {args.action} needs the user's NAME", file=sys.stderr)
+        return 2
+    if args.action == "list" and args.name is not None:
+        print("error: users list takes no NAME", file=sys.stderr)
+        return 2
+    password_given = args.password_stdin or args.password_file is not None
+    if args.action != "add" and (password_given or args.iterations is not None):
+        print("error: --password-stdin, --password-file and --iterations go with users add",
+              file=sys.stderr)
+        return 2
+    if args.action == "add" and not password_given:
+        print("error: users add needs the password: --password-stdin or --password-file "
+              "FILE (never on the command line, where ps shows it)", file=sys.stderr)
+        return 2
+    iterations = scram.DEFAULT_ITERATIONS if args.iterations is None else args.iterations
+    if not scram.MIN_ITERATIONS <= iterations <= scram.MAX_ITERATIONS:
+        print(f"error: --iterations is {scram.MIN_ITERATIONS} to {scram.MAX_ITERATIONS}, "
+              f"not {iterations}", file=sys.stderr)
+        return 2
+    if args.name is not None:
+        try:
+            store.check_user_name(args.name)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    zookeeper = _zookeeper_of(args, "users")
+    if zookeeper is None:
+        return 2
+    credential = None
+    if args.action == "add":
+        password = _read_password(args)
+        if password is None:
+            return 2
+        credential = scram.ScramCredential.from_password(password, iterations=iterations)
+
+    def body(client) -> int:
+        if args.action == "add":
+            created = store.set_user(client, args.name, credential)
+            print(f"user {args.name} {'created' if created else 'replaced'}")
+        elif args.action == "remove":
+            if not store.remove_user(client, args.name):
+                print(f"error: no user {args.name!r} in {zookeeper}", file=sys.stderr)
+                return 1
+            print(f"user {args.name} removed")
+        else:
+            for user in store.list_users(client):
+                print(user)
+        return 0
+
+    return _zk_tool(zookeeper, args, "users tool", body)
+
+
+def _operation(text: str) -> str:
+    """An --operation as the entries spell it: "READ" and "cluster-action" are taken."""
+    return text.strip().lower().replace("-", "_")
+
+
+def _acl_line(entry) -> str:
+    """"User:alice allow read topic literal:events"."""
+    return (f"{entry.principal} {entry.permission.value} {entry.operation.value} "
+            f"{entry.resource_type.value} {entry.pattern_type.value}:{entry.name}")
+
+
+def _entries(count: int) -> str:
+    return f"{count} entr{'y' if count == 1 else 'ies'}"
+
+
+def cmd_acls(args: argparse.Namespace) -> int:
+    """acls add|remove|list: the access control entries in ZooKeeper."""
+    from broker.security import store
+    from broker.security.acl import (AclEntry, PatternType, Permission, ResourceType,
+                                     validate_principal)
+
+    resource = ((ResourceType.TOPIC, args.topic) if args.topic is not None else
+                (ResourceType.GROUP, args.group) if args.group is not None else
+                (ResourceType.CLUSTER, store.CLUSTER_RESOURCE) if args.cluster_resource else None)
+    if args.action == "list":
+        if args.operation or args.deny or args.prefixed:
+            print("error: --operation, --deny and --prefixed go with acls add or remove",
+                  file=sys.stderr)
+            return 2
+    else:
+        missing = [what for what, absent in (
+            ("--principal User:NAME", args.principal is None),
+            ("a resource (--topic NAME, --group NAME or --cluster-resource)", resource is None),
+            (f"--operation OP ({', '.join(OPERATIONS)})", not args.operation)) if absent]
+        if missing:
+            print(f"error: acls {args.action} needs {' and '.join(missing)}", file=sys.stderr)
+            return 2
+        if args.prefixed and resource[0] is ResourceType.CLUSTER:
+            print("error: --prefixed goes with --topic or --group", file=sys.stderr)
+            return 2
+    if args.json and args.action != "list":
+        print("error: --json goes with acls list", file=sys.stderr)
+        return 2
+    entries = []
+    try:
+        if args.principal is not None:
+            validate_principal(args.principal)
+        if resource is not None:
+            store.check_resource_name(resource[1])
+        if args.action != "list":
+            permission = Permission.DENY if args.deny else Permission.ALLOW
+            pattern = PatternType.PREFIXED if args.prefixed else PatternType.LITERAL
+            entries = [AclEntry(args.principal, permission, operation, resource[0], resource[1],
+                                pattern) for operation in dict.fromkeys(args.operation)]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    zookeeper = _zookeeper_of(args, "acls")
+    if zookeeper is None:
+        return 2
+
+    def body(client) -> int:
+        if args.action == "add":
+            added = store.add_acls(client, entries)
+            print(f"{_entries(added)} added" + (f", {_entries(len(entries) - added)} already "
+                                                 f"there" if added < len(entries) else ""))
+        elif args.action == "remove":
+            removed = store.remove_acls(client, entries)
+            print(f"{_entries(removed)} removed" + (f", {_entries(len(entries) - removed)} "
+                                                     f"not there" if removed < len(entries)
+                                                     else ""))
+        else:
+            found = store.list_acls(client, args.principal,
+                                    resource[0] if resource else None,
+                                    resource[1] if resource else None)
+            if args.json:
+                print(json.dumps({"acls": [e.to_json() for e in found]}, indent=1))
+            else:
+                for entry in found:
+                    print(_acl_line(entry))
+        return 0
+
+    return _zk_tool(zookeeper, args, "acls tool", body)
+
+
 # ------------------------------------------------------------------ offsets
 
 def cmd_offsets(args: argparse.Namespace) -> int:
@@ -702,6 +882,12 @@ def _offset_of(cluster, topic: str, bp: str, time_ms: int) -> int:
 
 
 # ------------------------------------------------------------------ parser
+
+def _paragraphs(*texts: str) -> str:
+    """A --help description of several paragraphs (the raw formatter keeps
+    them apart), each wrapped."""
+    return "\n\n".join(textwrap.fill(text, 78) for text in texts)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m broker.tools",
@@ -906,6 +1092,89 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for ZooKeeper (default 10)")
     p.set_defaults(func=cmd_elect_leaders)
+
+    p = sub.add_parser(
+        "users", help="SCRAM users in ZooKeeper: add, remove, list",
+        usage="%(prog)s add NAME (--password-stdin | --password-file FILE)\n"
+              "           [--iterations N] CLUSTER\n"
+              "       %(prog)s remove NAME CLUSTER\n"
+              "       %(prog)s list CLUSTER",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_paragraphs(
+            "The users brokers authenticate with SCRAM-SHA-512 (docs/security.md), kept in "
+            "ZooKeeper (/security/users): for each, a credential made from the password (a "
+            "salt, an iteration count, two derived keys), never the password itself.",
+            "CLUSTER is --cluster NAME=ZOOKEEPER, or --zookeeper ZOOKEEPER (the connect "
+            "string with the cluster's chroot).",
+            "add prints \"user NAME created\" (or \"replaced\": a new password for a known "
+            "user), remove \"user NAME removed\" (exit 1 when there is no such user), list "
+            "one name a line, sorted."))
+    p.add_argument("action", choices=["add", "remove", "list"], help="what to do")
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="the user (add, remove): 1 to 255 printable characters, no '/'")
+    password = p.add_mutually_exclusive_group()
+    password.add_argument("--password-stdin", action="store_true",
+                          help="add: read the password from standard input, one line (typed "
+                               "without echo when it is a terminal); its trailing newline is "
+                               "not part of it. Never on the command line: ps would show it")
+    password.add_argument("--password-file", metavar="FILE",
+                          help="add: the password is FILE's first line, without its newline")
+    p.add_argument("--iterations", type=int, metavar="N",
+                   help=f"add: PBKDF2 iterations of the credential ({scram.MIN_ITERATIONS} "
+                        f"to {scram.MAX_ITERATIONS}; default {scram.DEFAULT_ITERATIONS}: "
+                        f"another count tells a peer that the user exists, "
+                        f"docs/security.md)")
+    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
+                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for ZooKeeper (default 10)")
+    p.set_defaults(func=cmd_users)
+
+    p = sub.add_parser(
+        "acls", help="access control entries in ZooKeeper: add, remove, list",
+        usage="%(prog)s add|remove --principal User:NAME RESOURCE [--prefixed]\n"
+              "           --operation OP [--operation OP ...] [--deny] CLUSTER\n"
+              "       %(prog)s list [--principal User:NAME] [RESOURCE] [--json] CLUSTER",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_paragraphs(
+            "Entries that allow (or, with --deny, deny) a principal operations on a "
+            "resource, kept in ZooKeeper (/security/acls; docs/security.md). A super user "
+            "may do everything; a matching deny wins over any allow; else a matching allow "
+            "allows; else the answer is no.",
+            "RESOURCE is --topic NAME or --group NAME (\"*\": every one; with --prefixed, "
+            "every one whose name starts with NAME), or --cluster-resource: the cluster "
+            "itself, the resource named \"cluster\" (--cluster names the cluster's "
+            "ZooKeeper, as in the other tools). CLUSTER is --cluster NAME=ZOOKEEPER, or "
+            "--zookeeper ZOOKEEPER.",
+            "add and remove make one entry per --operation and print how many were added "
+            "(removed), and how many were there already (not there). list prints an entry "
+            "a line, \"User:alice allow read topic literal:events\" (principal, "
+            "permission, operation, resource type, pattern type:name), only those of "
+            "--principal and of the RESOURCE's name (exactly), where given."))
+    p.add_argument("action", choices=["add", "remove", "list"], help="what to do")
+    p.add_argument("--principal", metavar="User:NAME",
+                   help="User:<name>, or User:* for every principal")
+    resource = p.add_mutually_exclusive_group()
+    resource.add_argument("--topic", metavar="NAME", help="a topic, \"*\" or a prefix")
+    resource.add_argument("--group", metavar="NAME", help="a consumer group, \"*\" or a prefix")
+    resource.add_argument("--cluster-resource", action="store_true",
+                          help="the cluster itself (cluster_action, create, alter, "
+                               "describe)")
+    p.add_argument("--prefixed", action="store_true",
+                   help="add, remove: the --topic or --group NAME is a prefix")
+    p.add_argument("--operation", action="append", type=_operation, choices=OPERATIONS,
+                   metavar="OP", help=f"add, remove: one of {', '.join(OPERATIONS)} "
+                                      f"(repeatable)")
+    p.add_argument("--deny", action="store_true",
+                   help="add, remove: entries that deny (default: allow)")
+    p.add_argument("--json", action="store_true",
+                   help="list: JSON, {\"acls\": [{principal, permission, operation, "
+                        "resource_type, name, pattern_type}]}")
+    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
+                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for ZooKeeper (default 10)")
+    p.set_defaults(func=cmd_acls)
 
     for tool in sub.choices.values():     # each tool's --help ends with the exit statuses
         cli.end_help_with(tool, EXIT_STATUS)

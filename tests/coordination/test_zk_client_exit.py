@@ -75,3 +75,28 @@ def test_a_process_exits_with_a_watch_waiting_on_a_lost_zookeeper(own_zookeeper)
             child.kill()
         child.wait()
     assert child.returncode == 0, child.stderr.read()
+
+
+def test_many_clients_hold_one_exit_hook(zookeeper):
+    """stop_at_exit keeps one atexit entry however many clients a process
+    makes (a long-lived process reconnecting for days must not grow); the
+    exit hook kazoo registered for each of them is taken away (the one
+    hook stops those clients first, whatever the order of registration)."""
+    import atexit
+
+    from broker.coordination.zk import make_client, start_client
+    clients = []
+    try:
+        for _ in range(3):
+            client = make_client(zookeeper.connect_string())
+            start_client(client, zookeeper.connect_string())
+            clients.append(client)
+        hooks = atexit._ncallbacks()
+        from broker.coordination.zk import stop_at_exit
+        for _ in range(50):
+            stop_at_exit(clients[0])
+        assert atexit._ncallbacks() == hooks
+    finally:
+        for client in clients:
+            client.stop()
+            client.close()

@@ -14,7 +14,9 @@ from broker.protocol.api import (
     FetchResult, LeaderEpochEndEntry, LeaderEpochEndRequest, LeaderEpochEndResponse,
     LeaderEpochEndResult, MetadataRequest, MetadataResponse, OffsetsRequest, OffsetsResponse,
     PartitionInfo, ProduceEntry, ProduceRequest, ProduceResponse, ProduceResult,
-    ReplicaFetchEntry, ReplicaFetchRequest, ReplicaFetchResponse, ReplicaFetchResult, TopicInfo,
+    ReplicaFetchEntry, ReplicaFetchRequest, ReplicaFetchResponse, ReplicaFetchResult,
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse, TopicInfo,
     decode_request, decode_response, encode_error_response, encode_request, encode_response)
 from broker.protocol.errors import ErrorCode, FrameTooLargeError, ProtocolError
 from broker.protocol.framing import FrameDecoder
@@ -55,9 +57,13 @@ replica_fetch_requests = st.builds(
 leader_epoch_end_requests = st.builds(
     LeaderEpochEndRequest, int32, tuples(st.builds(LeaderEpochEndEntry, text, int32, int32,
                                                    int32)))
+sasl_blob = st.binary(max_size=api.MAX_SASL_BYTES)
+sasl_handshake_requests = st.builds(SaslHandshakeRequest, text)
+sasl_authenticate_requests = st.builds(SaslAuthenticateRequest, sasl_blob)
 requests = st.one_of(produce_requests, fetch_requests, offsets_requests, metadata_requests,
                      create_topic_requests, delete_topic_requests, replica_fetch_requests,
-                     leader_epoch_end_requests)
+                     leader_epoch_end_requests, sasl_handshake_requests,
+                     sasl_authenticate_requests)
 
 produce_responses = st.builds(
     ProduceResponse, tuples(st.builds(ProduceResult, text, int32, int16, text, int64, int64)))
@@ -83,7 +89,9 @@ responses = st.one_of(
     st.tuples(st.just(ApiKey.METADATA), metadata_responses),
     st.tuples(st.sampled_from([ApiKey.CREATE_TOPIC, ApiKey.DELETE_TOPIC]), empty_responses),
     st.tuples(st.just(ApiKey.REPLICA_FETCH), replica_fetch_responses),
-    st.tuples(st.just(ApiKey.LEADER_EPOCH_END), leader_epoch_end_responses))
+    st.tuples(st.just(ApiKey.LEADER_EPOCH_END), leader_epoch_end_responses),
+    st.tuples(st.just(ApiKey.SASL_HANDSHAKE), st.builds(SaslHandshakeResponse, tuples(text))),
+    st.tuples(st.just(ApiKey.SASL_AUTHENTICATE), st.builds(SaslAuthenticateResponse, sasl_blob)))
 client_ids = st.one_of(st.none(), text)
 
 
@@ -303,7 +311,8 @@ def test_constants():
     assert {a.name: int(a) for a in Acks} == {"NONE": 0, "WRITTEN": 1, "FLUSHED": 2, "ALL": 3}
     assert {k.name: int(k) for k in ApiKey} == {
         "PRODUCE": 0, "FETCH": 1, "OFFSETS": 2, "METADATA": 3, "CREATE_TOPIC": 4,
-        "DELETE_TOPIC": 5, "REPLICA_FETCH": 6, "LEADER_EPOCH_END": 7}
+        "DELETE_TOPIC": 5, "REPLICA_FETCH": 6, "LEADER_EPOCH_END": 7, "SASL_HANDSHAKE": 8,
+        "SASL_AUTHENTICATE": 9}
     # every API has a request class naming it and both decoders
     assert set(api.REQUEST_DECODERS) == set(api.RESPONSE_DECODERS) == set(ApiKey)
     assert (ReplicaFetchRequest.API, LeaderEpochEndRequest.API) == \
@@ -420,3 +429,14 @@ def test_forged_epoch_count_is_refused_before_looping():
     payload[at:at + 4] = b"\x7f\xff\xff\xff"      # 2^31-1 epochs in 4 bytes
     with pytest.raises(ProtocolError, match="array count"):
         decode_response(ApiKey.REPLICA_FETCH, bytes(payload))
+
+
+def test_authentication_messages_are_capped():
+    """A SaslAuthenticate message larger than MAX_SASL_BYTES is a malformed
+    request (an unauthenticated peer cannot make the broker hold more)."""
+    frame = encode_request(SaslAuthenticateRequest(b"x" * (api.MAX_SASL_BYTES + 1)), 7, "c")
+    with pytest.raises(ProtocolError, match="auth_bytes of 2049 bytes") as info:
+        decode_request(one_frame(frame))
+    assert info.value.correlation_id == 7
+    with pytest.raises(ProtocolError, match="must not be null"):
+        decode_request(one_frame(encode_request(SaslAuthenticateRequest(None), 8, "c")))

@@ -18,7 +18,7 @@ from broker_helpers import (connect, fetch, log_sizes, metric, raw_socket, read_
 
 COUNTERS = ("messages_in", "bytes_in", "bytes_out", "messages_out", "requests", "request_errors",
             "flushes", "page_cache_dropped_bytes", "sendfile_bytes", "tls_fetch_bytes",
-            "memory_trims", "validations_off_loop", "produce_short_cuts",
+            "memory_trims", "authentications", "authorization_denials", "validations_off_loop", "produce_short_cuts",
             "connections_throttled", "connections_closed_idle", "request_memory_waits")
 GAUGES = ("page_cache_budget_bytes", "connections", "request_memory_bytes", "log_size_bytes",
           "log_segments", "log_end_offset", "log_flushed_offset", "log_quarantined_bytes",

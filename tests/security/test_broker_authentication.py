@@ -1,0 +1,287 @@
+"""SASL/SCRAM-SHA-512 on the wire (issue 30, points 2 and 7) with real broker
+processes and a real ZooKeeper holding the users: a client with the right
+password authenticates and produces; the ways in that must fail (no
+credentials, a wrong password, an unknown user, a replayed exchange, a
+request before the handshake, an oversized frame, a connection that never
+authenticates) fail with "authentication failed" and nothing more, are
+counted, and leave the log unchanged; a flood of malformed handshakes leaves
+the broker serving others with its memory bounded."""
+from __future__ import annotations
+
+import os
+import random
+import socket
+import struct
+import time
+
+import pytest
+
+from broker.client.authentication import SaslLogin, authenticate
+from broker.client.connection import BrokerConnection, BrokerConnectionError, parse_address
+from broker.client.consumer import Consumer
+from broker.client.producer import Producer
+from broker.protocol import api
+from broker.protocol.api import Acks, ApiKey
+from broker.protocol.errors import ErrorCode, SamsaError
+from broker.protocol.scram import MECHANISM, ScramClient, ScramCredential
+from broker.security import store
+from broker_helpers import (closed_by_peer, log_text, message_set, metric, raw_socket,
+                            read_frame, request_frame, rss_mb, scrape_metrics, wait_until)
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def secured(broker_factory, zookeeper, zk_client, zk_chroot):
+    """A broker whose plaintext port asks for SCRAM, its users in ZooKeeper:
+    ``alice`` (PASSWORD); returns (broker, zk client)."""
+    store.set_user(zk_client, "alice", ScramCredential.from_password(PASSWORD))
+    broker = broker_factory({"zookeeper": zookeeper.connect_string() + zk_chroot,
+                             "authentication": "scram", "authentication_timeout_ms": 1500},
+                            metrics_port=0)
+    return broker, zk_client
+
+
+def login_connection(broker, user="alice", password=PASSWORD) -> BrokerConnection:
+    host, port = parse_address(broker.address)
+    conn = BrokerConnection(host, port, "tests", request_timeout=10,
+                            sasl=SaslLogin(user, password))
+    conn.connect()
+    return conn
+
+
+def plain_connection(broker) -> BrokerConnection:
+    host, port = parse_address(broker.address)
+    conn = BrokerConnection(host, port, "tests", request_timeout=10)
+    conn.connect()
+    return conn
+
+
+def failures(broker) -> float:
+    return metric(scrape_metrics(broker.metrics_port), "samsa_authentications_total",
+                  mechanism=MECHANISM, result="failed") or 0
+
+
+def test_a_user_with_the_right_password_produces_and_consumes(secured, topic):
+    broker, _zk = secured
+    login = {"sasl_username": "alice", "sasl_password": PASSWORD}
+    with Producer(bootstrap=broker.address, acks="flushed", batch_size=20, **login) as p:
+        for i in range(200):
+            p.send(topic, b"secret-%d" % i, partition=0)
+        p.flush(timeout=30)
+        assert p.failed_batches == 0
+    with Consumer(bootstrap=broker.address, **login) as consumer:
+        consumer.assign([(topic, 0)], start="earliest")
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 200 and time.monotonic() < deadline:
+            got += [m.value for m in consumer.poll(500)]
+    assert got == [b"secret-%d" % i for i in range(200)]
+    samples = scrape_metrics(broker.metrics_port)
+    assert metric(samples, "samsa_authentications_total", mechanism=MECHANISM,
+                  result="ok") >= 2      # the producer, the consumer
+    assert "authenticated as User:alice" in log_text(broker.log_path)
+
+
+def test_what_must_not_authenticate_does_not(secured, topic, tmp_path):
+    broker, zk = secured
+    with login_connection(broker) as conn:          # the topic, with one message
+        conn.request(api.ProduceRequest(Acks.FLUSHED, 10_000, (
+            api.ProduceEntry(topic, 0, message_set([b"before"])),)))
+        size_before = conn.request(api.MetadataRequest((topic,))).topics[0].partitions[0] \
+            .size_bytes
+    failed_before = failures(broker)
+
+    # 1. no credentials: the first request is not the handshake
+    conn = plain_connection(broker)
+    with pytest.raises(SamsaError) as info:
+        conn.request(api.ProduceRequest(Acks.WRITTEN, 10_000, (
+            api.ProduceEntry(topic, 0, message_set([b"anonymous"])),)))
+    assert info.value.code == ErrorCode.ILLEGAL_SASL_STATE
+    with pytest.raises(BrokerConnectionError):      # and the connection is closed
+        conn.request(api.MetadataRequest(()))
+    # 2. a wrong password, 3. an unknown user: the same words, nothing more
+    for user, password in (("alice", "wrong"), ("mallory", PASSWORD)):
+        with pytest.raises(SamsaError) as info:
+            login_connection(broker, user, password)
+        assert info.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert info.value.message == "authentication failed"
+    # 4. a replayed exchange: client-final of a successful exchange, sent on
+    # a new connection after its own client-first, fails (fresh server nonce)
+    recorded = record_exchange(broker)
+    conn = plain_connection(broker)
+    conn.request(api.SaslHandshakeRequest(MECHANISM))
+    conn.request(api.SaslAuthenticateRequest(recorded["client_first"]))
+    with pytest.raises(SamsaError) as info:
+        conn.request(api.SaslAuthenticateRequest(recorded["client_final"]))
+    assert (info.value.code, info.value.message) == \
+        (ErrorCode.SASL_AUTHENTICATION_FAILED, "authentication failed")
+    # 5. another mechanism: refused, the ones taken named
+    conn = plain_connection(broker)
+    with pytest.raises(SamsaError) as info:
+        conn.request(api.SaslHandshakeRequest("PLAIN"))
+    assert info.value.code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    assert MECHANISM in info.value.message
+    conn.close()
+
+    assert failures(broker) >= failed_before + 4
+    text = log_text(broker.log_path)
+    assert "wrong password" in text and "'mallory' is unknown" in text
+    assert "a replayed message?" in text
+    with login_connection(broker) as conn:          # nothing of theirs was appended
+        assert conn.request(api.MetadataRequest((topic,))).topics[0].partitions[0] \
+            .size_bytes == size_before
+
+
+def record_exchange(broker) -> dict:
+    """A successful exchange's messages, as a listener on the wire sees them."""
+    conn = plain_connection(broker)
+    try:
+        conn.request(api.SaslHandshakeRequest(MECHANISM))
+        client = ScramClient("alice", PASSWORD)
+        first = client.first()
+        server_first = conn.request(api.SaslAuthenticateRequest(first)).auth_bytes
+        final = client.final(server_first)
+        client.verify(conn.request(api.SaslAuthenticateRequest(final)).auth_bytes)
+        return {"client_first": first, "client_final": final}
+    finally:
+        conn.close()
+
+
+def test_before_authentication_frames_are_small_and_time_is_short(secured, topic):
+    broker, _zk = secured
+    # a size prefix over the cap closes the connection before its bytes are read
+    sock = raw_socket(broker.address)
+    sock.sendall(struct.pack(">i", 64 << 10) + b"\x00" * 100)
+    assert closed_by_peer(sock)
+    sock.close()
+    # a connection that never authenticates is closed after the time limit
+    # (authentication_timeout_ms = 1500 here)
+    sock = raw_socket(broker.address)
+    opened = time.monotonic()
+    assert closed_by_peer(sock, timeout=10)
+    assert 1.0 < time.monotonic() - opened < 8
+    sock.close()
+    # a handshake begun and not finished: closed all the same
+    sock = raw_socket(broker.address)
+    sock.sendall(request_frame(ApiKey.SASL_HANDSHAKE, 1, api.enc_string(MECHANISM)))
+    read_frame(sock)
+    assert closed_by_peer(sock, timeout=10)
+    sock.close()
+    samples = scrape_metrics(broker.metrics_port)
+    assert metric(samples, "samsa_authentications_total", mechanism=MECHANISM,
+                  result="timeout") >= 2
+    # requests pipelined right behind the last authentication message are served
+    host, port = parse_address(broker.address)
+    sock = socket.create_connection((host, port), timeout=10)
+    client = ScramClient("alice", PASSWORD)
+    sock.sendall(api.encode_request(api.SaslHandshakeRequest(MECHANISM), 1, "raw")
+                 + api.encode_request(api.SaslAuthenticateRequest(client.first()), 2, "raw"))
+    read_frame(sock)
+    _cid, server_first = api.decode_response(ApiKey.SASL_AUTHENTICATE, read_frame(sock))
+    sock.sendall(api.encode_request(api.SaslAuthenticateRequest(
+        client.final(server_first.auth_bytes)), 3, "raw")
+        + api.encode_request(api.MetadataRequest(()), 4, "raw"))
+    _cid, server_final = api.decode_response(ApiKey.SASL_AUTHENTICATE, read_frame(sock))
+    client.verify(server_final.auth_bytes)
+    cid, metadata = api.decode_response(ApiKey.METADATA, read_frame(sock))
+    assert cid == 4 and isinstance(metadata, api.MetadataResponse)
+    # a second handshake on an authenticated connection: refused, still open
+    sock.sendall(api.encode_request(api.SaslHandshakeRequest(MECHANISM), 5, "raw"))
+    _cid, again = api.decode_response(ApiKey.SASL_HANDSHAKE, read_frame(sock))
+    assert again.error == ErrorCode.ILLEGAL_SASL_STATE
+    sock.close()
+
+
+def fuzz_frames(rng: random.Random):
+    """Malformed and oversized things a stranger sends before authenticating."""
+    client_first = ScramClient("alice", PASSWORD).first()
+    choices = [
+        lambda: struct.pack(">i", rng.randrange(4097, 1 << 30)) + rng.randbytes(64),
+        lambda: struct.pack(">i", rng.randrange(-1 << 31, 0)),
+        lambda: rng.randbytes(rng.randrange(1, 600)),
+        lambda: request_frame(ApiKey.SASL_AUTHENTICATE, 1, api.enc_bytes(rng.randbytes(300))),
+        lambda: request_frame(ApiKey.SASL_HANDSHAKE, 1, api.enc_string(MECHANISM))
+        + request_frame(ApiKey.SASL_AUTHENTICATE, 2, api.enc_bytes(rng.randbytes(
+            rng.randrange(0, 2000)))),
+        lambda: request_frame(ApiKey.SASL_HANDSHAKE, 1, api.enc_string(MECHANISM))
+        + request_frame(ApiKey.SASL_AUTHENTICATE, 2, api.enc_bytes(client_first))
+        + request_frame(ApiKey.SASL_AUTHENTICATE, 3, api.enc_bytes(
+            b"c=biws,r=" + rng.randbytes(40) + b",p=" + rng.randbytes(88))),
+        lambda: request_frame(ApiKey.PRODUCE, 1, rng.randbytes(200)),
+        lambda: request_frame(ApiKey.SASL_HANDSHAKE, 1, rng.randbytes(rng.randrange(0, 50))),
+        lambda: request_frame(rng.randrange(-5, 40), rng.randrange(1 << 30),
+                              rng.randbytes(rng.randrange(0, 3000))),
+    ]
+    return lambda: rng.choice(choices)()
+
+
+def test_a_flood_of_malformed_handshakes(secured, topic):
+    """Point 7's fuzz: 3,000 connections of malformed or oversized frames
+    before authentication; an authenticated client is served throughout,
+    the broker's memory stays within 40 MB of where it began."""
+    broker, _zk = secured
+    with login_connection(broker) as conn:          # warm up
+        conn.request(api.MetadataRequest(()))
+    rss_before = rss_mb(broker.proc.pid)
+    rng = random.Random(30)
+    next_frame = fuzz_frames(rng)
+    good = login_connection(broker)
+    produced = 0
+    host, port = parse_address(broker.address)
+    for i in range(3000):
+        try:
+            sock = socket.create_connection((host, port), timeout=5)
+            sock.sendall(next_frame())
+            sock.close()
+        except OSError:
+            pass                                    # the broker closed it first: fine
+        if i % 100 == 0:
+            result = good.request(api.ProduceRequest(Acks.WRITTEN, 10_000, (
+                api.ProduceEntry(topic, 0, message_set([b"good-%d" % i])),))).results[0]
+            assert result.error == 0, result.message
+            produced += 1
+    good.close()
+    assert produced == 30
+    rss_after = rss_mb(broker.proc.pid)
+    assert rss_after - rss_before < 40, (rss_before, rss_after)
+    with login_connection(broker) as conn:          # and still takes new clients
+        assert conn.request(api.MetadataRequest((topic,))).topics[0].error == 0
+    assert failures(broker) > 100
+
+
+def test_the_cluster_producer_and_a_group_consumer_authenticate(secured, zookeeper, zk_chroot,
+                                                               topic, tmp_path):
+    """Clients that find the brokers in ZooKeeper (the registered plaintext
+    port) authenticate there too, the password from a file."""
+    from broker.client.cluster_producer import ClusterProducer
+    from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
+    broker, _zk = secured
+    password_file = tmp_path / "alice.pw"
+    password_file.write_text(PASSWORD + "\n")
+    connect = zookeeper.connect_string() + zk_chroot
+    login = {"sasl_username": "alice", "sasl_password_file": str(password_file)}
+    with ClusterProducer(connect, acks="flushed", **login) as producer:
+        for i in range(50):
+            producer.send(topic, b"grouped-%d" % i)
+        producer.flush(timeout=30)
+    with GroupConsumer(GroupConsumerConfig(connect, "secured-group", topics=(topic,),
+                                           **login)) as consumer:
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 50 and time.monotonic() < deadline:
+            got += [m.value for m in consumer.poll(500)]
+    assert sorted(got) == sorted(b"grouped-%d" % i for i in range(50))
+    # without the password, the group consumer's fetchers are refused
+    wrong = tmp_path / "wrong.pw"
+    wrong.write_text("not it\n")
+    failed_before = failures(broker)
+    with GroupConsumer(GroupConsumerConfig(connect, "stranger-group", topics=(topic,),
+                                           sasl_username="alice",
+                                           sasl_password_file=str(wrong))) as consumer:
+        with pytest.raises(SamsaError) as info:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                assert not consumer.poll(500), "a stranger read messages"
+        assert info.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert failures(broker) > failed_before
