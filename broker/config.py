@@ -123,6 +123,11 @@ class BrokerConfig:
     zookeeper: str = ""
     """ZooKeeper connect string with the cluster's chroot ("h1:2181,h2:2181/dc-a"):
     the broker registers itself and its topics there. Empty: standalone."""
+    zookeeper_auth_file: str = ""
+    """A file holding ``user:password`` (first line): the broker authenticates
+    to ZooKeeper as the cluster's identity and creates its nodes so that only
+    that identity may change them, and only it may read the users' credentials
+    and the ACLs (docs/security.md, "ZooKeeper"). Empty: open nodes."""
     zookeeper_session_timeout_ms: int = 6000
     """ZooKeeper session timeout: how long after a crash the broker's
     registration lingers."""
@@ -188,6 +193,14 @@ class BrokerConfig:
             if not principal.startswith("User:") or len(principal) < 6:
                 raise ConfigError(f"super_users: a principal is User:<name>, not "
                                   f"{principal!r}")
+        if self.zookeeper_auth_file:
+            if not self.zookeeper:
+                raise ConfigError("zookeeper_auth_file needs zookeeper")
+            from broker.coordination.zk_acls import read_auth_file
+            try:
+                read_auth_file(self.zookeeper_auth_file)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         if self.authentication_timeout_ms < 100:
             raise ConfigError("authentication_timeout_ms must be >= 100")
         if bool(self.sasl_username) != bool(self.sasl_password_file):

@@ -25,7 +25,7 @@ ENTRY_POINTS = ["broker", "broker.tools", "mirror", "broker.lag", "audit", "hado
 #: entry points with sub-commands, and theirs
 SUBCOMMANDS = [("broker.tools", c) for c in ("produce", "consume", "topics", "offsets",
                                              "groups", "reassign", "elect-leaders", "users",
-                                             "acls")] \
+                                             "acls", "zookeeper-acls")] \
     + [("audit", c) for c in ("count", "serve", "report", "db")] \
     + [("infra.local", c) for c in ("up", "status", "down")] \
     + [("infra.local.network", c) for c in ("up", "down", "status", "shape", "cut", "heal",

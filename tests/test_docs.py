@@ -145,7 +145,8 @@ def test_the_readme_says_which_console_tools_take_bootstrap():
         [action] = [a for a in tools[name]._actions if "--bootstrap" in a.option_strings]
         assert action.default == DEFAULT_BOOTSTRAP and "SAMSA_BOOTSTRAP" in action.help, name
     # the others name a cluster, as the README says
-    assert set(tools) - bootstrapped == {"groups", "reassign", "elect-leaders", "users", "acls"}
+    assert set(tools) - bootstrapped == {"groups", "reassign", "elect-leaders", "users", "acls",
+                                         "zookeeper-acls"}
     for name in set(tools) - bootstrapped:
         assert {"--cluster", "--zookeeper"} <= options[name], name
     for name in tools:                       # every tool the section shows, and only those

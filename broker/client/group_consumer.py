@@ -38,6 +38,7 @@ from broker.coordination import offsets as zk_offsets
 from broker.coordination.cluster import ClusterView
 from broker.coordination.ownership import Assignment, GroupMember, Subscription
 from broker.coordination.zk import make_client, start_client
+from broker.coordination.zk_acls import Identity
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.message import Message
 
@@ -115,6 +116,11 @@ class GroupConsumerConfig:
     """The file holding sasl_username's password (its first line)."""
     sasl_password: str = field(default="", repr=False)
     """The password itself, for programs that hold it (tests)."""
+    zookeeper_auth_file: str = ""
+    """A file holding ``user:password``: the group's ZooKeeper identity. Its
+    records (members, owners, offsets) are then created so that only that
+    identity may change them (docs/security.md, "ZooKeeper"); every member
+    of the group uses the same. Empty: open records."""
 
     def __post_init__(self) -> None:
         Subscription(tuple(self.topics), self.whitelist, self.blacklist)   # validates
@@ -239,7 +245,8 @@ class GroupConsumer:
         self._on_revoke = on_revoke
         self.consumer_id = config.consumer_id or \
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.client = make_client(config.zookeeper, config.session_timeout_ms)
+        self.client = make_client(config.zookeeper, config.session_timeout_ms,
+                                  Identity.from_file(config.zookeeper_auth_file))
         start_client(self.client, config.zookeeper, what=f"consumer {self.consumer_id}")
         self.cluster = ClusterView(self.client)
         self._chunks: queue.Queue = queue.Queue(maxsize=config.queue_chunks)

@@ -17,10 +17,12 @@ is one of its sources.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
 from broker.coordination.zk import split_connect_string
+from broker.coordination.zk_acls import Identity
 from broker.service_kit.settings import ConfigError
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
@@ -95,10 +97,24 @@ def add_cluster_option(parser, help: str, *, zookeeper_alias: bool = True,
     spelling, stays as an alias of it (a ZOOKEEPER without a chroot is then
     named "default"; see ``cluster_from``)."""
     parser.add_argument("--cluster", metavar="NAME=ZOOKEEPER", help=help)
+    parser.add_argument("--zookeeper-auth-file", metavar="FILE",
+                        default=os.environ.get("SAMSA_ZOOKEEPER_AUTH_FILE", ""),
+                        help="authenticate to ZooKeeper as the user:password on FILE's first "
+                             "line (the cluster's identity, docs/security.md); default "
+                             "$SAMSA_ZOOKEEPER_AUTH_FILE, else none")
     if zookeeper_alias:
         parser.add_argument(*zookeeper_flags, dest="zookeeper", metavar="ZOOKEEPER",
                             help="the cluster's ZooKeeper connect string with its chroot "
                                  "(an alias of --cluster ZOOKEEPER)")
+
+
+def zookeeper_identity(args) -> Identity:
+    """The identity ``--zookeeper-auth-file`` names (none without);
+    ConfigError when the file is unusable."""
+    try:
+        return Identity.from_file(getattr(args, "zookeeper_auth_file", "") or "")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def cluster_from(args) -> NamedCluster | None:

@@ -58,6 +58,7 @@ from kazoo.recipe.watchers import ChildrenWatch
 
 from . import paths
 from .cluster import ClusterView
+from .zk_acls import acl_for
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,9 @@ class GroupMember:
 
     def _register(self) -> None:
         path = paths.consumer_id_path(self.group, self.consumer_id)
+        # /consumers first, with its own ACL (anyone may start a group under
+        # it, zk_acls.py): a group's identity must not become its only owner
+        self.client.ensure_path(paths.CONSUMERS, acl=acl_for(self.client, paths.CONSUMERS))
         self.client.ensure_path(paths.consumer_ids_path(self.group))
         try:
             self.client.create(path, self.subscription.to_json(), ephemeral=True)

@@ -46,6 +46,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from . import paths
 from .zk import make_client, start_in_background
+from .zk_acls import Identity
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,10 @@ class BrokerRegistry:
     """Thread-safe: ``set_topics`` may be called from any thread."""
 
     def __init__(self, connect: str, broker_id: int, host: str, port: int,
-                 session_timeout_ms: int = 6000, rack: str = "") -> None:
+                 session_timeout_ms: int = 6000, rack: str = "",
+                 identity: Identity | None = None) -> None:
+        """``identity``: the cluster's ZooKeeper identity (zk_acls.py), for
+        the broker's one client (registration, replication, controller)."""
         self.connect = connect
         self.broker_id = broker_id
         self.address = f"{host}:{port}"
@@ -64,7 +68,7 @@ class BrokerRegistry:
         self.on_connected: list = []
         self.registration: int | None = None     # czxid of our /brokers/ids node
         self.on_registration: list = []          # called with it (or None) on a change
-        self.client = make_client(connect, session_timeout_ms)
+        self.client = make_client(connect, session_timeout_ms, identity)
         self.state = "STARTING"
         self.registered = threading.Event()     # set while our nodes are known to exist
         self._lock = threading.Lock()

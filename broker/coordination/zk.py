@@ -11,6 +11,8 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from .zk_acls import Identity
+
 log = logging.getLogger(__name__)
 
 
@@ -32,11 +34,17 @@ def split_connect_string(connect: str) -> tuple[str, str]:
     return hosts, ("/" + chroot.strip("/")) if sep and chroot.strip("/") else ""
 
 
-def make_client(connect: str, session_timeout_ms: int = 6000) -> KazooClient:
+def make_client(connect: str, session_timeout_ms: int = 6000,
+                identity: Identity | None = None) -> KazooClient:
     """A kazoo client for ``connect`` (chroot included), not started: start
-    it with ``start_client``, which creates the chroot if missing."""
+    it with ``start_client``, which creates the chroot if missing. With an
+    ``identity`` (zk_acls.py) it authenticates as it and creates nodes with
+    the ACLs of zk_acls's policy: its own by default (``acl_for`` for the
+    paths the policy treats apart)."""
     hosts, chroot = split_connect_string(connect)
+    identity = identity or Identity()
     return KazooClient(hosts=hosts + chroot, timeout=session_timeout_ms / 1000,
+                       auth_data=identity.auth_data(), default_acl=identity.default_acl(),
                        connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2),
                        command_retry=KazooRetry(max_tries=3, delay=0.05, max_delay=1))
 

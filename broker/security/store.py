@@ -53,6 +53,7 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.coordination import paths
+from broker.coordination.zk_acls import acl_for
 from broker.protocol.scram import MECHANISM, ScramCredential, validate_user
 from broker.security.acl import (AclEntry, Authorizer, PatternType, ResourceType,
                                  entries_from_bytes, entries_to_bytes, validate_principal)
@@ -157,7 +158,8 @@ def set_user(client: KazooClient, user: str, credential: ScramCredential) -> boo
     data = _credential_bytes(credential)
     while True:
         try:
-            client.retry(client.create, path, data, makepath=True)
+            client.retry(client.create, path, data, makepath=True,
+                         acl=acl_for(client, path))
             return True
         except NodeExistsError:
             pass
@@ -230,7 +232,7 @@ def _write_node(client: KazooClient, path: str, entries: list[AclEntry],
     data = entries_to_bytes(sorted(entries, key=_order))
     try:
         if read is None:
-            client.retry(client.create, path, data, makepath=True)
+            client.retry(client.create, path, data, makepath=True, acl=acl_for(client, path))
         elif entries:
             client.retry(client.set, path, data, version=read.version)
         else:
@@ -397,7 +399,7 @@ class SecurityCache:
         self._started = True
         for parent in self._parents:
             try:
-                self._client.ensure_path(parent)
+                self._client.ensure_path(parent, acl=acl_for(self._client, parent))
             except (KazooException, KazooTimeoutError) as exc:
                 log.warning("security: cannot make %s (%s: %s): waiting for it", parent,
                             type(exc).__name__, exc)

@@ -38,6 +38,8 @@ from broker.service_kit.logging_setup import RateLimitedLog
 from broker.protocol import api
 from broker.protocol.api import Acks, ApiKey, quote_name
 from broker.protocol.errors import ErrorCode, ProtocolError
+from broker.coordination import paths
+from broker.coordination.zk_acls import Identity, acl_for
 from broker.security.acl import Operation, ResourceType
 from broker.storage.errors import InvalidConfigError
 from broker.storage.log import Log
@@ -185,7 +187,9 @@ class BrokerServer:
             self.registry = BrokerRegistry(self.config.zookeeper, self.config.broker_id,
                                            self.config.public_host, self.port,
                                            self.config.zookeeper_session_timeout_ms,
-                                           rack=self.config.rack)
+                                           rack=self.config.rack,
+                                           identity=Identity.from_file(
+                                               self.config.zookeeper_auth_file))
             self.controller = Controller(self.registry.client, self.config.broker_id,
                                          lambda: self.config.unclean_leader_election)
             self.metrics.controller = self.controller.stats
@@ -195,6 +199,10 @@ class BrokerServer:
                 self.security.use_client(self.registry.client)
                 self.registry.on_connected.insert(0, lambda _client: self.security.start())
             self.registry.on_registration.append(self.replication.registration_changed)
+            if self.config.zookeeper_auth_file:
+                # /consumers with its own ACL before any group makes it its own
+                self.registry.on_connected.append(lambda client: client.ensure_path(
+                    paths.CONSUMERS, acl=acl_for(client, paths.CONSUMERS)))
             self._topics_changed()
             self.registry.start()
         self._tasks.append(self._loop.create_task(self._periodic(

@@ -9,8 +9,9 @@
     elect-leaders  move the lead of replicated partitions back to their preferred replicas
     users     SCRAM users in ZooKeeper: add (the password from stdin or a file), remove, list
     acls      access control entries in ZooKeeper: add, remove, list
+    zookeeper-acls  secure an open cluster's ZooKeeper records in place (a migration)
 
-Every tool but groups, reassign, elect-leaders, users and acls takes
+Every tool but groups, reassign, elect-leaders, users, acls and zookeeper-acls takes
 --bootstrap HOST:PORT (default 127.0.0.1:9092, or $SAMSA_BOOTSTRAP); those
 take --cluster NAME=ZOOKEEPER (or --zookeeper).
 Exit status: 0 on success, 1 on a broker or ZooKeeper error (unreachable
@@ -34,7 +35,8 @@ from broker.client.consumer import Consumer, ConsumerConfig
 from broker.lag.evaluator import Status
 from broker.lag.group_lag import AdminPool, partition_lags
 from broker.client.producer import Producer, ProducerConfig
-from broker.coordination.named_cluster import add_cluster_option, cluster_from
+from broker.coordination.named_cluster import (add_cluster_option, cluster_from,
+                                               zookeeper_identity)
 from broker.protocol import api, scram
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.security.acl import Operation
@@ -280,7 +282,7 @@ def _replica_report(zookeeper: str, args: argparse.Namespace,
     from broker.coordination import replica_admin
     from broker.coordination.zk import make_client, start_client
 
-    client = make_client(zookeeper)
+    client = make_client(zookeeper, identity=zookeeper_identity(args))
     start_client(client, zookeeper, timeout=args.timeout, what="topics tool")
     try:
         if topics is not None and not replica_admin.describe(client, topics):
@@ -324,7 +326,7 @@ def _zk_tool(zookeeper: str, args: argparse.Namespace, what: str, body) -> int:
     from broker.coordination.reassign import PlanError
     from broker.coordination.zk import make_client, start_client
 
-    client = make_client(zookeeper)
+    client = make_client(zookeeper, identity=zookeeper_identity(args))
     start_client(client, zookeeper, timeout=args.timeout, what=what)
     try:
         return body(client)
@@ -619,6 +621,89 @@ def _entries(count: int) -> str:
     return f"{count} entr{'y' if count == 1 else 'ies'}"
 
 
+def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
+    """zookeeper-acls: give every node of the cluster the ACL of zk_acls's
+    policy, as the cluster's identity (--zookeeper-auth-file)."""
+    from kazoo.exceptions import NoNodeError
+
+    from broker.coordination import paths
+    from broker.coordination.zk_acls import Identity, acl_for, describe
+
+    zookeeper = _zookeeper_of(args, "zookeeper-acls")
+    if zookeeper is None:
+        return 2
+    from broker.coordination.zk import split_connect_string
+    if not split_connect_string(zookeeper)[1]:
+        print(f"error: zookeeper-acls works on one cluster's chroot, and {zookeeper} names "
+              f"none: it would lock the whole ensemble's root", file=sys.stderr)
+        return 2
+    if not args.zookeeper_auth_file:
+        print("error: zookeeper-acls needs the cluster's identity: --zookeeper-auth-file FILE "
+              "(user:password)", file=sys.stderr)
+        return 2
+    groups: dict[str, Identity] = {}
+    for item in args.group or ():
+        group, sep, path = item.partition("=")
+        if not sep or not group or not path:
+            print(f"error: --group takes GROUP=FILE, not {item!r}", file=sys.stderr)
+            return 2
+        try:
+            groups[group] = Identity.from_file(path)
+        except ValueError as exc:
+            print(f"error: --group {group}: {exc}", file=sys.stderr)
+            return 2
+
+    def wanted(client, path: str):
+        """The ACL ``path`` should have; None: leave it as it is."""
+        parts = path.strip("/").split("/")
+        if parts[0] == "zookeeper":
+            return None                      # ZooKeeper's own (quotas), at a real root
+        if path == "/":
+            # the chroot: anyone reads, only the cluster adds or removes records
+            return acl_for(client, path)
+        if parts[0] == "consumers" and len(parts) > 1:
+            identity = groups.get(parts[1])
+            if identity is None:
+                return None
+            return identity.default_acl()
+        return acl_for(client, path)
+
+    def body(client) -> int:
+        client.ensure_path(paths.CONSUMERS, acl=acl_for(client, paths.CONSUMERS))
+        changed, left = 0, set()
+        todo = ["/"]
+        while todo:
+            path = todo.pop()
+            try:
+                children = client.get_children(path)
+                current, stat = client.get_acls(path)
+            except NoNodeError:
+                continue                      # gone meanwhile (an ephemeral node)
+            todo += [f"{path.rstrip('/')}/{c}" for c in children]
+            acl = wanted(client, path)
+            if acl is None:
+                if path.startswith(paths.CONSUMERS + "/"):
+                    left.add(path.split("/")[2])
+                continue
+            if sorted(map(str, acl)) == sorted(map(str, current)):
+                continue
+            changed += 1
+            if args.dry_run:
+                print(f"would set {path}: {describe(current)} -> {describe(acl)}")
+                continue
+            try:
+                client.set_acls(path, acl, version=stat.aversion)
+            except NoNodeError:
+                continue
+            print(f"set {path}: {describe(acl)}")
+        verb = "would be secured" if args.dry_run else "secured"
+        print(f"{changed} nodes {verb}" + (
+            f"; left as they were (no --group identity): the records of group(s) "
+            f"{', '.join(sorted(left))}" if left else ""))
+        return 0
+    return _zk_tool(zookeeper, args, "zookeeper-acls tool", body)
+
+
 def cmd_acls(args: argparse.Namespace) -> int:
     """acls add|remove|list: the access control entries in ZooKeeper."""
     from broker.security import store
@@ -730,7 +815,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     args.zookeeper, args.cluster_name = named.zookeeper, named.name
-    client = make_client(args.zookeeper)
+    client = make_client(args.zookeeper, identity=zookeeper_identity(args))
     start_client(client, args.zookeeper, timeout=args.timeout, what="groups tool")
     try:
         if args.status is not None:
@@ -1175,6 +1260,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for ZooKeeper (default 10)")
     p.set_defaults(func=cmd_acls)
+
+    p = sub.add_parser(
+        "zookeeper-acls", help="secure an open cluster's ZooKeeper records in place",
+        usage="%(prog)s --zookeeper-auth-file FILE [--group GROUP=FILE ...] [--dry-run] "
+              "CLUSTER",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_paragraphs(
+            "A migration for a cluster whose brokers ran without a ZooKeeper identity: gives "
+            "every node under the cluster's chroot the ACL of the policy in docs/security.md "
+            "(\"ZooKeeper\"), as the cluster's identity (--zookeeper-auth-file, user:password): "
+            "the brokers' records and the topics' writable by it alone and readable by "
+            "everyone, the users' credentials and the ACLs readable by it alone, /consumers "
+            "open to new groups. A consumer group's records get the identity given with "
+            "--group GROUP=FILE (its members' zookeeper_auth_file); the records of a group "
+            "without one are left as they are, and named at the end.",
+            "Then restart the brokers with zookeeper_auth_file set to the same identity, and "
+            "the groups' members with theirs. Prints each node it changes (--dry-run: what it "
+            "would change) and a count. Run it again at any time: it changes only what "
+            "differs."))
+    p.add_argument("--group", action="append", metavar="GROUP=FILE",
+                   help="a consumer group and the file of its identity (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="print what would change, change "
+                                                          "nothing")
+    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
+                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for ZooKeeper (default 10)")
+    p.set_defaults(func=cmd_zookeeper_acls)
 
     for tool in sub.choices.values():     # each tool's --help ends with the exit statuses
         cli.end_help_with(tool, EXIT_STATUS)
