@@ -89,6 +89,10 @@ class BrokerConfig:
     authentication_timeout_ms: int = 10_000
     """A connection that has not authenticated this long after it opened is
     closed (until then it may send nothing but the handshake, in small frames)."""
+    max_unauthenticated_connections: int = 1000
+    """At most this many connections may be in the SASL exchange at once; a
+    new one beyond is closed at once (what strangers can hold: this many
+    sockets and 4 KiB each)."""
     authorization: bool = False
     """Enforce the ACLs kept in ZooKeeper (``python -m broker.tools acls``):
     what no entry allows is refused (TOPIC_/CLUSTER_AUTHORIZATION_FAILED),
@@ -190,7 +194,8 @@ class BrokerConfig:
         if self.authorization and not self.zookeeper:
             raise ConfigError("authorization needs zookeeper: the ACLs are kept there")
         for principal in self.super_users:
-            if not principal.startswith("User:") or len(principal) < 6:
+            if not principal.startswith("User:") or len(principal) < 6 or \
+                    principal == "User:*":
                 raise ConfigError(f"super_users: a principal is User:<name>, not "
                                   f"{principal!r}")
         if self.zookeeper_auth_file:
@@ -201,6 +206,8 @@ class BrokerConfig:
                 read_auth_file(self.zookeeper_auth_file)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
+        if self.max_unauthenticated_connections < 1:
+            raise ConfigError("max_unauthenticated_connections must be >= 1")
         if self.authentication_timeout_ms < 100:
             raise ConfigError("authentication_timeout_ms must be >= 100")
         if bool(self.sasl_username) != bool(self.sasl_password_file):

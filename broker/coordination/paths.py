@@ -31,6 +31,7 @@ Security records (docs/security.md; broker/security/store.py reads and
 writes them, the ``users`` and ``acls`` tools are its users)::
 
     /security/users/<user>                         persistent {"SCRAM-SHA-512": "<credential>"}
+    /security/scram_secret                         persistent 32 random bytes (unknown users' salts)
     /security/acls/<resource type>/<pattern type>:<name>
                                                    persistent that pattern's entries (JSON list)
 
@@ -54,6 +55,7 @@ REASSIGNMENTS = "/replication/reassign"
 PREFERRED_ELECTIONS = "/replication/elect_preferred"
 SECURITY = "/security"
 SECURITY_USERS = "/security/users"
+SCRAM_SECRET = "/security/scram_secret"   # bytes that make unknown users' salts
 SECURITY_ACLS = "/security/acls"
 
 

@@ -42,7 +42,7 @@ class ErrorCode(enum.IntEnum):
     # security (docs/protocol.md section 6.9, docs/security.md)
     SASL_AUTHENTICATION_FAILED = 20     # "authentication failed", and nothing more; closed after
     UNSUPPORTED_SASL_MECHANISM = 21     # the listener does not take that mechanism
-    ILLEGAL_SASL_STATE = 22             # a request out of the exchange's order; closed after
+    ILLEGAL_SASL_STATE = 22             # out of the exchange's order (closed before authentication)
     TOPIC_AUTHORIZATION_FAILED = 23     # no ACL allows this principal that on the topic
     CLUSTER_AUTHORIZATION_FAILED = 24   # no ACL allows this principal that on the cluster
 

@@ -148,9 +148,21 @@ class Authorizer:
         self.entries = tuple(entries)
         self.super_users = frozenset(validate_principal(p) for p in super_users)
         self.allow_if_no_acl = allow_if_no_acl
-        self._by_type: dict[ResourceType, list[AclEntry]] = {t: [] for t in ResourceType}
+        # per resource type: literal entries by name, "*" entries, prefixed
+        # entries (a decision looks at those that can name the resource,
+        # not at every entry: a broker checks on its event loop)
+        self._literal: dict[ResourceType, dict[str, list[AclEntry]]] = {
+            t: {} for t in ResourceType}
+        self._wildcard: dict[ResourceType, list[AclEntry]] = {t: [] for t in ResourceType}
+        self._prefixed: dict[ResourceType, list[AclEntry]] = {t: [] for t in ResourceType}
         for entry in self.entries:
-            self._by_type[entry.resource_type].append(entry)
+            t = entry.resource_type
+            if entry.pattern_type is PatternType.PREFIXED:
+                self._prefixed[t].append(entry)
+            elif entry.name == WILDCARD:
+                self._wildcard[t].append(entry)
+            else:
+                self._literal[t].setdefault(entry.name, []).append(entry)
 
     def authorize(self, principal: str, operation: Operation | str,
                   resource_type: ResourceType | str, name: str) -> Decision:
@@ -158,7 +170,8 @@ class Authorizer:
         what = f"{principal} {operation.value} {resource_type.value} {name!r}"
         if principal in self.super_users:
             return Decision(True, f"{what}: a super user")
-        named = [e for e in self._by_type[resource_type] if e.names(resource_type, name)]
+        named = (self._literal[resource_type].get(name, []) + self._wildcard[resource_type]
+                 + [e for e in self._prefixed[resource_type] if name.startswith(e.name)])
         mine = [e for e in named if e.principal in (principal, ANY_PRINCIPAL)]
         for entry in mine:
             if entry.permission is Permission.DENY and entry.covers(operation):

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 from functools import partial
@@ -89,6 +90,11 @@ def check_user_name(user: str) -> str:
     if user in (".", ".."):
         raise ValueError(f"a user name cannot be {user!r} (ZooKeeper refuses it as a "
                          f"node name)")
+    # names that would read as another principal: the unauthenticated one,
+    # every principal (User:*), a certificate's subject (User:CN=...)
+    if user in ("ANONYMOUS", "*") or "=" in user or "," in user:
+        raise ValueError(f"a user name cannot be {user!r}: it would read as another "
+                         f"principal (ANONYMOUS, * and names with '=' or ',' are kept apart)")
     return _check_node_name(user, "user name")
 
 
@@ -308,6 +314,31 @@ def list_acls(client: KazooClient, principal: str | None = None,
     return sorted(found, key=_order)
 
 
+# ------------------------------------------------------------------ the cluster's secret
+
+SECRET_BYTES = 32
+
+
+def cluster_secret(client: KazooClient) -> bytes:
+    """The cluster's SCRAM secret (/security/scram_secret, made once, with
+    random bytes, as private as the users): every broker answers an unknown
+    user with a salt derived from it, the same on every broker and after
+    every restart, as a known user's salt is (scram.ScramServer)."""
+    path = paths.SCRAM_SECRET
+    try:
+        data, _stat = client.retry(client.get, path)
+    except NoNodeError:
+        try:
+            client.retry(client.create, path, os.urandom(SECRET_BYTES), makepath=True,
+                         acl=acl_for(client, path))
+        except NodeExistsError:
+            pass                      # another broker made it first: read theirs
+        data, _stat = client.retry(client.get, path)
+    if len(data) < 16:
+        raise ValueError(f"{path} holds {len(data)} bytes: not a secret")
+    return data
+
+
 # ------------------------------------------------------------------ the cache
 
 class _Watch:
@@ -362,6 +393,9 @@ class SecurityCache:
         self._unread = set(self._parents)
         self.on_change: list[Callable[[], None]] = []
         self.ready = threading.Event()
+        # the cluster's secret (cluster_secret), read by start(); a process's
+        # own until then
+        self.secret: bytes = os.urandom(SECRET_BYTES)
 
     # ---- reading (any thread)
 
@@ -403,6 +437,11 @@ class SecurityCache:
             except (KazooException, KazooTimeoutError) as exc:
                 log.warning("security: cannot make %s (%s: %s): waiting for it", parent,
                             type(exc).__name__, exc)
+        try:
+            self.secret = cluster_secret(self._client)
+        except (KazooException, KazooTimeoutError) as exc:
+            log.warning("security: cannot read the cluster's secret (%s: %s): this broker "
+                        "uses one of its own until it restarts", type(exc).__name__, exc)
         for parent in self._parents:
             # a DataWatch on the parent, which may be missing: a ChildrenWatch
             # stops for good, silently, when its node is gone

@@ -29,7 +29,6 @@ a replayed exchange, malformed messages).
 from __future__ import annotations
 
 import logging
-import os
 from typing import Callable
 
 from broker.protocol import api
@@ -54,12 +53,15 @@ ANONYMOUS = "User:ANONYMOUS"
 class SaslExchange:
     """One connection's place in the exchange (module docstring)."""
 
-    __slots__ = ("state", "scram", "timer")
+    __slots__ = ("state", "scram", "timer", "held")
 
     def __init__(self) -> None:
         self.state = "HANDSHAKE"
         self.scram: ScramServer | None = None
         self.timer = None
+        # while the handshake's answer waits for the users to be read: the
+        # frames that came after it, handled once it is answered
+        self.held: list | None = None
 
 
 class Authenticator:
@@ -68,10 +70,19 @@ class Authenticator:
     credential (the ZooKeeper cache's) or None."""
 
     def __init__(self, lookup: Callable[[str], ScramCredential | None],
-                 users_read: Callable[[], bool], metrics, loop, timeout_s: float,
-                 max_request_bytes: int) -> None:
+                 users_read: Callable[[], bool], secret: Callable[[], bytes], metrics, loop,
+                 timeout_s: float, max_request_bytes: int, max_connections: int,
+                 replay: Callable[[Connection, list], None]) -> None:
+        """``secret()``: the cluster's secret (store.cluster_secret), which
+        makes an unknown user's salt look like a known one's on every broker
+        and after restarts; ``replay(conn, frames)``: handles frames held
+        while the users were being read."""
         self._lookup = lookup
         self._users_read = users_read
+        self._secret = secret
+        self._max_connections = max_connections
+        self._replay = replay
+        self.unauthenticated = 0          # connections in the exchange now
         # handshakes answered once the users are read from ZooKeeper (just
         # after the broker started): (connection, its reply, the response)
         self._waiting: list[tuple[Connection, Reply, bytes]] = []
@@ -79,12 +90,19 @@ class Authenticator:
         self._loop = loop
         self._timeout_s = timeout_s
         self._max_request_bytes = max_request_bytes
-        # makes an unknown user's salt look like a known user's, the same on
-        # every exchange of this process (scram.ScramServer)
-        self._secret = os.urandom(32)
 
     def begin(self, conn: Connection) -> None:
-        """``conn`` just opened on a listener that asks for SCRAM."""
+        """``conn`` just opened on a listener that asks for SCRAM: closed at
+        once when ``max_connections`` others are in the exchange already."""
+        if self.unauthenticated >= self._max_connections:
+            self._count("too_many")
+            limited_log.log(logging.WARNING, "too many unauthenticated",
+                            "closing connection from %s: %d connections are authenticating "
+                            "already (max_unauthenticated_connections)", conn.peer,
+                            self.unauthenticated)
+            conn.close()
+            return
+        self.unauthenticated += 1
         exchange = SaslExchange()
         conn.sasl = exchange
         conn.decoder.max_frame_bytes = UNAUTHENTICATED_MAX_FRAME_BYTES
@@ -100,8 +118,11 @@ class Authenticator:
         conn.close()
 
     def connection_closed(self, conn: Connection) -> None:
-        if conn.sasl is not None and conn.sasl.timer is not None:
-            conn.sasl.timer.cancel()
+        if conn.sasl is not None:
+            self.unauthenticated -= 1
+            if conn.sasl.timer is not None:
+                conn.sasl.timer.cancel()
+            conn.sasl = None
 
     def handle(self, conn: Connection, frames: list) -> list:
         """Handle ``frames`` of a connection not yet authenticated; returns
@@ -112,15 +133,18 @@ class Authenticator:
                 return frames[i:]
             if conn.closed or conn.close_after_flush:
                 return []
+            if conn.sasl.held is not None:
+                conn.sasl.held.extend(frames[i:])
+                return []
             try:
                 header, request = api.decode_request(payload)
             except ProtocolError as exc:
                 self._refuse(conn, getattr(exc, "correlation_id", None),
                              ErrorCode.ILLEGAL_SASL_STATE,
-                             "malformed request before authentication", str(exc))
+                             "malformed request before authentication", str(exc),
+                             getattr(exc, "api_key", None))
                 return []
-            self._metrics.requests[header.api_key.name.lower()
-                                   if isinstance(header.api_key, ApiKey) else "unknown"] += 1
+            self._metrics.requests[_api_name(header.api_key)] += 1
             if header.api_key == ApiKey.SASL_HANDSHAKE:
                 self._handshake(conn, header, request)
             elif header.api_key == ApiKey.SASL_AUTHENTICATE:
@@ -129,7 +153,8 @@ class Authenticator:
                 self._refuse(conn, header.correlation_id, ErrorCode.ILLEGAL_SASL_STATE,
                              f"{ApiKey(header.api_key).name} before authentication: "
                              f"authenticate first (SaslHandshake, SaslAuthenticate)",
-                             f"{ApiKey(header.api_key).name} before authentication")
+                             f"{ApiKey(header.api_key).name} before authentication",
+                             header.api_key)
                 return []
         return []
 
@@ -139,7 +164,8 @@ class Authenticator:
         exchange = conn.sasl
         if exchange.state != "HANDSHAKE":
             self._refuse(conn, header.correlation_id, ErrorCode.ILLEGAL_SASL_STATE,
-                         "SaslHandshake comes once, first", "a second SaslHandshake")
+                         "SaslHandshake comes once, first", "a second SaslHandshake",
+                         header.api_key)
             return
         if request.mechanism not in MECHANISMS:
             conn.add_reply(Reply(api.encode_error_response(
@@ -148,7 +174,6 @@ class Authenticator:
                 f"taken: {', '.join(MECHANISMS)}")))
             return
         exchange.state = "FIRST"
-        exchange.scram = ScramServer(self._lookup, self._secret)
         answer = api.encode_response(header.correlation_id, api.SaslHandshakeResponse(MECHANISMS))
         if self._users_read():
             conn.add_reply(Reply(answer))
@@ -158,6 +183,7 @@ class Authenticator:
         # on), bounded by the connection's authentication time limit.
         reply = Reply()
         conn.add_reply(reply)
+        exchange.held = []
         if not self._waiting:
             self._loop.call_later(0.05, self._answer_waiting)
         self._waiting.append((conn, reply, answer))
@@ -172,7 +198,11 @@ class Authenticator:
         waiting, self._waiting = self._waiting, []
         for conn, reply, answer in waiting:
             reply.set([answer])
-            conn.pump()
+            held, conn.sasl.held = conn.sasl.held, None
+            if held:
+                self._replay(conn, held)        # (it pumps)
+            else:
+                conn.pump()
 
     def _authenticate(self, conn: Connection, header,
                       request: api.SaslAuthenticateRequest) -> None:
@@ -180,17 +210,20 @@ class Authenticator:
         if exchange.state not in ("FIRST", "FINAL"):
             self._refuse(conn, header.correlation_id, ErrorCode.ILLEGAL_SASL_STATE,
                          "SaslAuthenticate comes after SaslHandshake",
-                         "SaslAuthenticate before SaslHandshake")
+                         "SaslAuthenticate before SaslHandshake", header.api_key)
             return
         try:
             if exchange.state == "FIRST":
+                # made now, not at the handshake: the users and the cluster's
+                # secret are read by then
+                exchange.scram = ScramServer(self._lookup, self._secret())
                 answer = exchange.scram.first(request.auth_bytes)
                 exchange.state = "FINAL"
             else:
                 answer = exchange.scram.final(request.auth_bytes)
         except ScramError as exc:
             self._refuse(conn, header.correlation_id, ErrorCode.SASL_AUTHENTICATION_FAILED,
-                         FAILED, str(exc))
+                         FAILED, str(exc), header.api_key)
             return
         conn.add_reply(Reply(api.encode_response(header.correlation_id,
                                                  api.SaslAuthenticateResponse(answer))))
@@ -199,17 +232,20 @@ class Authenticator:
             if exchange.timer is not None:
                 exchange.timer.cancel()
             conn.sasl = None
+            self.unauthenticated -= 1
             conn.decoder.max_frame_bytes = self._max_request_bytes
             self._count("ok")
             log.info("%s authenticated as %s (%s)", conn.peer, conn.principal, MECHANISM)
 
     def _refuse(self, conn: Connection, correlation_id: int | None, code: ErrorCode,
-                message: str, reason: str) -> None:
+                message: str, reason: str, api_key: int | None = None) -> None:
         """Answer ``code`` with ``message`` (when the request's id could be
-        read), then close the connection; ``reason`` goes to the log only."""
+        read), then close the connection; ``reason`` goes to the log only,
+        at a bounded rate per kind of reason (so that junk does not hide a
+        run of wrong passwords)."""
         self._count("failed")
-        self._metrics.errors[("sasl_authenticate", code.name)] += 1
-        limited_log.log(logging.WARNING, "authentication failed",
+        self._metrics.errors[(_api_name(api_key), code.name)] += 1
+        limited_log.log(logging.WARNING, f"authentication failed: {_kind_of(reason)}",
                         "authentication failed for %s: %s; closing", conn.peer, reason)
         if correlation_id is not None:
             conn.add_reply(Reply(api.encode_error_response(correlation_id, code, message)))
@@ -220,3 +256,20 @@ class Authenticator:
 
     def _count(self, result: str) -> None:
         self._metrics.authentications[(MECHANISM, result)] += 1
+
+
+def _api_name(api_key: int | None) -> str:
+    try:
+        return ApiKey(api_key).name.lower()
+    except ValueError:
+        return "unknown"
+
+
+def _kind_of(reason: str) -> str:
+    """The kind of a failure's reason, a few of them: the key of its log rate."""
+    for words, kind in (("wrong password", "wrong password"), ("is unknown", "unknown user"),
+                        ("replayed", "replayed"), ("before authentication", "out of order"),
+                        ("SaslHandshake", "out of order"), ("SaslAuthenticate", "out of order")):
+        if words in reason:
+            return kind
+    return "malformed"

@@ -35,6 +35,9 @@ limited_log = RateLimitedLog(log)
 
 #: the name of the one cluster resource
 CLUSTER = "cluster"
+#: what one connection's memo of decisions holds at most (names, their length)
+MEMO_ENTRIES = 1000
+MEMO_NAME_BYTES = 255
 Permission = tuple[Operation, ResourceType, str]
 
 
@@ -85,7 +88,18 @@ class RequestAuthorizer:
         self._metrics = metrics
         self._before_ready = Authorizer((), super_users)
 
-    def allowed(self, conn, permission: Permission) -> bool:
+    def not_ready(self, conn) -> tuple[ErrorCode, str] | None:
+        """REQUEST_TIMED_OUT's code and message while the ACLs are not read
+        and ``conn``'s principal is no super user; else None."""
+        if self._cache.ready.is_set() or conn.principal in self._super_users:
+            return None
+        return (ErrorCode.REQUEST_TIMED_OUT,
+                "the broker has not read its ACLs from ZooKeeper yet; retry")
+
+    def allowed(self, conn, permission: Permission, count: bool = True) -> bool:
+        """Whether ``conn``'s principal has ``permission``; a refusal is
+        logged and counted unless ``count`` is False (a topic merely left
+        out of a listing)."""
         generation = self._cache.generation
         memo = conn.authorized
         if memo is None or memo[0] != generation:
@@ -97,14 +111,16 @@ class RequestAuthorizer:
         authorizer = self._cache.authorizer if ready else self._before_ready
         operation, resource_type, name = permission
         decision = authorizer.authorize(conn.principal, operation, resource_type, name)
-        if not decision.allowed:
+        if not decision.allowed and count:
             self._metrics.authorization_denials[(operation.value, resource_type.value)] += 1
             limited_log.log(logging.WARNING, "authorization denied", "refused %s from %s%s",
                             decision.why, conn.peer,
                             "" if ready else " (the ACLs are not read from ZooKeeper yet)")
         # not before the ACLs are read: reading them may end without a change
         # of generation (no entries at all), and the refusal would stick
-        if ready and len(memo[1]) < 10_000:     # a client naming endless topics: no memo
+        # a client naming endless (or endlessly long) topics gets no more memo:
+        # at most MEMO_ENTRIES names of at most MEMO_NAME_BYTES per connection
+        if ready and len(memo[1]) < MEMO_ENTRIES and len(name) <= MEMO_NAME_BYTES:
             memo[1][permission] = decision.allowed
         return decision.allowed
 
@@ -114,8 +130,5 @@ class RequestAuthorizer:
         not read yet)."""
         for permission in permissions:
             if not self.allowed(conn, permission):
-                if not self._cache.ready.is_set():
-                    return (ErrorCode.REQUEST_TIMED_OUT,
-                            "the broker has not read its ACLs from ZooKeeper yet; retry")
-                return refusal(permission)
+                return self.not_ready(conn) or refusal(permission)
         return None

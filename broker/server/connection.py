@@ -185,6 +185,11 @@ class Connection(asyncio.Protocol):
         size is known); stop reading while the pool cannot grant it."""
         want = self.decoder.partial_frame_bytes
         pool = self.server.memory_pool
+        if self.sasl is not None:
+            # not authenticated: frames of 4 KiB at most, and so many such
+            # connections at most (authentication.py); the pool is for those
+            # who are, and a stranger must not drain it
+            want = 0
         if self.reserved:
             pool.release(self.reserved)
             self.reserved = 0

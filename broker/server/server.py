@@ -229,10 +229,11 @@ class BrokerServer:
         from broker.security.store import SecurityCache
         self.security = SecurityCache(None, c.super_users, c.allow_if_no_acl)
         if "scram" in (c.authentication, c.tls_authentication):
-            self.authenticator = Authenticator(self.security.credential,
-                                               self.security.ready.is_set, self.metrics,
-                                               self._loop, c.authentication_timeout_ms / 1000,
-                                               c.max_request_bytes)
+            self.authenticator = Authenticator(
+                self.security.credential, self.security.ready.is_set,
+                lambda: self.security.secret, self.metrics, self._loop,
+                c.authentication_timeout_ms / 1000, c.max_request_bytes,
+                c.max_unauthenticated_connections, self.handle_frames)
         if c.authorization:
             self.request_authorizer = RequestAuthorizer(self.security, c.super_users,
                                                         self.metrics)
@@ -272,6 +273,8 @@ class BrokerServer:
             self._tls_server.close()
         if self.replication is not None:
             await self._loop.run_in_executor(None, self.controller.close)
+        if self.security is not None:
+            self.security.stop()
         if self.registry is not None:
             # leave the cluster first, so producers and consumers move away now
             await self._loop.run_in_executor(None, self.registry.close)
@@ -561,9 +564,15 @@ class BrokerServer:
     def _handle_metadata(self, conn: Connection, header, req: api.MetadataRequest) -> None:
         names = req.topics or sorted(self.logs.topics)
         if not req.topics and self.request_authorizer is not None:
-            # all topics: only those the principal may describe
+            # all topics: only those the principal may describe (once the
+            # ACLs are read: before, "retry", as for every other request)
+            refused = self.request_authorizer.not_ready(conn)
+            if refused is not None:
+                conn.add_reply(Reply(api.encode_error_response(header.correlation_id,
+                                                               *refused)))
+                return
             names = [n for n in names if self.request_authorizer.allowed(
-                conn, (Operation.DESCRIBE, ResourceType.TOPIC, n))]
+                conn, (Operation.DESCRIBE, ResourceType.TOPIC, n), count=False)]
         topics = []
         for name in names:
             topic = self.logs.get(name)

@@ -1243,8 +1243,8 @@ def build_parser() -> argparse.ArgumentParser:
     resource.add_argument("--topic", metavar="NAME", help="a topic, \"*\" or a prefix")
     resource.add_argument("--group", metavar="NAME", help="a consumer group, \"*\" or a prefix")
     resource.add_argument("--cluster-resource", action="store_true",
-                          help="the cluster itself (cluster_action, create, alter, "
-                               "describe)")
+                          help="the cluster itself (cluster_action: what the brokers' "
+                               "replication needs)")
     p.add_argument("--prefixed", action="store_true",
                    help="add, remove: the --topic or --group NAME is a prefix")
     p.add_argument("--operation", action="append", type=_operation, choices=OPERATIONS,

@@ -285,3 +285,99 @@ def test_the_cluster_producer_and_a_group_consumer_authenticate(secured, zookeep
                 assert not consumer.poll(500), "a stranger read messages"
         assert info.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
     assert failures(broker) > failed_before
+
+
+def server_first_of(broker, user: str) -> dict:
+    """The salt and iteration count a broker answers ``user``'s client-first with."""
+    conn = plain_connection(broker)
+    try:
+        conn.request(api.SaslHandshakeRequest(MECHANISM))
+        answer = conn.request(api.SaslAuthenticateRequest(
+            ScramClient(user, "whatever").first())).auth_bytes.decode()
+    finally:
+        conn.close()
+    fields = dict(part.split("=", 1) for part in answer.split(","))
+    return {"s": fields["s"], "i": fields["i"]}
+
+
+def test_the_answers_do_not_tell_which_users_exist(secured, broker_factory, zookeeper,
+                                                   zk_chroot):
+    """An unknown user's salt is the same on every broker of the cluster and
+    after a restart (derived from the cluster's secret), as a real one's
+    is; the iteration count is the default for both."""
+    broker, _zk = secured
+    other = broker_factory({"zookeeper": zookeeper.connect_string() + zk_chroot,
+                            "authentication": "scram"}, broker_id=1)
+    for user in ("alice", "mallory"):
+        answers = [server_first_of(b, user) for b in (broker, other, broker)]
+        assert answers[0] == answers[1] == answers[2], (user, answers)
+        assert answers[0]["i"] == "8192"
+    assert server_first_of(broker, "mallory")["s"] != server_first_of(broker, "bob")["s"]
+
+
+def test_a_produce_behind_a_failed_exchange_is_not_appended(secured, topic):
+    broker, _zk = secured
+    with login_connection(broker) as conn:
+        conn.request(api.CreateTopicRequest(topic, 1))
+    host, port = parse_address(broker.address)
+    sock = socket.create_connection((host, port), timeout=10)
+    client = ScramClient("alice", "not the password")
+    sock.sendall(api.encode_request(api.SaslHandshakeRequest(MECHANISM), 1, "raw")
+                 + api.encode_request(api.SaslAuthenticateRequest(client.first()), 2, "raw"))
+    read_frame(sock)
+    _cid, server_first = api.decode_response(ApiKey.SASL_AUTHENTICATE, read_frame(sock))
+    produce_frame = api.encode_request(api.ProduceRequest(Acks.WRITTEN, 10_000, (
+        api.ProduceEntry(topic, 0, message_set([b"smuggled"])),)), 4, "raw")
+    sock.sendall(api.encode_request(api.SaslAuthenticateRequest(
+        client.final(server_first.auth_bytes)), 3, "raw") + produce_frame)
+    _cid, refused = api.decode_response(ApiKey.SASL_AUTHENTICATE, read_frame(sock))
+    assert refused.error == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert closed_by_peer(sock)
+    sock.close()
+    with login_connection(broker) as conn:
+        info = conn.request(api.MetadataRequest((topic,))).topics[0]
+        assert [p.size_bytes for p in info.partitions] == [0]
+
+
+def test_the_frame_cap_is_4096_bytes_and_strangers_are_counted(broker_factory, zookeeper,
+                                                               zk_client, zk_chroot):
+    store.set_user(zk_client, "alice", ScramCredential.from_password(PASSWORD))
+    broker = broker_factory({"zookeeper": zookeeper.connect_string() + zk_chroot,
+                             "authentication": "scram", "max_unauthenticated_connections": 5},
+                            metrics_port=0)
+    # exactly 4,096 bytes is read (and refused as not a handshake: ILLEGAL_SASL_STATE) ...
+    sock = raw_socket(broker.address)
+    body = b"\x00" * (4096 - 8 - 2 - 3)       # the header: 8 bytes + client_id "raw"
+    frame = request_frame(ApiKey.METADATA, 9, body, client_id="raw")
+    assert len(frame) == 4 + 4096
+    sock.sendall(frame)
+    cid, code = struct.unpack_from(">ih", read_frame(sock))
+    assert (cid, code) == (9, ErrorCode.ILLEGAL_SASL_STATE)
+    sock.close()
+    # ... one byte more closes the connection unread
+    sock = raw_socket(broker.address)
+    sock.sendall(struct.pack(">i", 4097) + b"\x00" * 4097)
+    assert closed_by_peer(sock)
+    sock.close()
+    # five strangers in the exchange hold their places; a sixth is closed at
+    # once; once they are gone, a user gets in
+    strangers = [raw_socket(broker.address) for _ in range(5)]
+    wait_until(lambda: metric(scrape_metrics(broker.metrics_port), "samsa_connections") >= 5,
+               what="the five strangers to be connected")
+    sixth = raw_socket(broker.address)
+    assert closed_by_peer(sixth, timeout=5)
+    sixth.close()
+    for sock in strangers:
+        sock.close()
+    wait_until(lambda: _logs_in(broker), what="a user to get in once the strangers left")
+    samples = scrape_metrics(broker.metrics_port)
+    assert metric(samples, "samsa_authentications_total", mechanism=MECHANISM,
+                  result="too_many") >= 1
+
+
+def _logs_in(broker) -> bool:
+    try:
+        login_connection(broker).close()
+        return True
+    except (SamsaError, BrokerConnectionError):
+        return False
