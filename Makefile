@@ -9,7 +9,7 @@ CHECKOV := .venv-checkov/bin/checkov
 .DEFAULT_GOAL := help
 
 .PHONY: demo-down demo-broker demo-lab drill drill-network drill-loss lab-up lab-status lab-down
-.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication bench-network bench-mirror-wan bench-tls images images-down \
+.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication bench-network bench-mirror-wan bench-tls bench-scram images images-down \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
@@ -54,6 +54,7 @@ help:
 	@echo "make bench-network  what the network lab's router carries per MTU and link (root, ~4 min)"
 	@echo "make bench-mirror-wan  the mirror's throughput against the WAN's round trip, A/B (root)"
 	@echo "make bench-tls         produce and consume through the TLS listener against plaintext, A/B"
+	@echo "make bench-scram       connection set-up with SCRAM-SHA-512 against without (and over TLS)"
 	@echo "make bench-scale  broker cost against partitions, clients, idle consumers, segments, recovery"
 	@echo "make airflow-up  a real Airflow (UI on 127.0.0.1:$(AIRFLOW_PORT)) with dags/: warehouse_load,"
 	@echo "             audit_report; WAREHOUSE_CONFIG=file names their settings (config/loader.toml)"
@@ -133,7 +134,7 @@ demo-lab: setup
 test: setup
 	@trap '$(PY) -m infra.docker.engine down-if-idle' EXIT; \
 	  $(MAKE) --no-print-directory test-images; \
-	  SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q
+	  SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q --durations=40
 
 test-images:
 	@if [ "$${SAMSA_CONTAINERS:-1}" = 0 ]; then \
@@ -266,3 +267,7 @@ bench-mirror-wan: setup
 # produce and consume through the broker's TLS listener against its plaintext one
 bench-tls: setup
 	$(PY) -m bench.tls_bench --json bench/results/tls-$$(date +%F).json
+
+# connection set-up: plaintext, SCRAM, TLS, TLS + SCRAM (median ms per connection)
+bench-scram: setup
+	$(PY) -m bench.scram_bench --json bench/results/scram-$$(date +%F).json
