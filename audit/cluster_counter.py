@@ -52,8 +52,9 @@ class ClusterCounter:
             zookeeper=config.zookeeper, group=config.effective_group,
             whitelist=config.whitelist, blacklist=blacklist,
             auto_offset_reset=config.auto_offset_reset, explicit_acknowledgement=True,
-            on_corrupt="skip"))
-        self.producer = ClusterProducer(config.zookeeper, acks="all")
+            on_corrupt="skip", **config.credentials.group_settings()))
+        self.producer = ClusterProducer(config.zookeeper, acks="all",
+                                        **config.credentials.client_settings())
         self.publisher = MonitoringPublisher(self.counter, writer.encode,
                                              producer_sender(self.producer))
         self._unacknowledged: dict[tuple[str, str], int] = {}

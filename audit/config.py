@@ -3,8 +3,9 @@ then ``--set KEY=VALUE``; every setting and its default: config/audit.toml).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from broker.client.authentication import ServiceCredentials
 from broker.coordination.named_cluster import check_name
 from broker.coordination.zk import split_connect_string
 from broker.service_kit.settings import ConfigError
@@ -43,6 +44,9 @@ class CountConfig:
     """Prometheus /metrics port; 0 = any free, -1 = off."""
     log_level: str = "INFO"
     log_format: str = "text"
+    credentials: ServiceCredentials = field(default_factory=ServiceCredentials)
+    """What it authenticates with ([credentials] sasl_username,
+    sasl_password_file, zookeeper_auth_file; docs/security.md)."""
 
     def __post_init__(self) -> None:
         check_name(self.cluster)
@@ -92,6 +96,9 @@ class ServeConfig:
     auto_offset_reset: str = "earliest"
     log_level: str = "INFO"
     log_format: str = "text"
+    credentials: ServiceCredentials = field(default_factory=ServiceCredentials)
+    """What it authenticates with ([credentials] sasl_username,
+    sasl_password_file, zookeeper_auth_file; docs/security.md)."""
 
     def __post_init__(self) -> None:
         if self.grace_ms < 0 or self.default_hours <= 0:

@@ -41,7 +41,7 @@ class AuditService:
         self.consumer = GroupConsumer(GroupConsumerConfig(
             zookeeper=config.zookeeper, group=config.group, topics=(AUDIT_TOPIC,),
             auto_offset_reset=config.auto_offset_reset, explicit_acknowledgement=True,
-            on_corrupt="skip"))
+            on_corrupt="skip", **config.credentials.group_settings()))
         self.consumed = 0            # monitoring events read
         self.stored = 0              # new ones stored
         self.duplicates = 0          # read again, already stored

@@ -23,8 +23,9 @@ cluster.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from broker.client.authentication import ServiceCredentials
 from broker.coordination.named_cluster import NamedCluster
 from broker.service_kit.settings import ConfigError
 
@@ -121,6 +122,9 @@ class MirrorConfig:
     """HTTP port of the Prometheus metrics (/metrics); 0 picks one, -1 disables."""
     log_level: str = "INFO"
     log_format: str = "text"
+    credentials: ServiceCredentials = field(default_factory=ServiceCredentials)
+    """What the mirror authenticates with, to its sources and its target
+    ([credentials] sasl_username, sasl_password_file, zookeeper_auth_file)."""
     """"text" or "json"."""
 
     def __post_init__(self) -> None:

@@ -171,7 +171,8 @@ class SourcePipe:
             receive_buffer_bytes=config.socket_receive_buffer_bytes,
             raw_chunks=config.forward_bytes,
             queue_chunks=8, session_timeout_ms=config.session_timeout_ms,
-            on_corrupt=config.on_corrupt), on_revoke=self._on_revoke)
+            on_corrupt=config.on_corrupt, **config.credentials.group_settings()),
+            on_revoke=self._on_revoke)
 
     # ------------------------------------------------------------ the thread
 

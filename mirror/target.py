@@ -68,7 +68,8 @@ class TargetCluster:
             compression=config.compression,
             buffer_messages=max(config.max_unacknowledged * 2, config.batch_size * 4),
             retries=2, retry_backoff_ms=config.retry_backoff_ms,
-            retry_backoff_max_ms=config.retry_backoff_max_ms, request_timeout_ms=30_000),
+            retry_backoff_max_ms=config.retry_backoff_max_ms, request_timeout_ms=30_000,
+            **config.credentials.client_settings()),
             session_timeout_ms=config.session_timeout_ms)
         self.cluster = self.producer.cluster
         self._lock = threading.Lock()
@@ -92,7 +93,8 @@ class TargetCluster:
                     # a broker of a replicating cluster creates it cluster-wide
                     continue
                 try:
-                    with AdminClient(f"{host}:{port}", "samsa-mirror", request_timeout=10) as a:
+                    with AdminClient(f"{host}:{port}", "samsa-mirror", request_timeout=10,
+                                     sasl=self.config.credentials.login()) as a:
                         a.create_topic(topic, self.config.target_partitions)
                     log.info("created topic %s on target broker %d (%s:%d) with %d partitions",
                              topic, broker_id, host, port, self.config.target_partitions)

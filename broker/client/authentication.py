@@ -81,3 +81,32 @@ def authenticate(conn, login: SaslLogin) -> None:
         scram.verify(server_final)
     except ScramError as exc:
         raise SamsaError(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc)) from None
+
+
+@dataclass(frozen=True)
+class ServiceCredentials:
+    """How a service (the mirror, the audit, the lag service) proves who it
+    is to the clusters it uses: one user and one ZooKeeper identity in each
+    (operators create the same user in every cluster the service reaches).
+    A service's settings take them as a ``[credentials]`` table
+    (``--set credentials.sasl_username=mirror``); docs/security.md."""
+    sasl_username: str = ""
+    """SCRAM-SHA-512 user for the brokers' listeners that ask for it."""
+    sasl_password_file: str = ""
+    """The file holding its password (first line)."""
+    zookeeper_auth_file: str = ""
+    """A ``user:password`` file: the ZooKeeper identity of the service's
+    consumer groups, whose records only it may then change."""
+
+    def client_settings(self) -> dict[str, str]:
+        """The settings a ProducerConfig or ConsumerConfig takes."""
+        return {"sasl_username": self.sasl_username,
+                "sasl_password_file": self.sasl_password_file}
+
+    def group_settings(self) -> dict[str, str]:
+        """The settings a GroupConsumerConfig takes."""
+        return {**self.client_settings(), "zookeeper_auth_file": self.zookeeper_auth_file}
+
+    def login(self) -> SaslLogin | None:
+        """The login for a BrokerConnection or AdminClient (None: none)."""
+        return sasl_login_of(SaslClientSettings(self.sasl_username, self.sasl_password_file))

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from broker.client.authentication import ServiceCredentials
 from broker.lag.evaluator import Thresholds
 from broker.coordination.named_cluster import NamedCluster
 
@@ -27,6 +28,9 @@ class LagServiceConfig:
     """...or for this many times the partition's median time between commits."""
     log_level: str = "INFO"
     log_format: str = "text"
+    credentials: ServiceCredentials = field(default_factory=ServiceCredentials)
+    """The user it fetches the log ends with, where the brokers ask for SCRAM
+    ([credentials] sasl_username, sasl_password_file; docs/security.md)."""
 
     def __post_init__(self) -> None:
         if not self.clusters:

@@ -95,8 +95,10 @@ class LagMonitor:
 
     def __init__(self, client, thresholds: Thresholds = Thresholds(),
                  clock=time.time, request_timeout: float = 10.0,
-                 client_id: str = "samsa-lag") -> None:
+                 client_id: str = "samsa-lag", sasl=None) -> None:
+        """``sasl``: a SaslLogin, for brokers that ask for SCRAM."""
         self.client = client
+        self.sasl = sasl
         self.cluster = ClusterView(client)
         self.thresholds = thresholds
         self.clock = clock
@@ -185,7 +187,8 @@ class LagMonitor:
         if conn is None:
             host, port = parse_address(address)
             conn = self._conns[address] = BrokerConnection(
-                host, port, self.client_id, request_timeout=self.request_timeout)
+                host, port, self.client_id, request_timeout=self.request_timeout,
+                sasl=self.sasl)
         return conn
 
     def _fetch_heads(self, wanted: list[tuple[str, str, int]]

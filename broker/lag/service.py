@@ -115,7 +115,8 @@ class LagService:
             start_client(client, cluster.zookeeper, timeout=10.0, what="lag service")
             self._clients[cluster.name] = client
             monitor = self._monitors[cluster.name] = LagMonitor(
-                client, self.config.thresholds(), client_id="samsa-lag-service")
+                client, self.config.thresholds(), client_id="samsa-lag-service",
+                sasl=self.config.credentials.login())
         return monitor
 
     def evaluate_once(self) -> None:

@@ -122,6 +122,10 @@ class ProducePath:
         self._trimmer = MemoryTrimmer()
         self._trim_timer: asyncio.TimerHandle | None = None
         self._validations_in_flight = 0
+        # with authorization: (conn, request) -> True when the request is
+        # refused (and answered so); asked again of a produce checked off the
+        # loop, just before its append (set by the server)
+        self.refused: Callable[[Connection, tuple], bool] | None = None
 
     def set_replication(self, replication) -> None:
         """Check every append to a replicated log with ``replication``
@@ -440,7 +444,11 @@ class ProducePath:
                 error = CorruptMessageError(f"internal error: {exc}")
                 error.code = ErrorCode.UNKNOWN
                 entries = [(t, p, ms, error) for t, p, ms, _info in request[3]]
-            self.produce(conn, request[0], request[1], request[2], entries, self._clock())
+            # the ACLs (or the topic) may have changed while it was checked:
+            # asked again now, just before the append (``refused`` answers)
+            if self.refused is None or not self.refused(conn, request):
+                self.produce(conn, request[0], request[1], request[2], entries,
+                             self._clock())
         then()
 
     def _trim_if_idle(self) -> None:

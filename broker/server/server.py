@@ -237,6 +237,7 @@ class BrokerServer:
         if c.authorization:
             self.request_authorizer = RequestAuthorizer(self.security, c.super_users,
                                                         self.metrics)
+            self.produce_path.refused = self._produce_refused
         log.info("security: plaintext port authentication %s, TLS port %s, authorization %s",
                  c.authentication, c.tls_authentication if c.tls_port >= 0 else "-",
                  "on" if c.authorization else "off")
