@@ -381,16 +381,25 @@ class Producer:
                 if self._inflight and (not batches
                                        or len(self._inflight) >= self.config.max_in_flight):
                     self._read_response()
+        except SamsaError as exc:
+            # the broker refused the connection itself (authentication: a
+            # wrong password does not get better by retrying): every batch
+            # fails with the broker's error, and the producer takes no more
+            log.error("producer stops: %s", exc)
+            self._fail_everything(exc)
         except Exception:   # never die silently: fail what is left
             log.exception("producer sender thread crashed")
-            with self._cond:
-                error = SamsaError(ErrorCode.UNKNOWN, "producer sender thread crashed")
-                for _cid, b in self._inflight:
-                    self._fail(b, error)
-                for b in self.accumulator.take_all():
-                    self._fail(b, error)
-                self.accumulator.closing = True
-                self._cond.notify_all()
+            self._fail_everything(SamsaError(ErrorCode.UNKNOWN,
+                                             "producer sender thread crashed"))
+
+    def _fail_everything(self, error: SamsaError) -> None:
+        with self._cond:
+            for _cid, b in self._inflight:
+                self._fail(b, error)
+            for b in self.accumulator.take_all():
+                self._fail(b, error)
+            self.accumulator.closing = True
+            self._cond.notify_all()
 
     def _reconnect_due(self) -> bool:
         interval = self.config.reconnect_interval_ms

@@ -621,6 +621,10 @@ def _entries(count: int) -> str:
     return f"{count} entr{'y' if count == 1 else 'ies'}"
 
 
+#: the subtrees zookeeper-acls secures (the cluster's and its groups' records)
+SECURED_SUBTREES = ("brokers", "replication", "security", "consumers")
+
+
 def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
     """zookeeper-acls: give every node of the cluster the ACL of zk_acls's
     policy, as the cluster's identity (--zookeeper-auth-file)."""
@@ -656,11 +660,11 @@ def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
     def wanted(client, path: str):
         """The ACL ``path`` should have; None: leave it as it is."""
         parts = path.strip("/").split("/")
-        if parts[0] == "zookeeper":
-            return None                      # ZooKeeper's own (quotas), at a real root
-        if path == "/":
-            # the chroot: anyone reads, only the cluster adds or removes records
-            return acl_for(client, path)
+        if path == "/" or parts[0] not in SECURED_SUBTREES:
+            # the chroot itself and the records of others (the schema
+            # registry's, the mirror's marks), whose writers have no
+            # identity yet: left as they are
+            return None
         if parts[0] == "consumers" and len(parts) > 1:
             identity = groups.get(parts[1])
             if identity is None:
@@ -669,8 +673,9 @@ def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
         return acl_for(client, path)
 
     def body(client) -> int:
-        client.ensure_path(paths.CONSUMERS, acl=acl_for(client, paths.CONSUMERS))
-        changed, left = 0, set()
+        if not args.dry_run:
+            client.ensure_path(paths.CONSUMERS, acl=acl_for(client, paths.CONSUMERS))
+        changed, left, others = 0, set(), set()
         todo = ["/"]
         while todo:
             path = todo.pop()
@@ -684,6 +689,8 @@ def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
             if acl is None:
                 if path.startswith(paths.CONSUMERS + "/"):
                     left.add(path.split("/")[2])
+                elif path.count("/") == 1 and path != "/":
+                    others.add(path)
                 continue
             if sorted(map(str, acl)) == sorted(map(str, current)):
                 continue
@@ -699,7 +706,9 @@ def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
         verb = "would be secured" if args.dry_run else "secured"
         print(f"{changed} nodes {verb}" + (
             f"; left as they were (no --group identity): the records of group(s) "
-            f"{', '.join(sorted(left))}" if left else ""))
+            f"{', '.join(sorted(left))}" if left else "") + (
+            f"; not the cluster's, left as they were: {', '.join(sorted(others))}"
+            if others else ""))
         return 0
     return _zk_tool(zookeeper, args, "zookeeper-acls tool", body)
 
@@ -1267,17 +1276,20 @@ def build_parser() -> argparse.ArgumentParser:
               "CLUSTER",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_paragraphs(
-            "A migration for a cluster whose brokers ran without a ZooKeeper identity: gives "
-            "every node under the cluster's chroot the ACL of the policy in docs/security.md "
-            "(\"ZooKeeper\"), as the cluster's identity (--zookeeper-auth-file, user:password): "
-            "the brokers' records and the topics' writable by it alone and readable by "
-            "everyone, the users' credentials and the ACLs readable by it alone, /consumers "
-            "open to new groups. A consumer group's records get the identity given with "
-            "--group GROUP=FILE (its members' zookeeper_auth_file); the records of a group "
-            "without one are left as they are, and named at the end.",
-            "Then restart the brokers with zookeeper_auth_file set to the same identity, and "
-            "the groups' members with theirs. Prints each node it changes (--dry-run: what it "
-            "would change) and a count. Run it again at any time: it changes only what "
+            "A migration for a cluster whose records in ZooKeeper are open: gives every node "
+            "of /brokers, /replication, /security and /consumers the ACL of the policy in "
+            "docs/security.md (\"ZooKeeper\"), as the cluster's identity "
+            "(--zookeeper-auth-file, user:password): the brokers' records and the topics' "
+            "writable by it alone and readable by everyone, the users' credentials and the "
+            "ACLs readable by it alone, /consumers open to new groups. A consumer group's "
+            "records get the identity given with --group GROUP=FILE (its members' "
+            "zookeeper_auth_file); the records of a group without one are left as they are, "
+            "and named at the end, as are the chroot itself and the other subtrees (the "
+            "schema registry's, the mirror's marks).",
+            "First restart the brokers with zookeeper_auth_file set to the same identity (they "
+            "go on writing the open records), then run this, then restart the groups' members "
+            "with theirs. Prints each node it changes (--dry-run: what it would change, "
+            "changing nothing) and a count. Run it again at any time: it changes only what "
             "differs."))
     p.add_argument("--group", action="append", metavar="GROUP=FILE",
                    help="a consumer group and the file of its identity (repeatable)")

@@ -381,3 +381,14 @@ def _logs_in(broker) -> bool:
         return True
     except (SamsaError, BrokerConnectionError):
         return False
+
+
+def test_a_producer_with_a_wrong_password_fails_its_batches_with_the_refusal(secured, topic):
+    broker, _zk = secured
+    with Producer(bootstrap=broker.address, acks="flushed", sasl_username="alice",
+                  sasl_password="not it", partitioner="any") as producer:
+        future = producer.send(topic, b"refused", partition=0)
+        with pytest.raises(SamsaError) as info:
+            future.result(timeout=30)
+        assert info.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert producer.failed_batches >= 1

@@ -129,6 +129,13 @@ def test_an_open_cluster_is_secured_in_place(broker_factory, zookeeper, zk_chroo
 
     cluster_file = identity_file(tmp_path, "samsa-cluster", "cluster-secret")
     group_file = identity_file(tmp_path, "loader", "loader-secret")
+    # the order docs/security.md gives: the brokers restarted with the
+    # cluster's identity first (they go on writing the open records) ...
+    broker.stop()
+    broker = broker_factory({"zookeeper": connect, "zookeeper_auth_file": cluster_file},
+                            data_dir=broker.data_dir)
+    wait_until(lambda: _registered(connect), 20, what="the broker to register again")
+    # ... then the tool: a dry run first, which changes nothing
     dry = run_module("broker.tools", "zookeeper-acls", "--zookeeper", connect,
                      "--zookeeper-auth-file", cluster_file, "--group", f"loader={group_file}",
                      "--dry-run")
@@ -136,30 +143,39 @@ def test_an_open_cluster_is_secured_in_place(broker_factory, zookeeper, zk_chroo
     assert b"would set" in dry.stdout
     zk = stranger(connect)
     try:
-        assert is_open(zk.get_acls(paths.broker_id_path(0))[0])   # a dry run changes nothing
+        assert is_open(zk.get_acls(paths.user_path("alice"))[0])   # a dry run changes nothing
+        zk.ensure_path("/schemas/someone-elses")      # another writer's subtree, open
     finally:
         zk.stop()
         zk.close()
     done = run_module("broker.tools", "zookeeper-acls", "--zookeeper", connect,
                       "--zookeeper-auth-file", cluster_file, "--group", f"loader={group_file}")
     assert done.returncode == 0, done.stderr
+    assert b"not the cluster's, left as they were: /schemas" in done.stdout
     zk = stranger(connect)
     try:
         assert_refused(lambda: zk.get(paths.user_path("alice")))
         assert_refused(lambda: zk.create(paths.broker_id_path(99), b"evil:1"))
+        assert_refused(lambda: zk.set(paths.broker_topic_path(topic), b"evil"))
         offsets = paths.CONSUMERS + "/loader/offsets/" + topic
         [node] = [f"{offsets}/{c}" for c in zk.get_children(offsets)]
         assert_refused(lambda: zk.set(node, b"0"))
+        assert is_open(zk.get_acls("/schemas/someone-elses")[0])
     finally:
         zk.stop()
         zk.close()
-    # the broker, restarted with the cluster's identity, and the group with
-    # its own, work on
-    broker.stop()
-    broker = broker_factory({"zookeeper": connect, "zookeeper_auth_file": cluster_file},
-                            data_dir=broker.data_dir)
+    # the broker and the group, with its own identity, work on
     with Producer(bootstrap=broker.address, acks="flushed") as producer:
         producer.send(topic, b"after", partition=0)
         producer.flush(timeout=30)
     got = consume(connect, "loader", topic, 1, group_file)
     assert [m.value for m in got] == [b"after"]
+
+
+def _registered(connect: str) -> bool:
+    zk = stranger(connect)
+    try:
+        return bool(zk.exists(paths.broker_id_path(0)))
+    finally:
+        zk.stop()
+        zk.close()
