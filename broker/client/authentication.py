@@ -15,12 +15,13 @@ trying again.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.scram import MECHANISM, ScramClient, ScramError
 from broker.security.password_file import read_password_file
+from broker.security.tls import TlsClientSettings, client_context_of
 
 
 @dataclass(frozen=True)
@@ -110,3 +111,19 @@ class ServiceCredentials:
     def login(self) -> SaslLogin | None:
         """The login for a BrokerConnection or AdminClient (None: none)."""
         return sasl_login_of(SaslClientSettings(self.sasl_username, self.sasl_password_file))
+
+
+@dataclass(frozen=True)
+class ClientSecurity(TlsClientSettings, SaslClientSettings):
+    """Every security setting of a client, for a file of them (the console
+    tools' ``--client-config``, as Kafka's ``--command-config``): ``tls``,
+    ``tls_ca_file``, ``tls_cert_file``, ``tls_key_file``,
+    ``tls_verify_hostname``, ``sasl_username``, ``sasl_password_file``."""
+
+    def settings(self) -> dict:
+        """As keyword settings of a ProducerConfig or ConsumerConfig."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def admin_options(self) -> dict:
+        """As keyword arguments of an AdminClient (or BrokerConnection)."""
+        return {"tls": client_context_of(self), "sasl": sasl_login_of(self)}

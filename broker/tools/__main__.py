@@ -30,6 +30,7 @@ import sys
 import textwrap
 
 from broker.client.admin import AdminClient
+from broker.client.authentication import ClientSecurity
 from broker.client.connection import BrokerConnectionError
 from broker.client.consumer import Consumer, ConsumerConfig
 from broker.lag.evaluator import Status
@@ -40,7 +41,7 @@ from broker.coordination.named_cluster import (add_cluster_option, cluster_from,
 from broker.protocol import api, scram
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.security.acl import Operation
-from broker.service_kit import cli
+from broker.service_kit import cli, settings
 from broker.service_kit.settings import ConfigError
 
 #: what each exit status means, for every tool (shown in each --help)
@@ -70,6 +71,29 @@ def _add_bootstrap(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", "-b", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                    help=f"broker or load balancer address (default {DEFAULT_BOOTSTRAP}, "
                         "or $SAMSA_BOOTSTRAP)")
+    p.add_argument("--client-config", metavar="FILE",
+                   default=os.environ.get("SAMSA_CLIENT_CONFIG", ""),
+                   help="a TOML file of the client's security settings (tls, tls_ca_file, "
+                        "tls_cert_file, tls_key_file, tls_verify_hostname, sasl_username, "
+                        "sasl_password_file; docs/security.md), as Kafka's --command-config; "
+                        "default $SAMSA_CLIENT_CONFIG")
+
+
+def _security(args: argparse.Namespace) -> ClientSecurity:
+    """The settings of --client-config (none without); ConfigError when the
+    file is unusable."""
+    path = getattr(args, "client_config", "")
+    security = settings.load(ClientSecurity, path) if path else ClientSecurity()
+    try:
+        security.admin_options()          # the files it names, read now: one clear error
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"--client-config {path}: {exc}") from None
+    return security
+
+
+def _admin(args: argparse.Namespace, *a, **kw) -> AdminClient:
+    """An AdminClient of --bootstrap with --client-config's security."""
+    return AdminClient(args.bootstrap, *a, **kw, **_security(args).admin_options())
 
 
 def _parse_time(text: str) -> int:
@@ -97,12 +121,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
     # Ask the broker once (a metadata round trip, so a load balancer with no
     # broker behind it counts as unreachable too) before reading stdin: one
     # clear error now, not the producer's retries, a line each, for ~13 s.
-    with AdminClient(args.bootstrap, "samsa-console-producer",
-                     request_timeout=PRODUCE_ASK_TIMEOUT_S) as admin:
+    with _admin(args, "samsa-console-producer",
+                request_timeout=PRODUCE_ASK_TIMEOUT_S) as admin:
         admin.metadata([args.topic])
     cfg = ProducerConfig(bootstrap=args.bootstrap, acks=args.acks, batch_size=args.batch_size,
                          linger_ms=args.linger_ms, compression=args.compression,
-                         client_id="samsa-console-producer")
+                         client_id="samsa-console-producer", **_security(args).settings())
     producer = Producer(cfg)
     sep = args.key_separator.encode() if args.key_separator else None
     count = 0
@@ -138,7 +162,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ consume
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    admin = AdminClient(args.bootstrap)
+    admin = _admin(args)
     try:
         if args.partition is not None:
             partitions = [args.partition]
@@ -153,7 +177,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
     consumer = Consumer(ConsumerConfig(bootstrap=args.bootstrap,
                                        client_id="samsa-console-consumer",
                                        fetch_max_bytes=args.fetch_bytes,
-                                       on_corrupt=args.on_corrupt))
+                                       on_corrupt=args.on_corrupt,
+                                       **_security(args).settings()))
     start: str | int = "earliest" if args.from_beginning else "latest"
     if args.offset is not None:
         if len(partitions) != 1:
@@ -235,7 +260,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
         return _replica_report(named.zookeeper, args, None)
     if args.describe is not None and named is not None:
         return _replica_report(named.zookeeper, args, [args.describe] if args.describe else None)
-    with AdminClient(args.bootstrap) as admin:
+    with _admin(args) as admin:
         if args.create:
             config = {}
             for item in args.config:
@@ -786,7 +811,7 @@ def cmd_acls(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ offsets
 
 def cmd_offsets(args: argparse.Namespace) -> int:
-    with AdminClient(args.bootstrap) as admin:
+    with _admin(args) as admin:
         partitions = [args.partition] if args.partition is not None else \
             range(admin.partition_count(args.topic) or 0)
         if not partitions:

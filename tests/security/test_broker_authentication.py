@@ -392,3 +392,36 @@ def test_a_producer_with_a_wrong_password_fails_its_batches_with_the_refusal(sec
             future.result(timeout=30)
         assert info.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
         assert producer.failed_batches >= 1
+
+
+def test_the_console_tools_take_a_client_config(secured, topic, tmp_path):
+    """produce, consume, topics and offsets with --client-config (Kafka's
+    --command-config): SCRAM settings from a TOML file, the password from
+    its own file; without it, refused."""
+    from broker_helpers import run_module
+    broker, _zk = secured
+    password = tmp_path / "alice.pw"
+    password.write_text(PASSWORD + "\n")
+    config = tmp_path / "client.toml"
+    config.write_text(f'sasl_username = "alice"\nsasl_password_file = "{password}"\n')
+    common = ("--bootstrap", broker.address, "--client-config", str(config))
+    made = run_module("broker.tools", "topics", "--create", topic, "--partitions", "1", *common)
+    assert made.returncode == 0, made.stderr
+    produced = run_module("broker.tools", "produce", "--topic", topic, "--acks", "flushed",
+                          *common, stdin=b"one\ntwo\n")
+    assert produced.returncode == 0, produced.stderr
+    consumed = run_module("broker.tools", "consume", "--topic", topic, "--from-beginning",
+                          "--timeout-ms", "2000", *common)
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.split() == [b"one", b"two"]
+    offsets = run_module("broker.tools", "offsets", "--topic", topic, "--time", "latest",
+                         *common)
+    assert offsets.returncode == 0, offsets.stderr
+    refused = run_module("broker.tools", "topics", "--describe", topic, "--bootstrap",
+                         broker.address)
+    assert refused.returncode == 1 and b"ILLEGAL_SASL_STATE" in refused.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('sasl_username = "alice"\nsasl_pasword_file = "x"\n')
+    wrong = run_module("broker.tools", "offsets", "--topic", topic, "--bootstrap",
+                       broker.address, "--client-config", str(bad))
+    assert wrong.returncode == 2 and b"sasl_pasword_file" in wrong.stderr
