@@ -391,6 +391,8 @@ class BrokerServer:
             if held is not None:
                 held.extend(frames)
                 return
+        if conn.closed:                 # (refused at once: too many authenticating)
+            return
         if conn.sasl is not None:       # not authenticated yet: the exchange only
             frames = self.authenticator.handle(conn, frames)
             if not frames:
