@@ -24,6 +24,7 @@ from broker.protocol import api
 from broker.protocol.api import Acks, ApiKey
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.scram import MECHANISM, ScramClient, ScramCredential
+from broker.coordination import paths
 from broker.security import store
 from broker_helpers import (closed_by_peer, log_text, message_set, metric, raw_socket,
                             read_frame, request_frame, rss_mb, scrape_metrics, wait_until)
@@ -256,10 +257,13 @@ def test_the_cluster_producer_and_a_group_consumer_authenticate(secured, zookeep
     port) authenticate there too, the password from a file."""
     from broker.client.cluster_producer import ClusterProducer
     from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
-    broker, _zk = secured
+    broker, zk = secured
     password_file = tmp_path / "alice.pw"
     password_file.write_text(PASSWORD + "\n")
     connect = zookeeper.connect_string() + zk_chroot
+    # the cluster producer finds brokers in ZooKeeper: once this one is there
+    wait_until(lambda: zk.exists(paths.broker_id_path(0)), 20,
+               what="the broker to register in ZooKeeper")
     login = {"sasl_username": "alice", "sasl_password_file": str(password_file)}
     with ClusterProducer(connect, acks="flushed", **login) as producer:
         for i in range(50):
