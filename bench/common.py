@@ -114,6 +114,24 @@ def summarize(values: list[float]) -> dict:
             "runs": len(values)} if values else {}
 
 
+def print_round(number: int, total: int, row: dict, fmt: str) -> None:
+    """One line for a round of A/B figures: ``round N/T: name value, ...``
+    (``fmt`` formats each value; keys not holding numbers are left out)."""
+    print(f"round {number}/{total}: " + ", ".join(
+        f"{name} {format(value, fmt)}" for name, value in row.items()
+        if isinstance(value, (int, float)) and name != "round"), flush=True)
+
+
+def compare_rounds(rounds: list[dict], base: str, other: str) -> dict:
+    """The medians of two figures over rounds, the ratio of the medians and
+    the median of the rounds' own ratios (other / base)."""
+    base_median = statistics.median(row[base] for row in rounds)
+    other_median = statistics.median(row[other] for row in rounds)
+    return {"base": base_median, "other": other_median, "ratio": other_median / base_median,
+            "ratio_median_of_rounds": statistics.median(row[other] / row[base]
+                                                        for row in rounds)}
+
+
 def machine_info() -> dict:
     info: dict = {"nproc": os.cpu_count(), "python": sys.version.split()[0],
                   "python_impl": platform.python_implementation(),

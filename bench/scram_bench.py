@@ -24,7 +24,7 @@ import statistics
 import tempfile
 import time
 
-from bench.common import machine_info
+from bench.common import compare_rounds, machine_info, print_round
 
 WAYS = ("plaintext", "plaintext + SCRAM", "TLS", "TLS + SCRAM")
 PASSWORD = "bench-password"
@@ -102,19 +102,18 @@ def main(argv: list[str] | None = None) -> int:
                     address, tls, sasl = ways[way]
                     host, port = address.rsplit(":", 1)
                     row[way] = connection_ms(host, int(port), tls, sasl, args.connections)
-                rounds.append(row)
-                print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-                    f"{way} {row[way]:.2f} ms" for way in WAYS), flush=True)
+                rounds.append({way: row[way] for way in WAYS})
+                print_round(r + 1, args.rounds, rounds[-1], ".2f")
         finally:
             for broker in brokers:
                 broker.stop()
             zk.stop()
     medians = {way: statistics.median(row[way] for row in rounds) for way in WAYS}
     for base, secured in (("plaintext", "plaintext + SCRAM"), ("TLS", "TLS + SCRAM")):
-        ratios = [row[secured] / row[base] for row in rounds]
-        print(f"{secured}: {medians[secured]:.2f} ms per connection, {base} "
-              f"{medians[base]:.2f} ms: x{statistics.median(ratios):.1f} (median of the "
-              f"rounds' ratios)")
+        figures = compare_rounds(rounds, base, secured)
+        print(f"{secured}: {figures['other']:.2f} ms per connection, {base} "
+              f"{figures['base']:.2f} ms: x{figures['ratio_median_of_rounds']:.1f} (median "
+              f"of the rounds' ratios)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine_info(), "connections": args.connections,

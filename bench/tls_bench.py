@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from bench.common import DISTINCT_VALUES, FETCH_BYTES, MESSAGE_BYTES, ROOT, machine_info, random_values
+from bench.common import (DISTINCT_VALUES, FETCH_BYTES, MESSAGE_BYTES, ROOT, compare_rounds,
+                          machine_info, print_round, random_values)
 
 FIGURES = (("produce batch 50, msg/s", "produce"), ("consume, msg/s", "consume"))
 
@@ -116,19 +116,18 @@ def main(argv: list[str] | None = None) -> int:
                         row[f"{name} {kind}"] = measure(kind, address, tls, ca.cert_path, topic,
                                                         args.messages)
                 rounds.append(row)
-                print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-                    f"{k} {v:,.0f}" for k, v in row.items() if k != "round"), flush=True)
+                print_round(r + 1, args.rounds, row, ",.0f")
         finally:
             broker.stop()
     medians = {}
     for label, kind in FIGURES:
-        a = statistics.median(row[f"A {kind}"] for row in rounds)
-        b = statistics.median(row[f"B {kind}"] for row in rounds)
-        ratios = [row[f"B {kind}"] / row[f"A {kind}"] for row in rounds]
-        medians[kind] = {"plaintext": a, "tls": b, "ratio": b / a,
-                         "ratio_median_of_rounds": statistics.median(ratios)}
-        print(f"{label}: plaintext {a:,.0f}, TLS {b:,.0f}, TLS/plaintext {b / a:.2f} "
-              f"(median of the rounds' ratios {statistics.median(ratios):.2f})")
+        figures = compare_rounds(rounds, f"A {kind}", f"B {kind}")
+        medians[kind] = {"plaintext": figures["base"], "tls": figures["other"],
+                         "ratio": figures["ratio"],
+                         "ratio_median_of_rounds": figures["ratio_median_of_rounds"]}
+        print(f"{label}: plaintext {figures['base']:,.0f}, TLS {figures['other']:,.0f}, "
+              f"TLS/plaintext {figures['ratio']:.2f} (median of the rounds' ratios "
+              f"{figures['ratio_median_of_rounds']:.2f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine_info(), "messages": args.messages,

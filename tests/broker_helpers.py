@@ -66,6 +66,17 @@ def connect(address: str, request_timeout: float = 30.0) -> BrokerConnection:
     return conn
 
 
+def scram_connection(address: str, user: str, password: str,
+                     request_timeout: float = 10.0) -> BrokerConnection:
+    """A connection to ``address`` that has logged in as ``user`` with SCRAM."""
+    from broker.client.authentication import SaslLogin
+    host, port = parse_address(address)
+    conn = BrokerConnection(host, port, "tests", request_timeout=request_timeout,
+                            sasl=SaslLogin(user, password))
+    conn.connect()
+    return conn
+
+
 def message_set(values: Iterable[bytes], key: bytes | None = None,
                 timestamp: int = NOW_MS) -> bytes:
     """An uncompressed message set of ``values``, all with ``key``."""

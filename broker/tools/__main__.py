@@ -79,6 +79,14 @@ def _add_bootstrap(p: argparse.ArgumentParser) -> None:
                         "default $SAMSA_CLIENT_CONFIG")
 
 
+def _add_zookeeper_cluster(p: argparse.ArgumentParser) -> None:
+    """The cluster a ZooKeeper tool works on, and how long it waits for it."""
+    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
+                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for ZooKeeper (default 10)")
+
+
 def _security(args: argparse.Namespace) -> ClientSecurity:
     """The settings of --client-config (none without); ConfigError when the
     file is unusable."""
@@ -1112,8 +1120,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Consumer groups kept in ZooKeeper. --describe prints, per "
                                    "partition, its owner, the committed offset, the log end "
                                    "offset and the lag in bytes (offsets are byte positions).")
-    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string "
-                          "with the chroot", zookeeper_flags=("--zookeeper", "-z"))
+    _add_zookeeper_cluster(p)
     action = p.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="list the groups (default)")
     action.add_argument("--describe", metavar="GROUP")
@@ -1148,8 +1155,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --status: exit 3 when a group's status is LEVEL or worse, "
                         "for checks (" + " < ".join(FAIL_LEVELS) + "); the report is "
                         "printed all the same")
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to wait for ZooKeeper (default 10)")
     p.set_defaults(func=cmd_groups)
     p = sub.add_parser(
         "reassign", help="move replicas of replicated partitions (drain a broker)",
@@ -1163,8 +1168,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "first.\nWithout --execute or --verify it checks the plan and prints the "
                     "current replicas (a plan to go back) and the proposed ones; nothing is "
                     "written.")
-    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
-                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
+    _add_zookeeper_cluster(p)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--plan", metavar="FILE",
                       help="the plan's JSON file ('-': standard input)")
@@ -1188,8 +1192,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON: {current, proposed} plans; with --verify {reassignments: "
                         "[{topic, partition, replicas, status, current, isr, leader}], "
                         "still_on_broker}")
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to wait for ZooKeeper (default 10)")
     p.set_defaults(func=cmd_reassign)
 
     p = sub.add_parser(
@@ -1199,8 +1201,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "every committed message); the old leader follows it. Prints, per "
                     "partition, the move or why there was none; exit 1 if one could not "
                     "be moved.")
-    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
-                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
+    _add_zookeeper_cluster(p)
     p.add_argument("--topic", "-t", help="only this replicated topic (default: all)")
     p.add_argument("--partition", type=int, help="only this partition (needs --topic)")
     p.add_argument("--wait", type=float, default=30.0,
@@ -1208,8 +1209,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="JSON: {partitions: [{topic, partition, preferred, leader_before, "
                         "leader, leader_epoch, result}]}")
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to wait for ZooKeeper (default 10)")
     p.set_defaults(func=cmd_elect_leaders)
 
     p = sub.add_parser(
@@ -1243,10 +1242,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"to {scram.MAX_ITERATIONS}; default {scram.DEFAULT_ITERATIONS}: "
                         f"another count tells a peer that the user exists, "
                         f"docs/security.md)")
-    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
-                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to wait for ZooKeeper (default 10)")
+    _add_zookeeper_cluster(p)
     p.set_defaults(func=cmd_users)
 
     p = sub.add_parser(
@@ -1289,10 +1285,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="list: JSON, {\"acls\": [{principal, permission, operation, "
                         "resource_type, name, pattern_type}]}")
-    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
-                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to wait for ZooKeeper (default 10)")
+    _add_zookeeper_cluster(p)
     p.set_defaults(func=cmd_acls)
 
     p = sub.add_parser(
@@ -1320,10 +1313,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a consumer group and the file of its identity (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="print what would change, change "
                                                           "nothing")
-    add_cluster_option(p, "the cluster: NAME=ZOOKEEPER, or its ZooKeeper connect string with "
-                          "the chroot", zookeeper_flags=("--zookeeper", "-z"))
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to wait for ZooKeeper (default 10)")
+    _add_zookeeper_cluster(p)
     p.set_defaults(func=cmd_zookeeper_acls)
 
     for tool in sub.choices.values():     # each tool's --help ends with the exit statuses

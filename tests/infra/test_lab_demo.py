@@ -7,6 +7,7 @@ from broker_helpers import run_module
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_lab_demo_copies_every_page_view():
     out = run_module("infra.local.demo", "--messages", "2000", timeout=240)
     text = out.stdout.decode()

@@ -43,6 +43,7 @@ def _tier(verdicts: list[dict], tier: str) -> tuple[int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_warehouse_load_runs_in_the_airflow_host(tmp_path):
     from infra.local import airflow_stack
     from infra.local.drill_network import Traffic, drill_topology
@@ -102,8 +103,13 @@ def test_warehouse_load_runs_in_the_airflow_host(tmp_path):
         def finished() -> str | None:
             run = call_airflow(f"{url}/api/v2/dags/warehouse_load/dagRuns/{run_id}", token)
             return run["state"] if run["state"] in ("success", "failed") else None
-        outcome = wait_until(finished, 480, interval=3,
-                             what=f"warehouse_load's run (logs in {lab.path('airflow')})")
+        def where_the_run_is() -> str:
+            tasks = call_airflow(f"{url}/api/v2/dags/warehouse_load/dagRuns/{run_id}"
+                                 f"/taskInstances", token)["task_instances"]
+            return (f"warehouse_load's run: tasks "
+                    f"{ {t['task_id']: t['state'] for t in tasks} } "
+                    f"(logs in {lab.path('airflow')})")
+        outcome = wait_until(finished, 480, interval=3, what=where_the_run_is)
         assert outcome == "success", f"the run {outcome}; logs in {lab.path('airflow')}"
         # the loader's own tier: every acknowledged message reached the warehouse
         wait_until(lambda: _tier(_verdicts(audit_url, hour, HOUR_MS), "hadoop") == (acked, 0),

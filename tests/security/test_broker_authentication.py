@@ -26,7 +26,7 @@ from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.scram import MECHANISM, ScramClient, ScramCredential
 from broker.coordination import paths
 from broker.security import store
-from broker_helpers import (closed_by_peer, log_text, message_set, metric, raw_socket,
+from broker_helpers import (scram_connection, closed_by_peer, log_text, message_set, metric, raw_socket,
                             read_frame, request_frame, rss_mb, scrape_metrics, wait_until)
 
 PASSWORD = "correct horse battery staple"
@@ -44,11 +44,7 @@ def secured(broker_factory, zookeeper, zk_client, zk_chroot):
 
 
 def login_connection(broker, user="alice", password=PASSWORD) -> BrokerConnection:
-    host, port = parse_address(broker.address)
-    conn = BrokerConnection(host, port, "tests", request_timeout=10,
-                            sasl=SaslLogin(user, password))
-    conn.connect()
-    return conn
+    return scram_connection(broker.address, user, password)
 
 
 def plain_connection(broker) -> BrokerConnection:

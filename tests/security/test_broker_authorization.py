@@ -19,7 +19,7 @@ from broker.security import store
 from broker.security.acl import AclEntry
 from broker.security.ca import CertificateAuthority
 from broker.security.tls import TlsSettings, client_context
-from broker_helpers import message_set, metric, scrape_metrics, wait_until
+from broker_helpers import scram_connection, message_set, metric, scrape_metrics, wait_until
 
 PASSWORDS = {"admin": "admin-secret", "reader": "reader-secret", "writer": "writer-secret"}
 
@@ -46,11 +46,7 @@ def acl_broker(broker_factory, zookeeper, zk_client, zk_chroot):
 
 
 def login(broker, user) -> BrokerConnection:
-    host, port = parse_address(broker.address)
-    conn = BrokerConnection(host, port, "tests", request_timeout=10,
-                            sasl=SaslLogin(user, PASSWORDS[user]))
-    conn.connect()
-    return conn
+    return scram_connection(broker.address, user, PASSWORDS[user])
 
 
 def produce(conn, topic, value, acks=Acks.FLUSHED):

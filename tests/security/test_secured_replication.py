@@ -21,7 +21,7 @@ from broker.security import store
 from broker.security.acl import AclEntry
 from broker.coordination import paths
 from broker.coordination.replica_state import PartitionState
-from broker_helpers import message_set, produce, wait_until
+from broker_helpers import scram_connection, message_set, produce, wait_until
 
 REPLICATED = {"log.flush_ms": 10, "zookeeper_session_timeout_ms": 4000,
               "replica_lag_time_max_ms": 3000, "replica_fetch_wait_ms": 200}
@@ -30,11 +30,7 @@ PASSWORDS = {"broker": "broker-secret", "admin": "admin-secret", "nobody": "nobo
 
 
 def login(broker, user) -> BrokerConnection:
-    host, port = parse_address(broker.address)
-    conn = BrokerConnection(host, port, "tests", request_timeout=20,
-                            sasl=SaslLogin(user, PASSWORDS[user]))
-    conn.connect()
-    return conn
+    return scram_connection(broker.address, user, PASSWORDS[user], request_timeout=20)
 
 
 def test_followers_authenticate_and_replicate(clusters, zookeeper, zk_chroot, tmp_path):
