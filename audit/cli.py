@@ -178,8 +178,9 @@ def run_serve(config) -> int:
     except Exception as exc:      # the database, ZooKeeper, the port: say it, exit 1
         print(f"error: cannot start the audit service: {exc}", file=sys.stderr)
         return 1
-    log.info("audit service reading %s into %s; reports at http://%s:%d/", config.zookeeper,
-             _safe_url(config.effective_db_url), config.http_host, port,
+    log.info("audit service reading %s into %s; reports at %s://%s:%d/", config.zookeeper,
+             _safe_url(config.effective_db_url), "https" if config.http.tls else "http",
+             config.http_host, port,
              extra={"event": "started", "http_port": port})
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: service.stop())

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from broker.client.authentication import ServiceCredentials
 from broker.coordination.named_cluster import check_name
 from broker.coordination.zk import split_connect_string
+from broker.service_kit.http_security import HttpSecurity
 from broker.service_kit.settings import ConfigError
 
 from audit.counting import DEFAULT_WINDOW_MS
@@ -99,6 +100,10 @@ class ServeConfig:
     credentials: ServiceCredentials = field(default_factory=ServiceCredentials)
     """What it authenticates with ([credentials] sasl_username,
     sasl_password_file, zookeeper_auth_file; docs/security.md)."""
+    http: HttpSecurity = field(default_factory=HttpSecurity)
+    """TLS and users of the pages, the API and /metrics ([serve.http]
+    tls_cert_file, tls_key_file, tls_ca_file, tls_client_auth, users_file;
+    docs/security.md)."""
 
     def __post_init__(self) -> None:
         if self.grace_ms < 0 or self.default_hours <= 0:

@@ -95,7 +95,8 @@ class AuditService:
 
     def serve_http(self) -> int:
         from audit.web import start_http
-        self.http = start_http(self, self.config.http_host, self.config.http_port)
+        self.http = start_http(self, self.config.http_host, self.config.http_port,
+                               self.config.http)
         return self.http.server_port
 
     def close(self) -> None:

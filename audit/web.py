@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 from broker.service_kit.json_http import BadRequest, JSONHTTPServer, Request, Response, \
     json_response
+from broker.service_kit.http_security import HttpSecurity
 from broker.service_kit.metrics_http import serve_metrics
 
 from audit.compare import LOST, READY, STATES, Verdict, outcome, summary
@@ -227,8 +228,10 @@ def completeness(service, query: dict) -> dict:
             "verdicts": [v.to_json() for v in verdicts]}
 
 
-def start_http(service, host: str, port: int) -> JSONHTTPServer:
+def start_http(service, host: str, port: int,
+               security: HttpSecurity | None = None) -> JSONHTTPServer:
     """The pages, the API and /metrics served on ``host:port`` from a daemon
-    thread; ``stop()`` ends it."""
+    thread (with ``security``: TLS, users); ``stop()`` ends it."""
     return serve_metrics(host, port, ServiceMetrics(service),
-                         answer=lambda request: answer(service, request), name="audit")
+                         answer=lambda request: answer(service, request), name="audit",
+                         security=security)

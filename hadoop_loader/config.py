@@ -82,6 +82,13 @@ class WarehouseConfig:
     """The warehouse_load and audit_report DAGs' settings (``[warehouse]``)."""
     audit_url: str = "http://127.0.0.1:8090"
     """The audit service (python -m audit serve) the DAGs ask."""
+    audit_ca_file: str = ""
+    """An https audit_url: the authority its certificate is checked against
+    (default: the system's)."""
+    audit_username: str = ""
+    """A secured audit service: the user the DAGs ask as (its role read)..."""
+    audit_password_file: str = ""
+    """...and the file whose first line is its password (docs/security.md)."""
     audit_tier: str = "cluster"
     """The tier an hour must be complete at before it is loaded: the analysis
     cluster's own count (tier "cluster", cluster named by audit_cluster)."""
@@ -127,6 +134,15 @@ class WarehouseConfig:
             raise ValueError("retries must be >= 0")
         if self.load_timeout_s <= 0 or self.step_timeout_s <= 0:
             raise ValueError("load_timeout_s and step_timeout_s must be positive")
+        if bool(self.audit_username) != bool(self.audit_password_file):
+            raise ValueError("audit_username and audit_password_file go together")
+
+    @property
+    def audit_credentials(self):
+        """How the DAGs reach the audit service (audit.remote.HttpCredentials)."""
+        from audit.remote import HttpCredentials
+        return HttpCredentials(self.audit_ca_file, self.audit_username,
+                               self.audit_password_file)
 
 
 #: names the settings file of the DAGs and of spark-submit's job

@@ -92,7 +92,8 @@ def _hour_check(loader: LoaderConfig, warehouse: WarehouseConfig, hour_ms: int):
     from audit.gate import check_hour
     from audit.remote import fetch_verdicts
     from hadoop_loader.plan import topic_filter
-    answer = fetch_verdicts(warehouse.audit_url, hour_ms, hour_ms + HOUR_MS)
+    answer = fetch_verdicts(warehouse.audit_url, hour_ms, hour_ms + HOUR_MS,
+                            credentials=warehouse.audit_credentials)
     return check_hour(answer["verdicts"], hour_ms, answer["now_ms"], answer["grace_ms"],
                       tier=warehouse.audit_tier,
                       cluster=warehouse.audit_cluster or loader.cluster_name,
@@ -243,7 +244,8 @@ def validate(interval_start, interval_end, path: str | None = None) -> dict[str,
     from hadoop_loader.plan import topic_filter
     loader, warehouse = read_settings(path)
     hour = interval_hour(interval_start, interval_end)
-    answer = fetch_verdicts(warehouse.audit_url, hour, hour + HOUR_MS)
+    answer = fetch_verdicts(warehouse.audit_url, hour, hour + HOUR_MS,
+                            credentials=warehouse.audit_credentials)
     reference = producer_references(answer["verdicts"], hour,
                                     topic_filter(loader.whitelist, loader.blacklist))
     out = OutputFS(loader.output)
@@ -300,7 +302,8 @@ def audit_report(interval_start, interval_end, path: str | None = None) -> dict:
     if end - begin != DAY_MS or begin % DAY_MS:
         raise _fail(f"the data interval {interval_start} to {interval_end} is not one whole "
                     f"day (UTC): audit_report's timetable must be daily")
-    report = fetch_report(warehouse.audit_url, begin, end)
+    report = fetch_report(warehouse.audit_url, begin, end,
+                          credentials=warehouse.audit_credentials)
     out, directory = report_location(loader, warehouse, begin)
     for name, data in (("report.html", report.html), ("report.json", report.json_bytes())):
         out.write_bytes((directory, name), data)

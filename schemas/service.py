@@ -29,11 +29,12 @@ import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from broker.service_kit import cli
+from broker.service_kit.http_security import HttpSecurity
 from broker.service_kit.json_http import JSONHTTPServer, Request, Response
 from broker.service_kit.metrics_http import serve_metrics
 from schemas.confluent_api import CONTENT_TYPE, ConfluentAPI
@@ -58,6 +59,9 @@ class RegistryServiceConfig:
     """Seconds to wait for the store (ZooKeeper) at start."""
     log_level: str = "INFO"
     log_format: str = "text"
+    http: HttpSecurity = field(default_factory=HttpSecurity)
+    """TLS and users of the HTTP port ([http] tls_cert_file, tls_key_file,
+    tls_ca_file, tls_client_auth, users_file; docs/security.md)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -81,10 +85,15 @@ class RegistryService:
     def port(self) -> int:
         return self._http.port
 
+    @property
+    def scheme(self) -> str:
+        return self._http.scheme
+
     def start(self) -> "RegistryService":
         self._http = serve_metrics(self.config.host, self.config.port, _Collector(self),
                                    answer=self.answer, name="schema-registry",
-                                   methods=("GET", "POST", "PUT", "DELETE"), max_body=MAX_BODY)
+                                   methods=("GET", "POST", "PUT", "DELETE"), max_body=MAX_BODY,
+                                   security=self.config.http)
         return self
 
     def stop(self) -> None:
@@ -169,13 +178,17 @@ def run(config: RegistryServiceConfig) -> int:
     try:
         try:
             service = RegistryService(config, registry).start()
+        except ValueError as exc:           # [http]'s files
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            registry.close()
+            return 2
         except OSError as exc:
             print(f"error: cannot listen on {config.host}:{config.port}: {exc}",
                   file=sys.stderr, flush=True)
             return 4
-        log.info("schema registry (Confluent's REST API) on http://%s:%d/ over %s",
-                 config.host, service.port, config.registry)
-        print(f"schema registry on http://{config.host}:{service.port}/", flush=True)
+        log.info("schema registry (Confluent's REST API) on %s://%s:%d/ over %s",
+                 service.scheme, config.host, service.port, config.registry)
+        print(f"schema registry on {service.scheme}://{config.host}:{service.port}/", flush=True)
         stop.wait()
         service.stop()
         return 0

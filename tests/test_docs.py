@@ -146,8 +146,9 @@ def test_the_readme_says_which_console_tools_take_bootstrap():
         assert action.default == DEFAULT_BOOTSTRAP and "SAMSA_BOOTSTRAP" in action.help, name
     # the others name a cluster, as the README says
     assert set(tools) - bootstrapped == {"groups", "reassign", "elect-leaders", "users", "acls",
-                                         "zookeeper-acls"}
-    for name in set(tools) - bootstrapped:
+                                         "zookeeper-acls", "http-users"}
+    assert "`http-users` writes neither" in section     # a file, not a cluster
+    for name in set(tools) - bootstrapped - {"http-users"}:
         assert {"--cluster", "--zookeeper"} <= options[name], name
     for name in tools:                       # every tool the section shows, and only those
         assert f"$T {name}" in section, name

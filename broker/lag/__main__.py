@@ -64,11 +64,14 @@ def run(config: LagServiceConfig) -> int:
     stop = cli.stop_on_signals()
     try:
         service = LagService(config).start()
+    except ValueError as exc:       # [http]'s files (TLS, users)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:          # the HTTP port taken: nothing has started
         print(f"error: cannot serve on {config.http_host}:{config.http_port}: {exc}",
               file=sys.stderr)
         return 1
-    print(f"lag service on http://{config.http_host}:{service.port}/", flush=True)
+    print(f"lag service on {service.scheme}://{config.http_host}:{service.port}/", flush=True)
     stop.wait()
     service.stop()
     return 0

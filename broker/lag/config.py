@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass, field
 
 from broker.client.authentication import ServiceCredentials
+from broker.service_kit.http_security import HttpSecurity
 from broker.lag.evaluator import Thresholds
 from broker.coordination.named_cluster import NamedCluster
 
@@ -31,6 +32,9 @@ class LagServiceConfig:
     credentials: ServiceCredentials = field(default_factory=ServiceCredentials)
     """The user it fetches the log ends with, where the brokers ask for SCRAM
     ([credentials] sasl_username, sasl_password_file; docs/security.md)."""
+    http: HttpSecurity = field(default_factory=HttpSecurity)
+    """TLS and users of the HTTP port ([http] tls_cert_file, tls_key_file,
+    tls_ca_file, tls_client_auth, users_file; docs/security.md)."""
 
     def __post_init__(self) -> None:
         if not self.clusters:

@@ -78,17 +78,23 @@ class LagService:
         """The HTTP port, once started."""
         return self._http.port
 
+    @property
+    def scheme(self) -> str:
+        """http, or https when the port serves TLS."""
+        return self._http.scheme
+
     def start(self) -> "LagService":
         """Bind the HTTP port (OSError when it is taken: nothing has started
         then), then start evaluating."""
         self._http = serve_metrics(self.config.http_host, self.config.http_port,
-                                   _Collector(self), answer=self.answer, name="lag")
+                                   _Collector(self), answer=self.answer, name="lag",
+                                   security=self.config.http)
         thread = threading.Thread(target=self._loop, name="lag-evaluate", daemon=True)
         thread.start()
         self._threads.append(thread)
-        log.info("lag service on http://%s:%d/ evaluating %s every %.1f s", self.config.http_host,
-                 self.port, ", ".join(c.name for c in self.config.clusters),
-                 self.config.interval_s)
+        log.info("lag service on %s://%s:%d/ evaluating %s every %.1f s", self._http.scheme,
+                 self.config.http_host, self.port,
+                 ", ".join(c.name for c in self.config.clusters), self.config.interval_s)
         return self
 
     def stop(self) -> None:

@@ -19,4 +19,6 @@ any of them:
 * json_http.py: the one small HTTP server of JSON (and page) answers.
 * metrics_http.py: the one way metrics are served: collectors in a
   prometheus_client registry, at /metrics beside a service's answers.
+* http_security.py: who may ask that server, over what: HTTPS, users with
+  read and admin roles from a users file (``[http]`` of each service).
 """

@@ -16,6 +16,13 @@ registry's POST, PUT, DELETE): any other method is 405. A body is read up
 to ``max_body`` bytes (Content-Length required); a longer one is read and
 dropped (up to 64 MiB) and answered 413.
 
+Security (``security``, an ``HttpSecurity``: http_security.py): HTTPS with
+the TLS handshake on the connection's own thread (10 s at most), and every
+request authenticated and its method allowed by the user's role before it
+is read further: 401 ``{"error": "authentication required"}`` (or
+"authentication failed") with ``WWW-Authenticate: Basic``, 403 for a role
+that may not. ``Request.user`` is then who asked.
+
 Threads: ``start()`` serves on one daemon thread, each
 request on a daemon thread of its own; ``answer`` must be thread-safe.
 """
@@ -24,12 +31,16 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import ssl
+import sys
 import threading
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from .http_security import HttpGate, HttpSecurity, wrap_accepted
 
 log = logging.getLogger("samsa.http")
 
@@ -50,6 +61,7 @@ class Request:
     query_string: str = ""                 # as sent, for names given more than once
     method: str = "GET"
     body: bytes = b""
+    user: str | None = None                # who asked, when the server authenticates
 
 
 @dataclass(frozen=True)
@@ -66,12 +78,14 @@ def json_response(obj, status: int = HTTPStatus.OK) -> Response:
 
 
 def parse_request(raw_path: str, headers: Mapping[str, str] | None = None,
-                  method: str = "GET", body: bytes = b"") -> Request:
+                  method: str = "GET", body: bytes = b"", user: str | None = None) -> Request:
     """The request line's target split into path, segments and query."""
     url = urlsplit(raw_path)
     return Request(url.path, [unquote(p) for p in url.path.split("/") if p],
                    {k: v[-1] for k, v in parse_qs(url.query).items()}, headers or {}, url.query,
-                   method, body)
+                   method, body, user)
+
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 Answer = Callable[[Request], Response]
@@ -79,6 +93,13 @@ Answer = Callable[[Request], Response]
 
 class _Handler(BaseHTTPRequestHandler):
     server: "JSONHTTPServer"
+
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(HANDSHAKE_TIMEOUT_S)
+            self.request.do_handshake()       # its failure ends the connection (handle_error)
+            self.request.settimeout(None)
+        super().setup()
 
     def log_message(self, fmt: str, *args) -> None:      # access logs at DEBUG
         log.debug("%s %s " + fmt, self.server.name, self.address_string(), *args)
@@ -100,6 +121,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve("DELETE")
 
     def _serve(self, method: str) -> None:
+        verdict = self.server.gate.decide(
+            method, urlsplit(self.path).path, self.headers,
+            self.request.getpeercert() if isinstance(self.request, ssl.SSLSocket) else None,
+            self.client_address[0])
+        if verdict.status != 200:
+            self.close_connection = True
+            headers = ((("WWW-Authenticate", f'Basic realm="samsa-{self.server.name}", '
+                                             'charset="UTF-8"'),)
+                       if verdict.status == 401 else ())
+            self._respond(Response(verdict.status, json.dumps(
+                {"error": verdict.message}, indent=1).encode(), JSON, headers))
+            return
         if method not in self.server.methods:
             self._respond(json_response({"error": f"{method} is not served here"},
                                         HTTPStatus.METHOD_NOT_ALLOWED))
@@ -131,7 +164,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             body = self.rfile.read(length)
         try:
-            response = self.server.answer(parse_request(self.path, self.headers, method, body))
+            response = self.server.answer(parse_request(self.path, self.headers, method, body,
+                                                        verdict.user))
         except BadRequest as exc:
             response = json_response({"error": str(exc)}, HTTPStatus.BAD_REQUEST)
         except Exception:   # noqa: BLE001 - one bad request stops no other
@@ -158,11 +192,13 @@ class JSONHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, host: str, port: int, answer: Answer, name: str,
-                 methods: tuple[str, ...] = ("GET",), max_body: int = 1 << 20) -> None:
+                 methods: tuple[str, ...] = ("GET",), max_body: int = 1 << 20,
+                 security: HttpSecurity | None = None) -> None:
         self.answer = answer
         self.name = name
         self.methods = methods
         self.max_body = max_body
+        self.gate = HttpGate(security or HttpSecurity(), name)
         self._thread: threading.Thread | None = None
         self.address_family = _family(host, port)         # IPv6 hosts too ("::")
         super().__init__((host, port), _Handler)
@@ -170,6 +206,26 @@ class JSONHTTPServer(ThreadingHTTPServer):
     @property
     def port(self) -> int:
         return self.server_address[1]
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.gate.context is not None else "http"
+
+    def get_request(self):
+        sock, address = super().get_request()
+        if self.gate.context is not None:
+            try:
+                sock = wrap_accepted(self.gate.context, sock)
+            except (OSError, ValueError):
+                sock.close()
+                raise
+        return sock, address
+
+    def handle_error(self, request, client_address) -> None:
+        # a failed TLS handshake or a client gone is the client's affair: logged quietly
+        quiet = isinstance(sys.exc_info()[1], (ssl.SSLError, ConnectionError, TimeoutError))
+        (log.debug if quiet else log.error)("%s: the connection from %s ended with an error",
+                                            self.name, client_address, exc_info=True)
 
     def start(self) -> "JSONHTTPServer":
         self._thread = threading.Thread(target=self.serve_forever, name=f"{self.name}-http",

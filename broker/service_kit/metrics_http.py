@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
+from .http_security import HttpSecurity
 from .json_http import Answer, JSONHTTPServer, Request, Response
 
 
@@ -63,11 +64,13 @@ class _Only:
 
 def serve_metrics(host: str, port: int, *collectors, answer: Answer | None = None,
                   name: str = "metrics", methods: tuple[str, ...] = ("GET",),
-                  max_body: int = 1 << 20) -> JSONHTTPServer:
+                  max_body: int = 1 << 20,
+                  security: HttpSecurity | None = None) -> JSONHTTPServer:
     """Serve ``collectors`` at /metrics on ``host:port`` (port 0: any free
     one; the server's ``port`` says which), and ``answer`` on every other
     path (and for ``methods`` beyond GET), from a daemon thread; ``stop()``
-    ends it."""
+    ends it. With ``security`` (TLS, users: http_security.py) the metrics
+    include samsa_http_authentications_total."""
     registry = metrics_registry(*collectors)
 
     def route(request: Request) -> Response:
@@ -75,4 +78,7 @@ def serve_metrics(host: str, port: int, *collectors, answer: Answer | None = Non
             return exposition(registry, request)
         return answer(request)
 
-    return JSONHTTPServer(host, port, route, name, methods, max_body).start()
+    server = JSONHTTPServer(host, port, route, name, methods, max_body, security)
+    if security is not None and security != HttpSecurity():
+        registry.register(server.gate)
+    return server.start()

@@ -582,15 +582,22 @@ def _read_password(args: argparse.Namespace) -> str | None:
     return password
 
 
+def _name_given_as_needed(args: argparse.Namespace, tool: str) -> bool:
+    """add and remove name a user, list none; False (said on stderr) else."""
+    if args.action != "list" and args.name is None:
+        print(f"error: {tool} {args.action} needs the user's NAME", file=sys.stderr)
+        return False
+    if args.action == "list" and args.name is not None:
+        print(f"error: {tool} list takes no NAME", file=sys.stderr)
+        return False
+    return True
+
+
 def cmd_users(args: argparse.Namespace) -> int:
     """users add|remove|list: the users' SCRAM credentials in ZooKeeper."""
     from broker.security import store
 
-    if args.action != "list" and args.name is None:
-        print(f"error: users {args.action} needs the user's NAME", file=sys.stderr)
-        return 2
-    if args.action == "list" and args.name is not None:
-        print("error: users list takes no NAME", file=sys.stderr)
+    if not _name_given_as_needed(args, "users"):
         return 2
     password_given = args.password_stdin or args.password_file is not None
     if args.action != "add" and (password_given or args.iterations is not None):
@@ -637,6 +644,71 @@ def cmd_users(args: argparse.Namespace) -> int:
         return 0
 
     return _zk_tool(zookeeper, args, "users tool", body)
+
+
+def cmd_http_users(args: argparse.Namespace) -> int:
+    """http-users add|remove|list: the users file of an HTTP service."""
+    from broker.service_kit import http_security as hs
+
+    if not _name_given_as_needed(args, "http-users"):
+        return 2
+    ways = sum((args.password_stdin, args.password_file is not None, args.certificate))
+    if args.action != "add" and (ways or args.role or args.iterations is not None):
+        print("error: --role, --password-stdin, --password-file, --certificate and "
+              "--iterations go with http-users add", file=sys.stderr)
+        return 2
+    if args.action == "add" and (ways != 1 or not args.role):
+        print("error: http-users add needs --role and one of --password-stdin, "
+              "--password-file FILE (never the password on the command line, where ps shows "
+              "it) or --certificate", file=sys.stderr)
+        return 2
+    if args.action == "add" and args.certificate and args.iterations is not None:
+        print("error: --iterations goes with a password", file=sys.stderr)
+        return 2
+    if args.name is not None and (not args.name.strip() or args.name != args.name.strip()
+                                  or any(c.isspace() for c in args.name)
+                                  and not args.certificate):
+        print(f"error: {args.name!r} is not a user's name (no spaces around it)",
+              file=sys.stderr)
+        return 2
+    try:
+        users = hs.read_users_file(args.file) if os.path.exists(args.file) else {}
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.action == "list":
+        for user in sorted(users.values(), key=lambda u: u.name):
+            print(f"{user.name} {user.role} "
+                  f"{'certificate' if user.secret == hs.CERTIFICATE else 'password'}")
+        return 0
+    if args.action == "remove":
+        if users.pop(args.name, None) is None:
+            print(f"error: no user {args.name!r} in {args.file}", file=sys.stderr)
+            return 1
+        hs.write_users_file(args.file, users.values())
+        print(f"user {args.name} removed")
+        return 0
+    if args.certificate:
+        secret = hs.CERTIFICATE
+    else:
+        password = _read_password(args)
+        if password is None:
+            return 2
+        try:
+            secret = hs.hash_password(password, args.iterations or hs.DEFAULT_ITERATIONS)
+        except ValueError as exc:
+            print(f"error: --iterations: {exc}", file=sys.stderr)
+            return 2
+    known = args.name in users
+    users[args.name] = hs.HttpUser(args.name, args.role, secret)
+    try:
+        hs.parse_users(hs.format_users(users.values()))     # the line it makes is one it reads
+    except ValueError as exc:
+        print(f"error: {str(exc).split(': ', 1)[-1]}", file=sys.stderr)
+        return 2
+    hs.write_users_file(args.file, users.values())
+    print(f"user {args.name} {'replaced' if known else 'created'} ({args.role})")
+    return 0
 
 
 def _operation(text: str) -> str:
@@ -1315,6 +1387,41 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "nothing")
     _add_zookeeper_cluster(p)
     p.set_defaults(func=cmd_zookeeper_acls)
+
+    p = sub.add_parser(
+        "http-users", help="users of the HTTP services (audit, lag, schema registry): add, "
+                           "remove, list",
+        usage="%(prog)s add NAME --role read|admin (--password-stdin | --password-file FILE "
+              "| --certificate)\n           [--iterations N] --file USERS_FILE\n"
+              "       %(prog)s remove NAME --file USERS_FILE\n"
+              "       %(prog)s list --file USERS_FILE",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_paragraphs(
+            "The users file an HTTP service names in its [http] users_file "
+            "(docs/security.md, \"HTTP services\"): a user a line, its role (read: GET; "
+            "admin: everything the service serves) and its secret, a PBKDF2-HMAC-SHA512 of "
+            "the password, never the password. --certificate: a client that presents a "
+            "certificate whose subject is NAME (RFC 4514, CN=prometheus,O=samsa), no "
+            "password. The services read the file again when it changes.",
+            "The file is replaced at once, readable by its owner only. add prints \"user "
+            "NAME created (ROLE)\" (or \"replaced\"), remove \"user NAME removed\" (exit 1 "
+            "when there is no such user), list a line per user: name, role, password or "
+            "certificate."))
+    p.add_argument("action", choices=["add", "remove", "list"], help="what to do")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the user (add, remove)")
+    p.add_argument("--file", required=True, metavar="USERS_FILE", help="the users file")
+    p.add_argument("--role", choices=["read", "admin"], help="add: the user's role")
+    secret = p.add_mutually_exclusive_group()
+    secret.add_argument("--password-stdin", action="store_true",
+                        help="add: read the password from standard input, one line (typed "
+                             "without echo when it is a terminal)")
+    secret.add_argument("--password-file", metavar="FILE",
+                        help="add: the password is FILE's first line, without its newline")
+    secret.add_argument("--certificate", action="store_true",
+                        help="add: NAME is a client certificate's subject; no password")
+    p.add_argument("--iterations", type=int, metavar="N",
+                   help="add: PBKDF2 iterations (default 210000; at least 10000)")
+    p.set_defaults(func=cmd_http_users)
 
     for tool in sub.choices.values():     # each tool's --help ends with the exit statuses
         cli.end_help_with(tool, EXIT_STATUS)

@@ -13,7 +13,7 @@ from broker.service_kit.process import SupervisedProcess
 from schemas.registry import SchemaRegistry
 from schemas.stores import FileStore, RestStore, ZooKeeperStore
 
-SERVING = re.compile(rb"schema registry on (http://\S+)/")
+SERVING = re.compile(rb"schema registry on (https?://\S+)/")
 
 
 @dataclass

@@ -177,4 +177,4 @@ def test_the_shipped_settings_file_is_the_defaults():
     assert load(RegistryServiceConfig, str(path), table=TABLE) == RegistryServiceConfig()
     text = path.read_text()
     for name in RegistryServiceConfig.__dataclass_fields__:
-        assert f"\n{name} = " in text, name
+        assert f"\n{name} = " in text or f"\n[{TABLE}.{name}]\n" in text, name
