@@ -69,7 +69,8 @@ class ClusterCounter:
             from broker.service_kit.metrics_http import serve_metrics
             self.metrics_port = serve_metrics("127.0.0.1", config.metrics_port,
                                               CounterMetrics(self.counter, self.publisher),
-                                              name="audit-count").port
+                                              name="audit-count",
+                                              security=config.metrics_http).port
         log.info("counting cluster %s (%s) in group %s, windows of %d ms, publishing every "
                  "%d ms, counting kernel: %s, metrics port %s", config.cluster,
                  config.zookeeper, config.effective_group, config.window_ms,

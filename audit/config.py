@@ -43,6 +43,10 @@ class CountConfig:
     """Where a new group starts: "earliest" counts what the cluster holds."""
     metrics_port: int = -1
     """Prometheus /metrics port; 0 = any free, -1 = off."""
+    metrics_http: HttpSecurity = field(default_factory=HttpSecurity)
+    """TLS and users of the metrics port ([count.metrics_http] tls_cert_file,
+    tls_key_file, tls_ca_file, tls_client_auth, users_file: as the HTTP
+    services' [http], docs/security.md); empty: plain HTTP, anyone."""
     log_level: str = "INFO"
     log_format: str = "text"
     credentials: ServiceCredentials = field(default_factory=ServiceCredentials)

@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(config: BrokerConfig) -> int:
+    from broker.service_kit.http_security import check_files
+    try:
+        check_files(config.metrics_http, "metrics_http")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         asyncio.run(_run(config))
     except OSError as exc:

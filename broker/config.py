@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.service_kit import settings
+from broker.service_kit.http_security import HttpSecurity
 from broker.service_kit.settings import ConfigError
 from broker.storage.log_config import LogConfig
 
@@ -177,6 +178,10 @@ class BrokerConfig:
     """"text" or "json" (one JSON object per line)."""
     log: LogConfig = field(default_factory=LogConfig)
     """Defaults for every partition log; topics may override them."""
+    metrics_http: HttpSecurity = field(default_factory=HttpSecurity)
+    """TLS and users of the metrics port ([metrics_http] tls_cert_file,
+    tls_key_file, tls_ca_file, tls_client_auth, users_file: as the HTTP
+    services' [http], docs/security.md); empty: plain HTTP, anyone."""
 
     def __post_init__(self) -> None:
         for name in ("authentication", "tls_authentication"):

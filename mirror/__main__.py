@@ -80,7 +80,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(config: MirrorConfig) -> int:
+    from broker.service_kit.http_security import check_files
     from .mirror import Mirror
+    try:
+        check_files(config.metrics_http, "metrics_http")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

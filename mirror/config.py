@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from broker.client.authentication import ServiceCredentials
 from broker.coordination.named_cluster import NamedCluster
+from broker.service_kit.http_security import HttpSecurity
 from broker.service_kit.settings import ConfigError
 
 
@@ -120,6 +121,10 @@ class MirrorConfig:
     """Address the metrics endpoint listens on ("0.0.0.0": every interface)."""
     metrics_port: int = 9095
     """HTTP port of the Prometheus metrics (/metrics); 0 picks one, -1 disables."""
+    metrics_http: HttpSecurity = field(default_factory=HttpSecurity)
+    """TLS and users of the metrics port ([metrics_http] tls_cert_file,
+    tls_key_file, tls_ca_file, tls_client_auth, users_file: as the HTTP
+    services' [http], docs/security.md); empty: plain HTTP, anyone."""
     log_level: str = "INFO"
     log_format: str = "text"
     credentials: ServiceCredentials = field(default_factory=ServiceCredentials)

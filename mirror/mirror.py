@@ -61,7 +61,8 @@ class Mirror:
         port = config.metrics_port if metrics_port is None else metrics_port
         if port >= 0:
             self._metrics_server = serve_metrics(config.metrics_host, port, self.metrics,
-                                                 name="mirror-metrics")
+                                                 name="mirror-metrics",
+                                                 security=config.metrics_http)
             self.metrics_port = self._metrics_server.port
         self._threads: list[threading.Thread] = []
 

@@ -179,7 +179,7 @@ class BrokerServer:
             self._metrics_server = serve_metrics(
                 self.config.host, self.config.metrics_port,
                 BrokerCollector(self.metrics, self._partition_snapshot, self.config.data_dir),
-                name="broker-metrics")
+                name="broker-metrics", security=self.config.metrics_http)
             self.metrics_port = self._metrics_server.port
         if self.config.zookeeper:
             from broker.coordination.registry import BrokerRegistry

@@ -358,6 +358,16 @@ def _signature(path: str) -> tuple | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def check_files(settings: HttpSecurity, table: str) -> None:
+    """ValueError, naming the settings' ``table`` and the file, when the
+    files ``settings`` name (TLS, users) cannot be used: for a service to
+    refuse to start with the reason."""
+    try:
+        HttpGate(settings, table)
+    except ValueError as exc:
+        raise ValueError(f"{table}: {str(exc).removeprefix('http: ')}") from None
+
+
 def wrap_accepted(context: ReloadingContext, sock) -> ssl.SSLSocket:
     """An accepted connection as a TLS server socket, its handshake left to
     the thread that serves it (so a slow client holds no other)."""

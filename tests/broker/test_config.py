@@ -6,6 +6,7 @@ import pytest
 
 from broker.__main__ import parse_config
 from broker.config import BrokerConfig, ConfigError, load_config, to_toml
+from broker.service_kit.http_security import HttpSecurity
 from broker.storage.log_config import LogConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -17,11 +18,14 @@ def test_documented_defaults_file_matches_the_code():
 
 def test_every_setting_is_in_the_documented_file():
     text = (ROOT / "config" / "broker.toml").read_text()
+    tables = {"log": LogConfig, "metrics_http": HttpSecurity}
     for f in dataclasses.fields(BrokerConfig):
-        if f.name != "log":
+        if f.name not in tables:
             assert f"\n{f.name} =" in text or text.startswith(f"{f.name} ="), f.name
-    for f in dataclasses.fields(LogConfig):
-        assert f"\n{f.name} =" in text, f.name
+    for table, cls in tables.items():
+        assert f"\n[{table}]\n" in text, table
+        for f in dataclasses.fields(cls):
+            assert f"\n{f.name} =" in text, (table, f.name)
 
 
 def test_file_then_overrides(tmp_path):
