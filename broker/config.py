@@ -78,6 +78,11 @@ class BrokerConfig:
     tls_client_auth: str = "none"
     """Whether the TLS listener asks clients for a certificate: "none",
     "optional" (checked when sent) or "required"."""
+    inter_broker_tls: bool = False
+    """Followers fetch from their leaders' TLS listeners (registered in
+    ZooKeeper, /brokers/tls), checking the leader's certificate and host name
+    against tls_ca_file and presenting tls_cert_file as their own client
+    certificate; needs tls_port, and tls_ca_file."""
     authentication: str = "none"
     """What a client of the plaintext port must prove: "none" (every client
     is ``User:ANONYMOUS``) or "scram" (SCRAM-SHA-512 before any other
@@ -224,6 +229,10 @@ class BrokerConfig:
         if self.tls_client_auth not in ("none", "optional", "required"):
             raise ConfigError(f"tls_client_auth must be none, optional or required, not "
                               f"{self.tls_client_auth!r}")
+        if self.inter_broker_tls and (self.tls_port < 0 or not self.tls_ca_file):
+            raise ConfigError("inter_broker_tls needs tls_port (a TLS listener of this broker) "
+                              "and tls_ca_file (the authority of the other brokers' "
+                              "certificates)")
         if self.tls_client_auth != "none" and not self.tls_ca_file:
             raise ConfigError("tls_client_auth needs tls_ca_file: the authorities its "
                               "clients' certificates are checked against")

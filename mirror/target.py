@@ -94,7 +94,7 @@ class TargetCluster:
                     continue
                 try:
                     with AdminClient(f"{host}:{port}", "samsa-mirror", request_timeout=10,
-                                     sasl=self.config.credentials.login()) as a:
+                                     **self.config.credentials.admin_options()) as a:
                         a.create_topic(topic, self.config.target_partitions)
                     log.info("created topic %s on target broker %d (%s:%d) with %d partitions",
                              topic, broker_id, host, port, self.config.target_partitions)

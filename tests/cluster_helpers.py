@@ -2,7 +2,10 @@
 
 * ``Cluster``: the brokers registered under one chroot (start and stop
   brokers by id, create topics on them);
-* ``chroot_client``: a kazoo client rooted at a chroot it creates.
+* ``chroot_client``: a kazoo client rooted at a chroot it creates;
+* ``partition_state``: a replicated partition's state in ZooKeeper;
+  ``REPLICATED``: broker settings that notice a lagging follower and a dead
+  broker quickly.
 """
 from __future__ import annotations
 
@@ -13,10 +16,22 @@ from kazoo.client import KazooClient
 from broker.client.admin import AdminClient
 from broker.client.consumer import Consumer
 from broker.coordination import paths
+from broker.coordination.replica_state import PartitionState
 from broker.coordination.zk import split_connect_string
 from broker.harness import BrokerProcess
 from broker.protocol.message import Message
 from broker_helpers import wait_until
+
+
+REPLICATED = {"log.flush_ms": 10, "zookeeper_session_timeout_ms": 4000,
+              "replica_lag_time_max_ms": 3000, "replica_fetch_wait_ms": 200}
+
+
+def partition_state(cluster, topic: str, partition: int) -> PartitionState | None:
+    """The partition's state as ZooKeeper holds it (None: none yet)."""
+    path = paths.partition_state_path(topic, partition)
+    data = cluster.zk.exists(path) and cluster.zk.get(path)[0]
+    return PartitionState.from_json(data) if data else None
 
 
 def chroot_client(connect: str) -> KazooClient:

@@ -98,11 +98,37 @@ class ServiceCredentials:
     zookeeper_auth_file: str = ""
     """A ``user:password`` file: the ZooKeeper identity of the service's
     consumer groups, whose records only it may then change."""
+    tls: bool = False
+    """Connect to the brokers' TLS listeners (found in ZooKeeper,
+    /brokers/tls) rather than their plaintext ones."""
+    tls_ca_file: str = ""
+    """The authorities trusted for the brokers' certificates (empty: the system's)."""
+    tls_cert_file: str = ""
+    """The service's client certificate, for listeners that ask for one."""
+    tls_key_file: str = ""
+    tls_verify_hostname: bool = True
 
-    def client_settings(self) -> dict[str, str]:
+    def __post_init__(self) -> None:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("credentials: tls_cert_file and tls_key_file go together")
+
+    def client_settings(self) -> dict:
         """The settings a ProducerConfig or ConsumerConfig takes."""
         return {"sasl_username": self.sasl_username,
-                "sasl_password_file": self.sasl_password_file}
+                "sasl_password_file": self.sasl_password_file, "tls": self.tls,
+                "tls_ca_file": self.tls_ca_file, "tls_cert_file": self.tls_cert_file,
+                "tls_key_file": self.tls_key_file,
+                "tls_verify_hostname": self.tls_verify_hostname}
+
+    def tls_context(self):
+        """The client context for a BrokerConnection or AdminClient (None: plaintext)."""
+        return client_context_of(TlsClientSettings(
+            self.tls, self.tls_ca_file, self.tls_cert_file, self.tls_key_file,
+            self.tls_verify_hostname))
+
+    def admin_options(self) -> dict:
+        """Keyword arguments of an AdminClient or BrokerConnection: tls, sasl."""
+        return {"tls": self.tls_context(), "sasl": self.login()}
 
     def group_settings(self) -> dict[str, str]:
         """The settings a GroupConsumerConfig takes."""

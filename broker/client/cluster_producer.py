@@ -52,12 +52,9 @@ class ClusterProducer:
                  session_timeout_ms: int = 6000, **settings) -> None:
         self.zookeeper = zookeeper
         self.config = config or ProducerConfig(**settings)
-        if self.config.tls:
-            raise ValueError("the cluster producer does not connect with TLS yet: ZooKeeper "
-                             "registers the brokers' plaintext ports (docs/security.md)")
         self.client = make_client(zookeeper, session_timeout_ms)
         start_client(self.client, zookeeper, what="cluster producer")
-        self.cluster = ClusterView(self.client)
+        self.cluster = ClusterView(self.client, tls=self.config.tls)
         self._lock = threading.Lock()
         self._producers: dict[int, Producer] = {}
         self._closed = False

@@ -121,6 +121,15 @@ class GroupConsumerConfig:
     records (members, owners, offsets) are then created so that only that
     identity may change them (docs/security.md, "ZooKeeper"); every member
     of the group uses the same. Empty: open records."""
+    tls: bool = False
+    """The fetchers connect to the brokers' TLS listeners (registered in
+    ZooKeeper, /brokers/tls), checking their certificates."""
+    tls_ca_file: str = ""
+    """The authorities trusted for the brokers' certificates (empty: the system's)."""
+    tls_cert_file: str = ""
+    """The client certificate, for listeners that ask for one."""
+    tls_key_file: str = ""
+    tls_verify_hostname: bool = True
 
     def __post_init__(self) -> None:
         Subscription(tuple(self.topics), self.whitelist, self.blacklist)   # validates
@@ -141,7 +150,9 @@ class GroupConsumerConfig:
             check_crcs=self.check_crcs, auto_offset_reset=self.auto_offset_reset,
             raw_chunks=self.raw_chunks, request_timeout_ms=max(10_000, self.max_wait_ms * 4),
             on_corrupt=self.on_corrupt, sasl_username=self.sasl_username,
-            sasl_password_file=self.sasl_password_file, sasl_password=self.sasl_password)
+            sasl_password_file=self.sasl_password_file, sasl_password=self.sasl_password,
+            tls=self.tls, tls_ca_file=self.tls_ca_file, tls_cert_file=self.tls_cert_file,
+            tls_key_file=self.tls_key_file, tls_verify_hostname=self.tls_verify_hostname)
 
 
 class _Fetcher(threading.Thread):
@@ -248,7 +259,7 @@ class GroupConsumer:
         self.client = make_client(config.zookeeper, config.session_timeout_ms,
                                   Identity.from_file(config.zookeeper_auth_file))
         start_client(self.client, config.zookeeper, what=f"consumer {self.consumer_id}")
-        self.cluster = ClusterView(self.client)
+        self.cluster = ClusterView(self.client, tls=config.tls)
         self._chunks: queue.Queue = queue.Queue(maxsize=config.queue_chunks)
         self._generation = 0
         self.corrupt_skips = 0

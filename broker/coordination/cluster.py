@@ -10,6 +10,9 @@ is a change of the view like any other.
 
 Used by producers (to spread or key messages over the whole cluster) and by
 consumer groups (a change of brokers or partitions triggers a rebalance).
+A view for TLS clients (``tls``) gives each broker's TLS listener
+(/brokers/tls/<id>, registered before the broker's id); a broker without
+one is left out of it, logged.
 Thread-safe: the watches update it on kazoo's thread; readers take a copy.
 
 A watch's reads can fail when ZooKeeper goes away in the middle (a
@@ -39,6 +42,7 @@ from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from . import paths
+from .registry import read_broker_address
 from .replica_state import NO_LEADER, PartitionState, TopicAssignment
 
 log = logging.getLogger(__name__)
@@ -47,9 +51,11 @@ _BROKER_IDS = object()          # in ``_unread``: the broker list (else a topic'
 
 
 class ClusterView:
-    def __init__(self, client: KazooClient) -> None:
-        """``client`` is started and rooted at the cluster's chroot."""
+    def __init__(self, client: KazooClient, tls: bool = False) -> None:
+        """``client`` is started and rooted at the cluster's chroot; with
+        ``tls`` the brokers' addresses are their TLS listeners'."""
         self.client = client
+        self.tls = tls
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._brokers: dict[int, tuple[str, int]] = {}
@@ -157,11 +163,16 @@ class ClusterView:
         try:
             for child in children:
                 try:
-                    data, _ = self.client.get(paths.broker_id_path(int(child)))
-                    host, _, port = data.decode().rpartition(":")
-                    brokers[int(child)] = (host, int(port))
-                except (NoNodeError, ValueError):
-                    continue          # gone meanwhile, or not a broker node
+                    brokers[int(child)] = read_broker_address(self.client, int(child),
+                                                              self.tls)
+                except NoNodeError:
+                    if self.tls and child.isdigit() and self.client.exists(
+                            paths.broker_id_path(int(child))):
+                        log.warning("cluster: broker %s has no TLS listener: left out of "
+                                    "this TLS client's view", child)
+                    continue          # gone meanwhile
+                except ValueError:
+                    continue          # not a broker node
         except (KazooException, KazooTimeoutError) as exc:
             self._read_later(_BROKER_IDS, exc, now=read_since is None)
             return

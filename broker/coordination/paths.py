@@ -47,6 +47,7 @@ BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONSUMERS = "/consumers"
 BROKER_RACKS = "/brokers/racks"
+BROKER_TLS = "/brokers/tls"               # <id>: "host:port" of the broker's TLS listener
 REPLICATION = "/replication"
 REPLICATED_TOPICS = "/replication/topics"
 CONTROLLER = "/replication/controller"
@@ -88,6 +89,10 @@ def acl_path(resource_type: str, pattern_type: str, name: str) -> str:
 
 def broker_rack_path(broker_id: int) -> str:
     return f"{BROKER_RACKS}/{broker_id}"
+
+
+def broker_tls_path(broker_id: int) -> str:
+    return f"{BROKER_TLS}/{broker_id}"
 
 
 def replicated_topic_path(topic: str) -> str:

@@ -5,6 +5,7 @@ The broker makes, in its cluster's chroot::
     /brokers/ids/<id>                  ephemeral "host:port"
     /brokers/topics/<topic>/<id>       ephemeral "<partition count>", one per topic
     /brokers/racks/<id>                ephemeral "<rack>", when the broker declares one
+    /brokers/tls/<id>                  ephemeral "host:port" of its TLS listener, when it has one
 
 States of the registration (kazoo's session states drive them)::
 
@@ -56,12 +57,14 @@ class BrokerRegistry:
 
     def __init__(self, connect: str, broker_id: int, host: str, port: int,
                  session_timeout_ms: int = 6000, rack: str = "",
-                 identity: Identity | None = None) -> None:
+                 identity: Identity | None = None, tls_port: int | None = None) -> None:
         """``identity``: the cluster's ZooKeeper identity (zk_acls.py), for
-        the broker's one client (registration, replication, controller)."""
+        the broker's one client (registration, replication, controller);
+        ``tls_port``: its TLS listener's, registered for TLS clients."""
         self.connect = connect
         self.broker_id = broker_id
         self.address = f"{host}:{port}"
+        self.tls_address = f"{host}:{tls_port}" if tls_port is not None else None
         self.rack = rack
         # called (on a thread of kazoo's) once the client first connects:
         # the replication layer's watches and the controller start there
@@ -169,6 +172,12 @@ class BrokerRegistry:
             if not self._ensure_ephemeral(paths.broker_rack_path(self.broker_id),
                                           self.rack.encode(), session):
                 return False
+        if self.tls_address:
+            # before the id too: a TLS client that sees the broker finds its listener
+            zk.ensure_path(paths.BROKER_TLS)
+            if not self._ensure_ephemeral(paths.broker_tls_path(self.broker_id),
+                                          self.tls_address.encode(), session):
+                return False
         if not self._ensure_ephemeral(paths.broker_id_path(self.broker_id),
                                       self.address.encode(), session):
             return False
@@ -233,3 +242,15 @@ class BrokerRegistry:
                 zk.delete_async(path).get(timeout=5)
             except NoNodeError:
                 pass
+
+
+def read_broker_address(client, broker_id: int, tls: bool = False) -> tuple[str, int]:
+    """(host, port) of a registered broker's plaintext listener, or with
+    ``tls`` of its TLS listener; NoNodeError when it has none (or is gone),
+    ValueError when the record is not host:port."""
+    path = paths.broker_tls_path(broker_id) if tls else paths.broker_id_path(broker_id)
+    data, _ = client.get(path)
+    host, _, port = data.decode().rpartition(":")
+    if not host:
+        raise ValueError(f"{path}: {data[:64]!r} is not host:port")
+    return host, int(port)

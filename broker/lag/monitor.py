@@ -95,11 +95,13 @@ class LagMonitor:
 
     def __init__(self, client, thresholds: Thresholds = Thresholds(),
                  clock=time.time, request_timeout: float = 10.0,
-                 client_id: str = "samsa-lag", sasl=None) -> None:
-        """``sasl``: a SaslLogin, for brokers that ask for SCRAM."""
+                 client_id: str = "samsa-lag", sasl=None, tls=None) -> None:
+        """``sasl``: a SaslLogin, for brokers that ask for SCRAM; ``tls``: a
+        client context, to ask the brokers' TLS listeners."""
         self.client = client
         self.sasl = sasl
-        self.cluster = ClusterView(client)
+        self.tls = tls
+        self.cluster = ClusterView(client, tls=tls is not None)
         self.thresholds = thresholds
         self.clock = clock
         self.request_timeout = request_timeout
@@ -188,7 +190,7 @@ class LagMonitor:
             host, port = parse_address(address)
             conn = self._conns[address] = BrokerConnection(
                 host, port, self.client_id, request_timeout=self.request_timeout,
-                sasl=self.sasl)
+                tls=self.tls, sasl=self.sasl)
         return conn
 
     def _fetch_heads(self, wanted: list[tuple[str, str, int]]

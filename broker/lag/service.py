@@ -122,7 +122,7 @@ class LagService:
             self._clients[cluster.name] = client
             monitor = self._monitors[cluster.name] = LagMonitor(
                 client, self.config.thresholds(), client_id="samsa-lag-service",
-                sasl=self.config.credentials.login())
+                **self.config.credentials.admin_options())
         return monitor
 
     def evaluate_once(self) -> None:

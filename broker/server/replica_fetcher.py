@@ -81,7 +81,10 @@ class ReplicaFetcher:
                 continue
             writer = None
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(*address), 5)
+                tls = self.manager.tls_client
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                    *address, **({"ssl": tls.current(), "server_hostname": address[0]}
+                                 if tls is not None else {})), 5)
                 if self.manager.sasl_login is not None:
                     await self._authenticate(reader, writer, *self.manager.sasl_login)
                 backoff = 0.05

@@ -61,8 +61,10 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from broker.config import BrokerConfig
 from broker.security.password_file import read_password_file
+from broker.security.tls import ReloadingContext, TlsSettings
 from broker.service_kit.settings import ConfigError
 from broker.coordination import paths
+from broker.coordination.registry import read_broker_address
 from broker.coordination.replica_state import (NO_LEADER, PartitionState, PlacementError,
                                                TopicAssignment, place_replicas,
                                                replication_overrides, split_topic_config)
@@ -154,6 +156,11 @@ class ReplicaManager:
         # (user, password) the fetchers authenticate with, when the leaders'
         # listener asks for SCRAM (the settings sasl_username, sasl_password_file)
         self.sasl_login = read_sasl_login(config)
+        # inter_broker_tls: the context followers connect to leaders with (the
+        # broker's own certificate as the client's; renewals taken)
+        self.tls_client: ReloadingContext | None = ReloadingContext.client(TlsSettings(
+            config.tls_cert_file, config.tls_key_file, config.tls_ca_file)) \
+            if config.inter_broker_tls else None
         self.metrics = metrics
         self._loop = loop
         self._clock = clock
@@ -230,10 +237,14 @@ class ReplicaManager:
             if not child.isdigit():
                 continue
             try:
-                data, _ = self.client.get(paths.broker_id_path(int(child)))
-                host, _, port = data.decode().rpartition(":")
-                addresses[int(child)] = (host, int(port))
-            except (NoNodeError, ValueError):
+                addresses[int(child)] = read_broker_address(self.client, int(child),
+                                                            self.config.inter_broker_tls)
+            except NoNodeError:
+                if self.config.inter_broker_tls:
+                    log.warning("replication: broker %s has no TLS listener registered; "
+                                "inter_broker_tls cannot fetch from it", child)
+                continue
+            except ValueError:
                 continue
             except (KazooException, KazooTimeoutError) as exc:
                 log.warning("replication: reading broker %s failed: %s", child, exc)

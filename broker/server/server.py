@@ -189,7 +189,9 @@ class BrokerServer:
                                            self.config.zookeeper_session_timeout_ms,
                                            rack=self.config.rack,
                                            identity=Identity.from_file(
-                                               self.config.zookeeper_auth_file))
+                                               self.config.zookeeper_auth_file),
+                                           tls_port=self.tls_port if self.config.tls_port >= 0
+                                           else None)
             self.controller = Controller(self.registry.client, self.config.broker_id,
                                          lambda: self.config.unclean_leader_election)
             self.metrics.controller = self.controller.stats

@@ -12,16 +12,9 @@ from broker.protocol import api
 from broker.protocol.errors import ErrorCode
 from broker.storage.segment import parse_segment_file_name
 from broker_helpers import connect, wait_until
+from cluster_helpers import REPLICATED, partition_state   # noqa: F401 - REPLICATED for the tests
 
-# brokers that notice a lagging follower and a dead broker quickly
-REPLICATED = {"log.flush_ms": 10, "zookeeper_session_timeout_ms": 4000,
-              "replica_lag_time_max_ms": 3000, "replica_fetch_wait_ms": 200}
-
-
-def state(cluster, topic: str, partition: int) -> PartitionState | None:
-    data = cluster.zk.exists(paths.partition_state_path(topic, partition)) and \
-        cluster.zk.get(paths.partition_state_path(topic, partition))[0]
-    return PartitionState.from_json(data) if data else None
+state = partition_state
 
 
 def create_replicated(cluster, topic: str, partitions: int = 1, replication_factor: int = 3,

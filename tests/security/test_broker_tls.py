@@ -198,11 +198,3 @@ def test_a_client_that_reads_slowly_costs_the_broker_little(pki, broker_factory,
         conn.close()
     assert grown < 16, f"the broker grew by {grown:.0f} MB for one unread fetch"
     assert len(response.results[0].message_set) == end
-
-
-def test_the_cluster_producer_refuses_tls_it_cannot_give():
-    # ZooKeeper registers the brokers' plaintext ports: TLS to them would
-    # fail every handshake, so it is refused at once, saying why
-    from broker.client.cluster_producer import ClusterProducer
-    with pytest.raises(ValueError, match="plaintext ports"):
-        ClusterProducer("127.0.0.1:1/nowhere", tls=True)

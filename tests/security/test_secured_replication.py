@@ -19,12 +19,10 @@ from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.scram import ScramCredential
 from broker.security import store
 from broker.security.acl import AclEntry
-from broker.coordination import paths
 from broker.coordination.replica_state import PartitionState
+from cluster_helpers import REPLICATED, partition_state
 from broker_helpers import scram_connection, message_set, produce, wait_until
 
-REPLICATED = {"log.flush_ms": 10, "zookeeper_session_timeout_ms": 4000,
-              "replica_lag_time_max_ms": 3000, "replica_fetch_wait_ms": 200}
 
 PASSWORDS = {"broker": "broker-secret", "admin": "admin-secret", "nobody": "nobody-secret"}
 
@@ -80,9 +78,7 @@ def test_followers_authenticate_and_replicate(clusters, zookeeper, zk_chroot, tm
 
 
 def state(cluster) -> PartitionState | None:
-    path = paths.partition_state_path("payments", 0)
-    data = cluster.zk.exists(path) and cluster.zk.get(path)[0]
-    return PartitionState.from_json(data) if data else None
+    return partition_state(cluster, "payments", 0)
 
 
 def replica(broker) -> bytes:
