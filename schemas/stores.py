@@ -26,20 +26,28 @@ The REST store (``http://HOST:PORT``) is a client of a registry served by
 ``python -m schemas serve`` (or any server of Confluent's Schema Registry
 API): what it stores is the server's. A registration is one POST, which the
 server checks and applies by its own compare-and-set; a schema is stored
-only with the subject version that holds it.
+only with the subject version that holds it. A secured server (HTTPS, users:
+docs/security.md) is reached as Confluent's clients do: the user in the
+URL (``https://reader@registry:8081``; a password there too is taken, but
+shows in settings and process lists), its password from the file named by
+``$SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE`` (first line), the server's
+certificate checked against ``$SAMSA_SCHEMA_REGISTRY_CA_FILE`` (default: the
+system's authorities). Messages name the URL without its user information.
 
 Neither store imports anything of the broker: the registry stands alone.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
 import os
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any, Iterator, Protocol
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 SubjectData = dict[str, Any]
 
@@ -304,9 +312,33 @@ class RestStore:
 
     SUFFIX = "-value"
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, url: str, timeout: float = 10.0,
+                 environ: dict[str, str] | None = None) -> None:
+        environ = os.environ if environ is None else environ
+        parts = urlsplit(url.rstrip("/"))
+        # the URL without user information: for requests and every message
+        self.url = urlunsplit(parts._replace(netloc=parts.hostname + (
+            f":{parts.port}" if parts.port else "") if parts.username else parts.netloc))
         self.timeout = timeout
+        self._headers = {}
+        if parts.username:
+            password = unquote(parts.password or "")
+            password_file = environ.get("SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE", "")
+            if not password and password_file:
+                try:
+                    with open(password_file, encoding="utf-8") as f:
+                        password = f.readline().rstrip("\r\n")
+                except OSError as exc:
+                    raise StoreError(f"$SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE {password_file}: "
+                                     f"{exc.strerror or exc}") from None
+            token = base64.b64encode(f"{unquote(parts.username)}:{password}".encode())
+            self._headers["Authorization"] = f"Basic {token.decode()}"
+        ca_file = environ.get("SAMSA_SCHEMA_REGISTRY_CA_FILE", "")
+        try:
+            self._context = (ssl.create_default_context(cafile=ca_file or None)
+                             if parts.scheme == "https" else None)
+        except (OSError, ssl.SSLError) as exc:
+            raise StoreError(f"$SAMSA_SCHEMA_REGISTRY_CA_FILE {ca_file}: {exc}") from None
         self._pending: dict[int, str] = {}      # add_schema()'s texts, until registered
         self._request("GET", "/config")         # reachable, and speaks the API
 
@@ -316,9 +348,11 @@ class RestStore:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method, headers={
             "Content-Type": "application/vnd.schemaregistry.v1+json",
-            "Accept": "application/vnd.schemaregistry.v1+json, application/json"})
+            "Accept": "application/vnd.schemaregistry.v1+json, application/json",
+            **self._headers})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+            with urllib.request.urlopen(request, timeout=self.timeout,
+                                        context=self._context) as answer:
                 return json.loads(answer.read() or b"null")
         except urllib.error.HTTPError as exc:
             try:
@@ -328,7 +362,8 @@ class RestStore:
             code = error.get("error_code") if isinstance(error, dict) else None
             if code in missing:
                 return None
-            message = error.get("message") if isinstance(error, dict) else None
+            message = (error.get("message") or error.get("error")) \
+                if isinstance(error, dict) else None
             raise StoreError(f"schema registry at {self.url}: {method} {path}: HTTP {exc.code}"
                              f"{f' (error {code})' if code else ''}: {message or exc.reason}") \
                 from None

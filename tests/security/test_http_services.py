@@ -298,3 +298,47 @@ def test_health_probes_need_no_user(zookeeper, zk_chroot, tmp_path):
         assert call(f"{url}/", user=None)[0] == 401
     finally:
         service.close()
+
+
+def test_the_registry_clients_reach_a_secured_registry(secured_registry, pki, tmp_path):
+    """``python -m schemas --registry https://USER@host:port``, its password
+    from $SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE and the authority from
+    $SAMSA_SCHEMA_REGISTRY_CA_FILE, as Confluent's clients take them."""
+    import os
+    import subprocess
+    url, _, _ = secured_registry
+    netloc = url.removeprefix("https://")
+    schema = tmp_path / "click.avsc"
+    schema.write_text(SCHEMA["schema"])
+    password_file = tmp_path / "admin.pw"
+    password_file.write_text(PASSWORDS["admin"] + "\n")
+    env = {**os.environ, "SAMSA_SCHEMA_REGISTRY_CA_FILE": pki["ca"].cert_path,
+           "SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE": str(password_file)}
+
+    def schemas(*args: str, user: str = "admin", **extra: str):
+        out = subprocess.run([sys.executable, "-m", "schemas", "--registry",
+                              f"https://{user}@{netloc}", *args], capture_output=True,
+                             env={**env, **extra}, timeout=60)
+        return out.returncode, out.stdout.decode(), out.stderr.decode()
+
+    code, _, err = schemas("register", "clicks", str(schema))
+    assert code == 0, err
+    code, out, err = schemas("list")
+    assert code == 0 and out.split()[0] == "clicks", err
+    # a wrong password, no authority: refused, and the messages show no secret
+    wrong = tmp_path / "wrong.pw"
+    wrong.write_text("nope\n")
+    code, _, err = schemas("list", SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE=str(wrong))
+    assert code == 3 and "HTTP 401" in err and "authentication failed" in err, err
+    assert "admin@" not in err and PASSWORDS["admin"] not in err
+    code, _, err = schemas("list", SAMSA_SCHEMA_REGISTRY_CA_FILE="")
+    assert code == 3 and "CERTIFICATE_VERIFY_FAILED" in err, err
+    # the read role lists but may not register
+    reader_pw = tmp_path / "reader.pw"
+    reader_pw.write_text(PASSWORDS["reader"] + "\n")
+    code, _, err = schemas("register", "other", str(schema), user="reader",
+                           SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE=str(reader_pw))
+    assert code != 0 and "403" in err, err
+    code, out, _ = schemas("list", user="reader",
+                           SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE=str(reader_pw))
+    assert out.split()[0] == "clicks"
