@@ -106,3 +106,21 @@ def test_stored_forms_that_are_not_entries_are_refused():
     for data in (b"{}", b"not json", b'[{"principal": "User:a"}]'):
         with pytest.raises(ValueError):
             entries_from_bytes(data)
+
+
+@given(st.lists(ENTRIES, max_size=16), st.sampled_from(list(Operation)), NAMES,
+       st.sampled_from([ResourceType.TOPIC, ResourceType.GROUP]), st.booleans())
+def test_the_index_decides_as_a_scan_of_every_entry(entries, operation, name, resource,
+                                                     allow_if_no_acl):
+    """The Authorizer looks only at the entries its index finds for a name;
+    reading every entry, in the rule's words, decides the same."""
+    named = [e for e in entries if e.names(resource, name)]
+    mine = [e for e in named if e.principal in (ALICE, "User:*")]
+    if any(e.permission is Permission.DENY and e.covers(operation) for e in mine):
+        expected = False
+    elif any(e.permission is Permission.ALLOW and e.covers(operation) for e in mine):
+        expected = True
+    else:
+        expected = allow_if_no_acl and not named
+    assert Authorizer(entries, allow_if_no_acl=allow_if_no_acl).authorize(
+        ALICE, operation, resource, name).allowed == expected

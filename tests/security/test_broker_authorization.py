@@ -6,6 +6,8 @@ takes effect without a restart; deny wins over allow; a TLS client
 certificate's subject is a principal too."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from broker.client.authentication import SaslLogin
@@ -186,3 +188,23 @@ def test_a_client_certificate_is_a_principal(broker_factory, zookeeper, zk_clien
     with BrokerConnection(host, port, "tests", request_timeout=10) as conn:
         refused(lambda: produce(conn, "events", b"anonymous"))
         assert conn.request(api.MetadataRequest(())).topics == ()
+
+
+def test_before_it_has_read_the_acls_a_broker_answers_retry(broker_factory):
+    """A broker whose ZooKeeper does not answer has not read its ACLs: every
+    request of a principal who is no super user is answered REQUEST_TIMED_OUT
+    (clients retry), nothing refused for good and nothing served."""
+    from broker_helpers import unused_port
+    broker = broker_factory({"zookeeper": f"127.0.0.1:{unused_port()}/nowhere",
+                             "authorization": True, "super_users": "User:admin"})
+    host, port = parse_address(broker.address)
+    with BrokerConnection(host, port, "tests", request_timeout=10) as conn:
+        for request in (api.MetadataRequest(()),
+                        api.FetchRequest(0, 1, (api.FetchEntry("events", 0, 0, 1 << 20),)),
+                        api.ProduceRequest(Acks.FLUSHED, 10_000, (
+                            api.ProduceEntry("events", 0, message_set([b"x"])),))):
+            with pytest.raises(SamsaError) as info:
+                conn.request(request)
+            assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
+            assert "has not read its ACLs from ZooKeeper yet; retry" in str(info.value)
+    assert not os.path.exists(os.path.join(broker.data_dir, "topics", "events"))
