@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from audit.compare import LOSING
 from broker.security.password_file import read_password_file
+from schemas.stores import NoRedirects
 
 
 class AuditUnavailable(RuntimeError):
@@ -51,8 +52,11 @@ def _get(audit_url: str, path: str, query: dict, timeout_s: float,
     credentials = credentials or HttpCredentials()
     try:
         request = urllib.request.Request(url, headers=credentials.headers())
-        context = credentials.context() if url.startswith("https:") else None
-        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
+        handlers = [NoRedirects()]
+        if url.startswith("https:"):
+            handlers.append(urllib.request.HTTPSHandler(context=credentials.context()))
+        with urllib.request.build_opener(*handlers).open(request, timeout=timeout_s) \
+                as response:
             return response.read()
     except urllib.error.HTTPError as exc:
         raise AuditUnavailable(f"audit service {audit_url}{path}: HTTP {exc.code} "

@@ -16,6 +16,9 @@ Settings (``[schema_registry]`` of a TOML file, config/schema_registry.toml):
     host, port  where to listen (default 127.0.0.1:8081, Confluent's port;
                 port 0: any free one, printed at start)
 
+``GET /healthz`` answers "ok" while the process serves (open to probes
+where the port asks for users).
+
 Metrics:
 
     samsa_schema_registry_requests_total{endpoint,status}   answers given
@@ -101,6 +104,8 @@ class RegistryService:
             self._http.stop()
 
     def answer(self, request: Request) -> Response:
+        if request.path == "/healthz":          # a probe's: served while the process is
+            return Response(200, b"ok\n", "text/plain")
         reply = self.api.handle(request.method, request.segments, request.query, request.body)
         return Response(reply.status, json.dumps(reply.body).encode(), CONTENT_TYPE)
 

@@ -300,6 +300,14 @@ class ZooKeeperStore:
 
 # --------------------------------------------------------------------------- REST
 
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: urllib would carry the Authorization header
+    to wherever it points."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
 class RestStore:
     """The registry of a Confluent-API server (``python -m schemas serve``):
     Samsa's subject ``S`` is the server's ``S-value`` (schemas/confluent_api.py).
@@ -350,9 +358,12 @@ class RestStore:
             "Content-Type": "application/vnd.schemaregistry.v1+json",
             "Accept": "application/vnd.schemaregistry.v1+json, application/json",
             **self._headers})
+        handlers: list = [NoRedirects()]
+        if self._context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=self._context))
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout,
-                                        context=self._context) as answer:
+            with urllib.request.build_opener(*handlers).open(request, timeout=self.timeout) \
+                    as answer:
                 return json.loads(answer.read() or b"null")
         except urllib.error.HTTPError as exc:
             try:

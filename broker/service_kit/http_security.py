@@ -10,7 +10,7 @@ A service's ``[http]`` table (``HttpSecurity``) names:
 * ``users_file``: every request must then be authenticated, by HTTP Basic
   (``Authorization: Basic``, what curl, Prometheus, Confluent's registry
   clients and Grafana send) or by a client certificate, and the user's role
-  must allow it: ``read`` may GET (and HEAD), ``admin`` may do everything
+  must allow it: ``read`` may GET, ``admin`` may do everything
   the service serves (the registry's POST, PUT, DELETE). ``GET /healthz``
   alone is answered to anyone (a load balancer's or an orchestrator's
   probe: it says "ok" or not, nothing else).
@@ -29,11 +29,14 @@ again when it changes (looked at at most once a second); one that cannot be
 read keeps the users read before, logged.
 
 Each password is checked with PBKDF2 once; a success is remembered (keyed by
-an HMAC of the name and password under a key of the process, at most 1,000)
-so that later requests cost a hash. Failed checks take one PBKDF2 each, one
-at a time (a flood of wrong passwords uses one core at most), are logged at
-a bounded rate and counted: ``samsa_http_authentications_total{result}``
-(ok, failed, missing, forbidden).
+an HMAC of the name, the password and the user's secret under a key of the
+process, at most 1,000) so that later requests cost a hash. Checks run one
+at a time (a flood of wrong passwords uses one core at most), with at most
+``MAX_WAITING_CHECKS`` waiting: a request beyond is answered 503, retry. An
+unknown name costs a PBKDF2 of the iteration count most users of the file
+have, as a wrong password does. Refusals are logged at a bounded rate and
+counted: ``samsa_http_authentications_total{result}`` (ok, failed,
+missing, forbidden, busy).
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ import logging
 import os
 import secrets
 import ssl
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -59,13 +63,14 @@ from broker.security.tls import CLIENT_AUTH, ReloadingContext, TlsSettings, prin
 log = logging.getLogger("samsa.http")
 
 ROLES = ("read", "admin")
-READ_METHODS = ("GET", "HEAD")
+READ_METHODS = ("GET",)
+MAX_WAITING_CHECKS = 16
 HASH_NAME = "pbkdf2-sha512"
 DEFAULT_ITERATIONS = 210_000        # OWASP's figure for PBKDF2-HMAC-SHA512 (2023)
 MIN_ITERATIONS = 10_000
 CERTIFICATE = "certificate"
 MEMO_SIZE = 1000
-RESULTS = ("ok", "failed", "missing", "forbidden")
+RESULTS = ("ok", "failed", "missing", "forbidden", "busy")
 OPEN_PATHS = ("/healthz",)          # GET only: a probe's, telling nothing
 
 
@@ -122,18 +127,29 @@ def hash_password(password: str, iterations: int = DEFAULT_ITERATIONS,
                      base64.b64encode(key).decode()))
 
 
+def _secret_parts(secret: str) -> tuple[int, bytes, bytes]:
+    """(iterations, salt, key) of a password secret; ValueError when it is
+    not one."""
+    try:
+        name, iterations, salt, key = secret.split(":")
+        parts = int(iterations), base64.b64decode(salt, validate=True), \
+            base64.b64decode(key, validate=True)
+    except (ValueError, binascii.Error):
+        raise ValueError("not " + HASH_NAME + ":ITERATIONS:SALT:KEY") from None
+    if name != HASH_NAME or parts[0] < MIN_ITERATIONS or not parts[1] or len(parts[2]) != 64:
+        raise ValueError(f"not {HASH_NAME}:ITERATIONS:SALT:KEY with at least "
+                         f"{MIN_ITERATIONS} iterations and a 64-byte key")
+    return parts
+
+
 def password_matches(password: str, secret: str) -> bool:
     """Whether ``password`` is the one ``secret`` was made from."""
     try:
-        name, iterations, salt, key = secret.split(":")
-        if name != HASH_NAME:
-            return False
-        expected = base64.b64decode(key, validate=True)
-        got = hashlib.pbkdf2_hmac("sha512", password.encode(),
-                                  base64.b64decode(salt, validate=True), int(iterations))
-    except (ValueError, binascii.Error):
+        iterations, salt, key = _secret_parts(secret)
+    except ValueError:
         return False
-    return hmac.compare_digest(got, expected)
+    got = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, iterations)
+    return hmac.compare_digest(got, key)
 
 
 def parse_users(text: str, where: str = "users file") -> dict[str, HttpUser]:
@@ -150,10 +166,12 @@ def parse_users(text: str, where: str = "users file") -> dict[str, HttpUser]:
         if role not in ROLES:
             raise ValueError(f"{where}, line {number}: role {role!r} is not one of "
                              f"{', '.join(ROLES)}")
-        if secret != CERTIFICATE and not (secret.startswith(HASH_NAME + ":")
-                                          and secret.count(":") == 3):
-            raise ValueError(f"{where}, line {number}: the secret is neither "
-                             f"{HASH_NAME}:ITERATIONS:SALT:KEY nor {CERTIFICATE}")
+        if secret != CERTIFICATE:
+            try:
+                _secret_parts(secret)
+            except ValueError as exc:
+                raise ValueError(f"{where}, line {number}: the secret is neither "
+                                 f"{CERTIFICATE} nor a password's ({exc})") from None
         if ":" in name and secret != CERTIFICATE:
             raise ValueError(f"{where}, line {number}: a password user's name has no ':' "
                              f"(HTTP Basic splits on it)")
@@ -181,11 +199,19 @@ def read_users_file(path: str) -> dict[str, HttpUser]:
 
 
 def write_users_file(path: str, users: Iterable[HttpUser]) -> None:
-    """Replace ``path`` at once (a temporary file renamed), readable by its
-    owner only."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """Replace ``path`` at once (a new temporary file beside it, renamed),
+    readable by its owner only; a file that was there keeps its owner and
+    group (a root-run tool does not lock the service's user out)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                               prefix=".http-users-")
     try:
+        os.fchmod(fd, 0o600)
+        try:
+            st = os.stat(path)
+            if os.geteuid() == 0:
+                os.fchown(fd, st.st_uid, st.st_gid)
+        except FileNotFoundError:
+            pass
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(format_users(users))
             f.flush()
@@ -219,7 +245,8 @@ class HttpGate:
         self.service = service
         self._clock = clock
         self._lock = threading.Lock()
-        self._hashing = threading.Lock()           # one PBKDF2 at a time
+        self._hashing = threading.Lock()           # one PBKDF2 at a time ...
+        self._waiting = threading.BoundedSemaphore(MAX_WAITING_CHECKS)   # ... few waiting
         self._memo_key = secrets.token_bytes(32)
         self._memo: OrderedDict[bytes, str] = OrderedDict()
         self._users: dict[str, HttpUser] = {}
@@ -236,6 +263,10 @@ class HttpGate:
                                  f"{settings.tls_key_file}: {exc}") from None
         if settings.users_file:
             self._users = read_users_file(settings.users_file)   # a bad file stops the start
+            if not settings.tls:
+                log.warning("%s: users are asked for over plain HTTP: their passwords cross "
+                            "the network in clear (set tls_cert_file and tls_key_file)",
+                            service)
             self._signature = _signature(settings.users_file)
             self._checked = clock()
 
@@ -252,8 +283,8 @@ class HttpGate:
                 signature = _signature(self.settings.users_file)
                 if signature != self._signature:
                     try:
+                        # the memo stays: its keys hold each user's secret
                         self._users = read_users_file(self.settings.users_file)
-                        self._memo.clear()
                         log.info("%s: users file %s read again: %d users", self.service,
                                  self.settings.users_file, len(self._users))
                     except ValueError as exc:
@@ -270,6 +301,9 @@ class HttpGate:
         user = self._certificate_user(users, peer_certificate)
         if user is None:
             user, failure = self._password_user(users, headers.get("Authorization") or "")
+            if failure == "busy":
+                self._count("busy", address, "too many password checks waiting")
+                return Verdict(None, 503, "too many authentications in progress; retry")
             if user is None:
                 self._count("missing" if failure == "missing" else "failed", address,
                             failure if failure != "missing" else "no credentials")
@@ -301,8 +335,9 @@ class HttpGate:
             return None, "a malformed Basic header"
         user = users.get(name) if sep else None
         if user is None or user.secret == CERTIFICATE:
-            with self._hashing:        # as long as a real check: names are not told apart
-                password_matches(password, _decoy())
+            # as long as a real check: names are not told apart
+            if self._check(password, _decoy(_usual_iterations(users))) is None:
+                return None, "busy"
             return None, f"unknown user {name[:64]!r}"
         memo = hmac.new(self._memo_key, f"{name}\0{password}\0{user.secret}".encode(),
                         hashlib.sha256).digest()
@@ -310,8 +345,9 @@ class HttpGate:
             if memo in self._memo:
                 self._memo.move_to_end(memo)
                 return user, ""
-        with self._hashing:
-            ok = password_matches(password, user.secret)
+        ok = self._check(password, user.secret)
+        if ok is None:
+            return None, "busy"
         if not ok:
             return None, f"wrong password for {name!r}"
         with self._lock:
@@ -319,6 +355,16 @@ class HttpGate:
             while len(self._memo) > MEMO_SIZE:
                 self._memo.popitem(last=False)
         return user, ""
+
+    def _check(self, password: str, secret: str) -> bool | None:
+        """password_matches, one at a time; None when too many wait already."""
+        if not self._waiting.acquire(blocking=False):
+            return None
+        try:
+            with self._hashing:
+                return password_matches(password, secret)
+        finally:
+            self._waiting.release()
 
     def _count(self, result: str, address: str = "", why: str = "") -> None:
         with self._lock:
@@ -344,10 +390,20 @@ class HttpGate:
         yield family
 
 
-@functools.lru_cache(maxsize=1)
-def _decoy() -> str:
-    """A secret of the default cost, checked for unknown names."""
-    return hash_password("decoy", salt=bytes(16))
+@functools.lru_cache(maxsize=8)
+def _decoy(iterations: int) -> str:
+    """A secret of ``iterations``, checked for unknown names."""
+    return hash_password("decoy", iterations, salt=bytes(16))
+
+
+def _usual_iterations(users: dict[str, HttpUser]) -> int:
+    """The iteration count most password users have (the default without any)."""
+    counts: dict[int, int] = {}
+    for user in users.values():
+        if user.secret != CERTIFICATE:
+            iterations = _secret_parts(user.secret)[0]
+            counts[iterations] = counts.get(iterations, 0) + 1
+    return max(counts, key=lambda n: (counts[n], n)) if counts else DEFAULT_ITERATIONS
 
 
 def _signature(path: str) -> tuple | None:

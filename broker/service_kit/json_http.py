@@ -24,7 +24,10 @@ is read further: 401 ``{"error": "authentication required"}`` (or
 that may not. ``Request.user`` is then who asked.
 
 Threads: ``start()`` serves on one daemon thread, each
-request on a daemon thread of its own; ``answer`` must be thread-safe.
+connection on a daemon thread of its own (at most ``MAX_CONNECTIONS`` at
+once: a connection beyond is closed unanswered; a connection idle for
+``IDLE_TIMEOUT_S`` in the middle of a request, or between two, is closed);
+``answer`` must be thread-safe.
 """
 from __future__ import annotations
 
@@ -86,6 +89,8 @@ def parse_request(raw_path: str, headers: Mapping[str, str] | None = None,
                    method, body, user)
 
 HANDSHAKE_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = 60.0
+MAX_CONNECTIONS = 256
 
 
 Answer = Callable[[Request], Response]
@@ -93,12 +98,12 @@ Answer = Callable[[Request], Response]
 
 class _Handler(BaseHTTPRequestHandler):
     server: "JSONHTTPServer"
+    timeout = IDLE_TIMEOUT_S          # every read and write of the connection (a slow client)
 
     def setup(self) -> None:
         if isinstance(self.request, ssl.SSLSocket):
             self.request.settimeout(HANDSHAKE_TIMEOUT_S)
             self.request.do_handshake()       # its failure ends the connection (handle_error)
-            self.request.settimeout(None)
         super().setup()
 
     def log_message(self, fmt: str, *args) -> None:      # access logs at DEBUG
@@ -127,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.client_address[0])
         if verdict.status != 200:
             self.close_connection = True
-            headers = ((("WWW-Authenticate", f'Basic realm="samsa-{self.server.name}", '
+            headers = ((("Retry-After", "1"),) if verdict.status == 503 else ()) + ((("WWW-Authenticate", f'Basic realm="samsa-{self.server.name}", '
                                              'charset="UTF-8"'),)
                        if verdict.status == 401 else ())
             self._respond(Response(verdict.status, json.dumps(
@@ -199,6 +204,7 @@ class JSONHTTPServer(ThreadingHTTPServer):
         self.methods = methods
         self.max_body = max_body
         self.gate = HttpGate(security or HttpSecurity(), name)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._thread: threading.Thread | None = None
         self.address_family = _family(host, port)         # IPv6 hosts too ("::")
         super().__init__((host, port), _Handler)
@@ -220,6 +226,19 @@ class JSONHTTPServer(ThreadingHTTPServer):
                 sock.close()
                 raise
         return sock, address
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("%s: %d connections open: closing the one from %s", self.name,
+                        MAX_CONNECTIONS, client_address[0])
+            self.close_request(request)
+            return
+        super().process_request(request, client_address)   # its failure: shutdown_request
+
+    def shutdown_request(self, request) -> None:
+        # a connection's thread is done with it (ThreadingMixIn's last call)
+        super().shutdown_request(request)
+        self._slots.release()
 
     def handle_error(self, request, client_address) -> None:
         # a failed TLS handshake or a client gone is the client's affair: logged quietly

@@ -10,8 +10,10 @@ only then. The exposition is prometheus_client's: the format chosen from the
 Accept header (text 0.0.4 or OpenMetrics), gzip when accepted, ``name[]=``
 to restrict it to some series.
 
-Without ``answer`` every path serves the metrics (as prometheus_client's own
-server does); with it, only /metrics does and the rest goes to ``answer``.
+Without ``answer`` every path but /healthz serves the metrics (as
+prometheus_client's own server does); with it, only /metrics does and the
+rest goes to ``answer``. ``GET /healthz`` without ``answer`` says "ok" and
+nothing else (it is open to probes where users are asked for).
 """
 from __future__ import annotations
 
@@ -74,6 +76,8 @@ def serve_metrics(host: str, port: int, *collectors, answer: Answer | None = Non
     registry = metrics_registry(*collectors)
 
     def route(request: Request) -> Response:
+        if answer is None and request.path == "/healthz":
+            return Response(200, b"ok\n", "text/plain")
         if answer is None or (request.segments == ["metrics"] and request.method == "GET"):
             return exposition(registry, request)
         return answer(request)

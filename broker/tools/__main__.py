@@ -666,10 +666,11 @@ def cmd_http_users(args: argparse.Namespace) -> int:
         print("error: --iterations goes with a password", file=sys.stderr)
         return 2
     if args.name is not None and (not args.name.strip() or args.name != args.name.strip()
+                                  or args.name.startswith("#")
                                   or any(c.isspace() for c in args.name)
                                   and not args.certificate):
-        print(f"error: {args.name!r} is not a user's name (no spaces around it)",
-              file=sys.stderr)
+        print(f"error: {args.name!r} is not a user's name (no spaces around it or in a "
+              f"password user's, no '#' first: the file's comments begin so)", file=sys.stderr)
         return 2
     try:
         users = hs.read_users_file(args.file) if os.path.exists(args.file) else {}
@@ -1397,8 +1398,11 @@ def build_parser() -> argparse.ArgumentParser:
               "       %(prog)s list --file USERS_FILE",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_paragraphs(
-            "The users file an HTTP service names in its [http] users_file "
-            "(docs/security.md, \"HTTP services\"): a user a line, its role (read: GET; "
+            "The users file an HTTP service names in its users_file ([http] of the lag "
+            "service, [serve.http] of the audit service, [schema_registry.http] of the schema "
+            "registry, [metrics_http] of a broker or a mirror, [count.metrics_http] of an "
+            "audit counter; docs/security.md, \"HTTP services\"): a user a line, its role "
+            "(read: GET; "
             "admin: everything the service serves) and its secret, a PBKDF2-HMAC-SHA512 of "
             "the password, never the password. --certificate: a client that presents a "
             "certificate whose subject is NAME (RFC 4514, CN=prometheus,O=samsa), no "

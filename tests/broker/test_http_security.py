@@ -48,7 +48,7 @@ def test_a_password_matches_its_own_secret_only(password, other):
     ("alice read", "line 1: want NAME ROLE SECRET"),
     ("alice root certificate", "role 'root' is not one of read, admin"),
     ("alice read plaintext", "the secret is neither"),
-    ("al:ice read pbkdf2-sha512:1:AA==:AA==", "a password user's name has no ':'"),
+    ("al:ice read " + hs.hash_password("x", FAST), "a password user's name has no ':'"),
     ("a read certificate\na admin certificate", "line 2: a is there twice"),
 ])
 def test_a_malformed_users_file_says_which_line(text, error):
@@ -85,7 +85,7 @@ def test_roles_decide_the_methods(users_file):
     certificate = {"subject": ((("organizationName", "samsa"),), (("commonName", "prometheus"),))}
     assert gate.decide("GET", "/x", {}, certificate, "a").user == "CN=prometheus,O=samsa"
     assert gate.decide("GET", "/healthz", {}, None, "a").status == 200
-    assert gate.counts == {"ok": 4, "failed": 4, "missing": 2, "forbidden": 1}
+    assert gate.counts == {"ok": 4, "failed": 4, "missing": 2, "forbidden": 1, "busy": 0}
 
 
 def test_the_memo_of_good_passwords_is_bounded(users_file, monkeypatch):
@@ -130,3 +130,45 @@ def test_settings_that_cannot_work_are_refused(tmp_path):
         hs.HttpGate(hs.HttpSecurity(users_file=str(tmp_path / "none")), "test")
     with pytest.raises(ValueError, match="at least 10000"):
         hs.hash_password("x", 9_999)
+
+
+def test_a_secret_must_be_whole_to_be_read():
+    good = hs.hash_password("pw", FAST)
+    name, iterations, salt, key = good.split(":")
+    for bad in (f"{name}:9999:{salt}:{key}", f"{name}:x:{salt}:{key}",
+                f"{name}:{iterations}:!!:{key}", f"{name}:{iterations}:{salt}:AAAA",
+                f"pbkdf2-sha256:{iterations}:{salt}:{key}"):
+        with pytest.raises(ValueError, match="line 1: the secret is neither"):
+            hs.parse_users(f"alice read {bad}")
+        assert not hs.password_matches("pw", bad)
+
+
+def test_an_unknown_name_costs_what_the_files_users_cost(users_file, monkeypatch):
+    gate = hs.HttpGate(hs.HttpSecurity(users_file=str(users_file)), "test")
+    checked = []
+    real = hs.password_matches
+    monkeypatch.setattr(hs, "password_matches",
+                        lambda p, s: checked.append(s.split(":")[1]) or real(p, s))
+    assert gate.decide("GET", "/", basic("nobody", "x"), None, "a").status == 401
+    assert checked == [str(FAST)]          # the file's users' count, not the default
+
+
+def test_too_many_waiting_checks_are_answered_busy(users_file):
+    gate = hs.HttpGate(hs.HttpSecurity(users_file=str(users_file)), "test")
+    gate._waiting = __import__("threading").BoundedSemaphore(1)
+    gate._waiting.acquire()                # one check waits already
+    verdict = gate.decide("GET", "/", basic("reader", "r-pw"), None, "a")
+    assert (verdict.status, verdict.message) == (503, "too many authentications in progress; "
+                                                      "retry")
+    assert gate.counts["busy"] == 1
+    gate._waiting.release()
+    assert gate.decide("GET", "/", basic("reader", "r-pw"), None, "a").status == 200
+
+
+def test_the_file_keeps_its_owner_and_leaves_no_temporary_file(users_file):
+    before = os.stat(users_file)
+    hs.write_users_file(str(users_file), [])
+    after = os.stat(users_file)
+    assert (after.st_uid, after.st_gid, after.st_mode & 0o777) == \
+        (before.st_uid, before.st_gid, 0o600)
+    assert os.listdir(users_file.parent) == [users_file.name]

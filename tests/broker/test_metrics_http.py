@@ -179,3 +179,28 @@ def test_methods_beyond_get_and_the_body_limit():
     finally:
         get_only.stop()
         both.stop()
+
+
+def test_connections_are_capped_and_idle_ones_closed(monkeypatch):
+    """A stranger's idle connections hold neither threads nor the port for
+    long: at most MAX_CONNECTIONS at once, each closed after the idle time."""
+    import socket
+    from broker.service_kit import json_http
+    monkeypatch.setattr(json_http, "MAX_CONNECTIONS", 3)
+    monkeypatch.setattr(json_http._Handler, "timeout", 1.0)
+    server = json_http.JSONHTTPServer("127.0.0.1", 0, lambda r: json_response({"ok": 1}),
+                                      "test").start()
+    try:
+        idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5)
+                for _ in range(3)]
+        extra = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        assert extra.recv(1) == b""             # closed at once: no slot
+        extra.close()
+        for sock in idle:                        # the idle ones are closed after a second
+            assert sock.recv(1) == b""
+            sock.close()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert sock.recv(100).startswith(b"HTTP/1.0 200")
+    finally:
+        server.stop()

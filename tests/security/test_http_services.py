@@ -208,7 +208,7 @@ def test_a_renewed_certificate_is_served_without_a_restart(secured_registry, pki
 
 def test_bad_http_settings_stop_the_start_with_a_clear_error(tmp_path, pki):
     users = tmp_path / "users"
-    users.write_text("reader read pbkdf2-sha512:10000:c2FsdA==:a2V5\nwriter writes x\n")
+    users.write_text(f"reader read {hs.hash_password('x', 10_000)}\nwriter writes x\n")
     out = run_module("schemas", "serve", "--set", f"registry=file:{tmp_path / 'r.json'}",
                      "--set", "port=0", "--set", f"http.users_file={users}", timeout=60)
     assert out.returncode == 2
@@ -342,3 +342,18 @@ def test_the_registry_clients_reach_a_secured_registry(secured_registry, pki, tm
     code, out, _ = schemas("list", user="reader",
                            SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE=str(reader_pw))
     assert out.split()[0] == "clicks"
+
+
+def test_the_warehouse_settings_give_the_dags_their_credentials(tmp_path):
+    from audit.remote import HttpCredentials
+    from hadoop_loader.config import WarehouseConfig
+    from broker.service_kit.settings import ConfigError, load
+    config = tmp_path / "warehouse.toml"
+    config.write_text('[warehouse]\naudit_url = "https://audit:8090"\n'
+                      'audit_ca_file = "/etc/samsa/ca.crt"\naudit_username = "dags"\n'
+                      'audit_password_file = "/run/secrets/dags"\n')
+    warehouse = load(WarehouseConfig, str(config), table="warehouse")
+    assert warehouse.audit_credentials == HttpCredentials(
+        "/etc/samsa/ca.crt", "dags", "/run/secrets/dags")
+    with pytest.raises((ConfigError, ValueError), match="go together"):
+        load(WarehouseConfig, str(config), {"audit_password_file": ""}, table="warehouse")

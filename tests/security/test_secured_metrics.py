@@ -3,7 +3,7 @@ broker whose metrics port serves HTTPS and asks for a user, scraped by
 Debian's real Prometheus the way an operator configures it (``scheme:
 https``, ``basic_auth`` with a password file, ``tls_config``): the job with
 credentials is up and its samples are stored; a job without them is down with
-401; a stranger's curl gets nothing. Bad settings stop the broker's start
+401; a stranger's curl gets nothing but /healthz's "ok". Bad settings stop the broker's start
 with the reason."""
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def test_prometheus_scrapes_a_secured_broker_with_its_credentials(broker_factory
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(url, timeout=10, context=context)
     assert refused.value.code == 401
+    # a probe's /healthz answers without a user, and says nothing else
+    with urllib.request.urlopen(f"https://127.0.0.1:{broker.metrics_port}/healthz",
+                                timeout=10, context=context) as answer:
+        assert answer.read() == b"ok\n"
     token = base64.b64encode(b"prometheus:scrape-secret").decode()
     request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
     with urllib.request.urlopen(request, timeout=10, context=context) as answer:

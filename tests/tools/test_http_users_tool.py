@@ -58,3 +58,10 @@ def test_bad_usage_is_refused_and_changes_nothing(tmp_path):
     open(users, "w").write("bob superuser certificate\n")
     code, _, err = tool("list", "--file", users)
     assert code == 1 and "line 1: role 'superuser'" in err
+
+
+def test_a_name_the_file_would_read_as_a_comment_is_refused(tmp_path):
+    users = str(tmp_path / "users")
+    code, _, err = tool("add", "#bob", "--role", "read", "--certificate", "--file", users)
+    assert code == 2 and "no '#' first" in err
+    assert not os.path.exists(users)
