@@ -325,8 +325,8 @@ class RestStore:
         environ = os.environ if environ is None else environ
         parts = urlsplit(url.rstrip("/"))
         # the URL without user information: for requests and every message
-        self.url = urlunsplit(parts._replace(netloc=parts.hostname + (
-            f":{parts.port}" if parts.port else "") if parts.username else parts.netloc))
+        netloc = parts.netloc.rpartition("@")[2]
+        self.url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
         self.timeout = timeout
         self._headers = {}
         if parts.username:
