@@ -76,8 +76,14 @@ def test_only_the_leader_serves_clients(clusters):
     leader = leader_of(cluster, "t", 0)
     follower = 1 - leader
     with connect(cluster.brokers[follower].address) as conn:
-        r = produce(conn, "t", 0, message_set([b"x"]), Acks.WRITTEN)
-        assert r.error == ErrorCode.NOT_LEADER_FOR_PARTITION
+        # a follower still making its replica says "retry" (NOT_LEADER too,
+        # retriable); once it follows, its answer names the leader
+        def refused_as_follower():
+            r = produce(conn, "t", 0, message_set([b"x"]), Acks.WRITTEN)
+            assert r.error == ErrorCode.NOT_LEADER_FOR_PARTITION, r
+            return r if "making its replicas" not in r.message else None
+        r = wait_until(refused_as_follower, 20, interval=0.05,
+                       what="the follower to follow and name the leader")
         assert f"broker {leader} does" in r.message
         assert fetch(conn, "t", 0, 0).error == ErrorCode.NOT_LEADER_FOR_PARTITION
         offsets = conn.request(api.OffsetsRequest("t", 0, api.LATEST))
