@@ -60,6 +60,8 @@ from prometheus_client.core import CounterMetricFamily
 
 from broker.security.tls import CLIENT_AUTH, ReloadingContext, TlsSettings, principal_of
 
+from .logging_setup import RateLimitedLog
+
 log = logging.getLogger("samsa.http")
 
 ROLES = ("read", "admin")
@@ -252,7 +254,8 @@ class HttpGate:
         self._users: dict[str, HttpUser] = {}
         self._signature: tuple | None = None
         self._checked = float("-inf")
-        self._last_log: dict[str, float] = {}
+        # a peer triggers refusals at will: a line per kind every 10 s at most
+        self._refusals_log = RateLimitedLog(log, burst=1, interval=10.0, clock=clock)
         self.counts = {result: 0 for result in RESULTS}
         self.context: ReloadingContext | None = None
         if settings.tls:
@@ -369,14 +372,10 @@ class HttpGate:
     def _count(self, result: str, address: str = "", why: str = "") -> None:
         with self._lock:
             self.counts[result] += 1
-            if result == "ok":
-                return
-            now = self._clock()
-            if now - self._last_log.get(result, float("-inf")) < 10.0:
-                return
-            self._last_log[result] = now
-        log.warning("%s: HTTP request from %s refused (%s): %s", self.service, address,
-                    result, why)
+            if result != "ok":
+                self._refusals_log.log(logging.WARNING, result,
+                                       "%s: HTTP request from %s refused (%s): %s",
+                                       self.service, address, result, why)
 
     def collect(self):
         """Prometheus: samsa_http_authentications_total{service,result}."""

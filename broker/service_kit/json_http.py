@@ -31,6 +31,7 @@ once: a connection beyond is closed unanswered; a connection idle for
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import socket
@@ -44,6 +45,7 @@ from typing import Callable, Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .http_security import HttpGate, HttpSecurity, wrap_accepted
+from .logging_setup import RateLimitedLog
 
 log = logging.getLogger("samsa.http")
 
@@ -132,11 +134,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.client_address[0])
         if verdict.status != 200:
             self.close_connection = True
-            headers = ((("Retry-After", "1"),) if verdict.status == 503 else ()) + ((("WWW-Authenticate", f'Basic realm="samsa-{self.server.name}", '
-                                             'charset="UTF-8"'),)
-                       if verdict.status == 401 else ())
-            self._respond(Response(verdict.status, json.dumps(
-                {"error": verdict.message}, indent=1).encode(), JSON, headers))
+            headers = {401: (("WWW-Authenticate", f'Basic realm="samsa-{self.server.name}", '
+                                                  'charset="UTF-8"'),),
+                       503: (("Retry-After", "1"),)}.get(verdict.status, ())
+            refusal = json_response({"error": verdict.message}, verdict.status)
+            self._respond(dataclasses.replace(refusal, headers=headers))
             return
         if method not in self.server.methods:
             self._respond(json_response({"error": f"{method} is not served here"},
@@ -205,6 +207,7 @@ class JSONHTTPServer(ThreadingHTTPServer):
         self.max_body = max_body
         self.gate = HttpGate(security or HttpSecurity(), name)
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._refusals_log = RateLimitedLog(log, burst=1, interval=10.0)
         self._thread: threading.Thread | None = None
         self.address_family = _family(host, port)         # IPv6 hosts too ("::")
         super().__init__((host, port), _Handler)
@@ -229,8 +232,9 @@ class JSONHTTPServer(ThreadingHTTPServer):
 
     def process_request(self, request, client_address) -> None:
         if not self._slots.acquire(blocking=False):
-            log.warning("%s: %d connections open: closing the one from %s", self.name,
-                        MAX_CONNECTIONS, client_address[0])
+            self._refusals_log.log(logging.WARNING, "too many connections",
+                                   "%s: %d connections open: closing the one from %s",
+                                   self.name, MAX_CONNECTIONS, client_address[0])
             self.close_request(request)
             return
         super().process_request(request, client_address)   # its failure: shutdown_request
