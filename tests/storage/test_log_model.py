@@ -38,9 +38,11 @@ class LogMachine(RuleBasedStateMachine):
         self.messages: list[Stored] = []
         self.end = self.written = self.flushed = self.earliest = 0
         self.log: Log | None = None
-        # Bases of segments cut by truncate_to: their max timestamp may be
-        # that of a message cut away (an overestimate, kept on purpose).
-        self.cut_bases: set[int] = set()
+        # Segments cut by truncate_to, by base: their max timestamp may be
+        # that of a message cut away (an overestimate, kept on purpose, see
+        # Log.truncate_to); the value is the newest timestamp the segment
+        # ever held, the most it may say.
+        self.cut_max: dict[int, int] = {}
 
     @initialize(segment_bytes=st.sampled_from([64, 120, 250]),
                 retention_bytes=st.sampled_from([-1, 0, 150, 400]),
@@ -129,6 +131,9 @@ class LogMachine(RuleBasedStateMachine):
             inside = [m.timestamp for m in self.messages
                       if seg.base_offset <= m.offset < seg.end_offset]
             newest = max(inside, default=-1)
+            if seg.base_offset in self.cut_max:
+                # the overestimate decides (its bounds are an invariant)
+                newest = seg.max_timestamp
             too_old = cfg.retention_ms > 0 and newest >= 0 and now - newest > cfg.retention_ms
             too_big = cfg.retention_bytes >= 0 and size - seg.size >= cfg.retention_bytes
             if not (too_old or too_big):
@@ -151,13 +156,27 @@ class LogMachine(RuleBasedStateMachine):
         self.log.write_pending()
         boundaries = sorted({self.earliest} | {m.next_offset for m in self.messages})
         offset = data.draw(st.sampled_from(boundaries), label="truncate to")
+        # The segment cut inside (one holding bytes on both sides of offset):
+        # its max timestamp may stay that of a message cut away.
+        holder = None
+        if self.earliest < offset < self.end:
+            holder = self.log.segments[bisect_segment(self.log, offset - 1)]
+            if holder.end_offset == offset:
+                holder = None
+        held = [] if holder is None else [
+            m.timestamp for m in self.messages
+            if holder.base_offset <= m.offset < holder.end_offset]
+        if offset < self.end:   # segments from offset on go (or start again, empty)
+            self.cut_max = {b: t for b, t in self.cut_max.items() if b < offset}
         self.log.truncate_to(offset)
         event("truncated " + ("nothing" if offset == self.end else
                               "to the earliest" if offset == self.earliest else "a tail"))
         self.messages = [m for m in self.messages if m.next_offset <= offset]
         self.end = self.written = offset
         self.flushed = min(self.flushed, offset)
-        self.cut_bases.add(self.log.active.base_offset)
+        if holder is not None:
+            base = holder.base_offset
+            self.cut_max[base] = max([self.cut_max.get(base, -1), *held])
 
     @rule(delta=st.integers(-300, 300))
     def reset_to(self, delta: int) -> None:
@@ -165,6 +184,7 @@ class LogMachine(RuleBasedStateMachine):
         self.log.reset_to(offset)
         self.messages = []
         self.earliest = self.end = self.written = self.flushed = offset
+        self.cut_max.clear()
 
     @rule(delta=st.integers(-25_000, 10_000), max_offsets=st.integers(1, 5))
     def offsets_before(self, delta: int, max_offsets: int) -> None:
@@ -216,8 +236,9 @@ class LogMachine(RuleBasedStateMachine):
             ts = [m.timestamp for m in self.messages
                   if seg.base_offset <= m.offset < seg.end_offset]
             assert seg.first_timestamp == (ts[0] if ts else -1)
-            if seg.base_offset in self.cut_bases and ts:
-                assert seg.max_timestamp >= max(ts)
+            if seg.base_offset in self.cut_max:
+                newest = max(ts, default=-1)
+                assert newest <= seg.max_timestamp <= max(newest, self.cut_max[seg.base_offset])
             else:
                 assert seg.max_timestamp == max(ts, default=-1)
 
