@@ -70,7 +70,9 @@ class TargetCluster:
             retries=2, retry_backoff_ms=config.retry_backoff_ms,
             retry_backoff_max_ms=config.retry_backoff_max_ms, request_timeout_ms=30_000,
             **config.credentials.client_settings()),
-            session_timeout_ms=config.session_timeout_ms)
+            session_timeout_ms=config.session_timeout_ms,
+            # the marks of mirrored topics are written with the mirror's identity
+            zookeeper_auth_file=config.credentials.zookeeper_auth_file)
         self.cluster = self.producer.cluster
         self._lock = threading.Lock()
         self._ready: set[tuple[str, str]] = set()     # (topic, source) marked and made

@@ -15,6 +15,13 @@ The registry is ``--registry``, else ``$SAMSA_SCHEMA_REGISTRY``, else
 
     zookeeper://HOST:PORT[,HOST:PORT...][/CHROOT]   the cluster's ZooKeeper (the default kind)
     file:PATH (or a bare PATH)                       one JSON file, for local use
+    http(s)://[USER@]HOST:PORT                       a registry served over Confluent's API
+
+Credentials come from files named in the environment: a secured ZooKeeper
+registry is written with the identity in ``$SAMSA_SCHEMA_REGISTRY_ZOOKEEPER_AUTH_FILE``
+(user:password); a secured REST registry takes USER's password from
+``$SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE`` and its authority from
+``$SAMSA_SCHEMA_REGISTRY_CA_FILE`` (docs/security.md).
 
 Exit status: 0 done; 1 refused (an incompatible schema, or check found problems);
 2 bad usage, a bad schema, an unknown subject, version or id; 3 the store is

@@ -60,6 +60,10 @@ class RegistryServiceConfig:
     """Confluent's REST API and /metrics; 0 = any free port."""
     store_timeout_s: float = 10.0
     """Seconds to wait for the store (ZooKeeper) at start."""
+    zookeeper_auth_file: str = ""
+    """The registry's ZooKeeper identity (a file holding user:password): the
+    nodes of /schemas are then changeable by it alone (docs/security.md).
+    Empty: $SAMSA_SCHEMA_REGISTRY_ZOOKEEPER_AUTH_FILE, else none (open nodes)."""
     log_level: str = "INFO"
     log_format: str = "text"
     http: HttpSecurity = field(default_factory=HttpSecurity)
@@ -175,7 +179,9 @@ def run(config: RegistryServiceConfig) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
         registry = SchemaRegistry(open_store(config.registry, config.store_timeout_s,
-                                             long_lived=True))
+                                             long_lived=True,
+                                             zookeeper_auth_file=config.zookeeper_auth_file
+                                             or None))
     except (StoreError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 3 if isinstance(exc, StoreError) else 2

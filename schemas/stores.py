@@ -34,6 +34,12 @@ shows in settings and process lists), its password from the file named by
 certificate checked against ``$SAMSA_SCHEMA_REGISTRY_CA_FILE`` (default: the
 system's authorities). Messages name the URL without its user information.
 
+With a ZooKeeper identity (a file holding ``user:password``, named by
+``$SAMSA_SCHEMA_REGISTRY_ZOOKEEPER_AUTH_FILE`` or the registry service's
+``zookeeper_auth_file``), the ZooKeeper store writes ``/schemas`` so that
+only that identity may change it; everyone may still read it (producers and
+consumers read schemas without one). docs/security.md, "ZooKeeper".
+
 Neither store imports anything of the broker: the registry stands alone.
 """
 from __future__ import annotations
@@ -183,18 +189,22 @@ class ZooKeeperStore:
     the registry's nodes are created when missing)."""
 
     def __init__(self, connect: str, timeout: float = 10.0, root: str = "/schemas",
-                 reconnect_forever: bool = False) -> None:
+                 reconnect_forever: bool = False, auth_file: str = "") -> None:
         from kazoo.client import KazooClient
         from kazoo.handlers.threading import KazooTimeoutError
         from kazoo.retry import KazooRetry
+        from kazoo.security import OPEN_ACL_UNSAFE
         self.connect = connect
         hosts, slash, chroot = connect.partition("/")
+        chroot = "/" + chroot.strip("/") if slash and chroot.strip("/") else ""
         # the chroot is a prefix of our paths, not kazoo's chroot: it may not exist yet
-        self.root = ("/" + chroot.strip("/") if slash and chroot.strip("/") else "") + \
-            "/" + root.strip("/")
+        self.root = chroot + "/" + root.strip("/")
+        self.auth_file = auth_file
+        auth_data, default_acl = zookeeper_identity(auth_file) if auth_file else (None, None)
         # a command gives up on a lost ZooKeeper after a few tries; a service
         # (python -m schemas serve) keeps reconnecting, whatever the outage
-        self.client = KazooClient(hosts=hosts, timeout=timeout,
+        self.client = KazooClient(hosts=hosts, timeout=timeout, auth_data=auth_data,
+                                  default_acl=default_acl,
                                   connection_retry=KazooRetry(
                                       max_tries=-1 if reconnect_forever else 3, delay=0.1,
                                       max_delay=1),
@@ -206,20 +216,29 @@ class ZooKeeperStore:
             raise StoreError(f"cannot reach ZooKeeper at {connect} within {timeout:.0f} s") \
                 from None
         try:
+            if chroot:
+                # the cluster's chroot stays open, as the brokers make it
+                # (owned by the registry, it would lock the brokers out)
+                self.client.ensure_path(chroot, acl=OPEN_ACL_UNSAFE)
             self.client.ensure_path(f"{self.root}/ids")
             self.client.ensure_path(f"{self.root}/subjects")
         except Exception as exc:
             self.close()
-            raise StoreError(f"cannot create {self.root} in ZooKeeper at {connect}: {exc}") \
-                from None
+            raise StoreError(f"cannot create {self.root} in ZooKeeper at {connect}: "
+                             f"{type(exc).__name__} {exc}") from None
 
     def _call(self, what: str, fn, *args, **kwargs):
-        from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError, \
-            BadVersionError
+        from kazoo.exceptions import KazooException, NoAuthError, NoNodeError, \
+            NodeExistsError, BadVersionError
         try:
             return fn(*args, **kwargs)
         except (NoNodeError, NodeExistsError, BadVersionError):
             raise
+        except NoAuthError:
+            who = (f"the identity of {self.auth_file}" if self.auth_file else
+                   f"a client without an identity (${ZOOKEEPER_AUTH_ENV})")
+            raise StoreError(f"ZooKeeper at {self.connect}: {what} refused: {self.root} is "
+                             f"not writable by {who}") from None
         except KazooException as exc:
             raise StoreError(f"ZooKeeper at {self.connect}: {what} failed: "
                              f"{type(exc).__name__} {exc}") from None
@@ -296,6 +315,31 @@ class ZooKeeperStore:
 
     def __repr__(self) -> str:
         return f"ZooKeeperStore({self.connect!r})"
+
+
+ZOOKEEPER_AUTH_ENV = "SAMSA_SCHEMA_REGISTRY_ZOOKEEPER_AUTH_FILE"
+
+
+def zookeeper_identity(auth_file: str) -> tuple[list, list]:
+    """kazoo's ``auth_data`` and ``default_acl`` for the registry's
+    ZooKeeper identity, a file holding ``user:password`` on its first line
+    (the digest scheme, as the brokers' identities: docs/security.md): the
+    nodes it creates are changeable by it alone and readable by everyone
+    (clients read schemas). ValueError saying why the file will not do.
+    (The brokers read such files in broker/coordination/zk_acls.py; the
+    registry stands alone, so it reads its own.)"""
+    from kazoo.security import make_acl, make_digest_acl
+    try:
+        with open(auth_file, encoding="utf-8") as f:
+            line = f.readline().rstrip("\r\n")
+    except OSError as exc:
+        raise ValueError(f"ZooKeeper identity {auth_file}: {exc.strerror or exc}") from None
+    user, sep, password = line.partition(":")
+    if not sep or not user or not password:
+        raise ValueError(f"ZooKeeper identity {auth_file}: its first line must be "
+                         f"user:password")
+    return ([("digest", f"{user}:{password}")],
+            [make_digest_acl(user, password, all=True), make_acl("world", "anyone", read=True)])
 
 
 # --------------------------------------------------------------------------- REST
@@ -461,11 +505,15 @@ class RestStore:
 
 # --------------------------------------------------------------------------- by URL
 
-def open_store(url: str, timeout: float = 10.0, long_lived: bool = False) -> Store:
+def open_store(url: str, timeout: float = 10.0, long_lived: bool = False,
+               zookeeper_auth_file: str | None = None) -> Store:
     """``zookeeper://host:port[,host:port...][/chroot]``, ``file:PATH`` (a
     bare path is a file too) or ``http(s)://host:port`` (a registry served
     over Confluent's REST API). ``long_lived``: a service's store, which
-    reconnects to ZooKeeper for as long as it is down."""
+    reconnects to ZooKeeper for as long as it is down.
+    ``zookeeper_auth_file``: the ZooKeeper identity the registry's nodes are
+    written with (``user:password``; None: ``$SAMSA_SCHEMA_REGISTRY_ZOOKEEPER_AUTH_FILE``,
+    empty: none)."""
     parts = urlsplit(url)
     if parts.scheme in ("http", "https"):
         if not parts.netloc:
@@ -474,8 +522,10 @@ def open_store(url: str, timeout: float = 10.0, long_lived: bool = False) -> Sto
     if parts.scheme in ("zookeeper", "zk"):
         if not parts.netloc:
             raise ValueError(f"bad registry URL {url!r}: zookeeper://host:port[/chroot]")
+        if zookeeper_auth_file is None:
+            zookeeper_auth_file = os.environ.get(ZOOKEEPER_AUTH_ENV, "")
         return ZooKeeperStore(parts.netloc + (parts.path.rstrip("/") or ""), timeout,
-                              reconnect_forever=long_lived)
+                              reconnect_forever=long_lived, auth_file=zookeeper_auth_file)
     if parts.scheme == "file":
         return FileStore(parts.path or parts.netloc)
     if parts.scheme == "":

@@ -35,6 +35,7 @@ from typing import Callable
 from broker.coordination import paths
 from broker.coordination.cluster import ClusterView
 from broker.coordination.zk import make_client, start_client
+from broker.coordination.zk_acls import Identity
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.message import route_by_key
@@ -49,10 +50,16 @@ class ClusterProducer:
     """Thread-safe, like Producer."""
 
     def __init__(self, zookeeper: str, config: ProducerConfig | None = None,
-                 session_timeout_ms: int = 6000, **settings) -> None:
+                 session_timeout_ms: int = 6000, zookeeper_auth_file: str = "",
+                 **settings) -> None:
+        """``zookeeper_auth_file``: the ZooKeeper identity (``user:password``,
+        zk_acls.py) the client authenticates as; the producer only reads,
+        but its owner may write records of its own through ``client`` (the
+        mirror's marks). ValueError for a file that will not do."""
         self.zookeeper = zookeeper
         self.config = config or ProducerConfig(**settings)
-        self.client = make_client(zookeeper, session_timeout_ms)
+        self.client = make_client(zookeeper, session_timeout_ms,
+                                  identity=Identity.from_file(zookeeper_auth_file))
         start_client(self.client, zookeeper, what="cluster producer")
         self.cluster = ClusterView(self.client, tls=self.config.tls)
         self._lock = threading.Lock()

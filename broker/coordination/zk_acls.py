@@ -24,7 +24,12 @@ The ACL of each path, for nodes created by an identity I (``acl_for``)::
     /consumers                       I all, everyone read and create
                                                            (any group may start)
     /consumers/<group>/**            I all, everyone read   (its members share I)
-    anything else                    I all, everyone read
+    anything else                    I all, everyone read   (the mirrors' marks,
+                                                            /mirrored, made with
+                                                            their identity)
+
+(The schema registry stands alone and makes its /schemas the same way with
+an identity of its own: schemas/stores.py.)
 
 ZooKeeper's ACLs are per node, not inherited: creating a child needs
 ``create`` on its parent, deleting one ``delete`` on its parent, so a

@@ -727,6 +727,11 @@ def _entries(count: int) -> str:
     return f"{count} entr{'y' if count == 1 else 'ies'}"
 
 
+def _acl_key(acl) -> list[tuple[str, str, int]]:
+    """An ACL compared as ZooKeeper means it: the set of (scheme, id, perms)."""
+    return sorted((a.id.scheme, a.id.id, a.perms) for a in acl)
+
+
 #: the subtrees zookeeper-acls secures (the cluster's and its groups' records)
 SECURED_SUBTREES = ("brokers", "replication", "security", "consumers")
 
@@ -751,6 +756,15 @@ def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
         print("error: zookeeper-acls needs the cluster's identity: --zookeeper-auth-file FILE "
               "(user:password)", file=sys.stderr)
         return 2
+    #: the other writers' subtrees, secured for the identity given
+    owners: dict[str, Identity] = {}
+    for subtree, path in (("schemas", args.schemas), ("mirrored", args.mirrored)):
+        if path:
+            try:
+                owners[subtree] = Identity.from_file(path)
+            except ValueError as exc:
+                print(f"error: --{subtree}: {exc}", file=sys.stderr)
+                return 2
     groups: dict[str, Identity] = {}
     for item in args.group or ():
         group, sep, path = item.partition("=")
@@ -766,10 +780,11 @@ def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
     def wanted(client, path: str):
         """The ACL ``path`` should have; None: leave it as it is."""
         parts = path.strip("/").split("/")
+        if path != "/" and parts[0] in owners:
+            return owners[parts[0]].default_acl()
         if path == "/" or parts[0] not in SECURED_SUBTREES:
-            # the chroot itself and the records of others (the schema
-            # registry's, the mirror's marks), whose writers have no
-            # identity yet: left as they are
+            # the chroot itself (open: every writer creates its subtree
+            # there) and the records of others without an identity given
             return None
         if parts[0] == "consumers" and len(parts) > 1:
             identity = groups.get(parts[1])
@@ -779,6 +794,13 @@ def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
         return acl_for(client, path)
 
     def body(client) -> int:
+        # Holding the owners' identities too, the tool may read the digests
+        # of their nodes' ACLs (ZooKeeper shows them to a node's admins
+        # alone, else "user:x"), so it sees what already matches, and may
+        # set the ACL of a node one of them made open.
+        for identity in (*owners.values(), *groups.values()):
+            for scheme, credential in identity.auth_data():
+                client.add_auth(scheme, credential)
         if not args.dry_run:
             client.ensure_path(paths.CONSUMERS, acl=acl_for(client, paths.CONSUMERS))
         changed, left, others = 0, set(), set()
@@ -798,7 +820,7 @@ def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
                 elif path.count("/") == 1 and path != "/":
                     others.add(path)
                 continue
-            if sorted(map(str, acl)) == sorted(map(str, current)):
+            if _acl_key(acl) == _acl_key(current):
                 continue
             changed += 1
             if args.dry_run:
@@ -813,7 +835,8 @@ def cmd_zookeeper_acls(args: argparse.Namespace) -> int:
         print(f"{changed} nodes {verb}" + (
             f"; left as they were (no --group identity): the records of group(s) "
             f"{', '.join(sorted(left))}" if left else "") + (
-            f"; not the cluster's, left as they were: {', '.join(sorted(others))}"
+            f"; not the cluster's and no identity given, left as they were: "
+            f"{', '.join(sorted(others))}"
             if others else ""))
         return 0
     return _zk_tool(zookeeper, args, "zookeeper-acls tool", body)
@@ -1363,8 +1386,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "zookeeper-acls", help="secure an open cluster's ZooKeeper records in place",
-        usage="%(prog)s --zookeeper-auth-file FILE [--group GROUP=FILE ...] [--dry-run] "
-              "CLUSTER",
+        usage="%(prog)s --zookeeper-auth-file FILE [--group GROUP=FILE ...] "
+              "[--schemas FILE] [--mirrored FILE] [--dry-run] CLUSTER",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_paragraphs(
             "A migration for a cluster whose records in ZooKeeper are open: gives every node "
@@ -1375,8 +1398,11 @@ def build_parser() -> argparse.ArgumentParser:
             "ACLs readable by it alone, /consumers open to new groups. A consumer group's "
             "records get the identity given with --group GROUP=FILE (its members' "
             "zookeeper_auth_file); the records of a group without one are left as they are, "
-            "and named at the end, as are the chroot itself and the other subtrees (the "
-            "schema registry's, the mirror's marks).",
+            "and named at the end, as are the chroot itself and the other subtrees. The "
+            "schema registry's /schemas gets the identity given with --schemas FILE (the "
+            "registry's zookeeper_auth_file), the mirrors' marks /mirrored that of "
+            "--mirrored FILE (the [credentials] zookeeper_auth_file of the mirrors into "
+            "this cluster): changeable by it, readable by everyone.",
             "First restart the brokers with zookeeper_auth_file set to the same identity (they "
             "go on writing the open records), then run this, then restart the groups' members "
             "with theirs. Prints each node it changes (--dry-run: what it would change, "
@@ -1384,6 +1410,11 @@ def build_parser() -> argparse.ArgumentParser:
             "differs."))
     p.add_argument("--group", action="append", metavar="GROUP=FILE",
                    help="a consumer group and the file of its identity (repeatable)")
+    p.add_argument("--schemas", metavar="FILE",
+                   help="the schema registry's identity: /schemas becomes its")
+    p.add_argument("--mirrored", metavar="FILE",
+                   help="the identity of the mirrors into this cluster: /mirrored (their "
+                        "marks) becomes theirs")
     p.add_argument("--dry-run", action="store_true", help="print what would change, change "
                                                           "nothing")
     _add_zookeeper_cluster(p)
