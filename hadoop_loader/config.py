@@ -4,7 +4,9 @@ config/loader.toml. Light to import: the DAG files read it at parse time."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from broker.client.authentication import ServiceCredentials
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,13 @@ class LoaderConfig:
     app_name: str = "samsa-hadoop-loader"
     log_level: str = "INFO"
     log_format: str = "text"
+    credentials: ServiceCredentials = field(default_factory=ServiceCredentials)
+    """What the loader authenticates with to the analysis cluster's brokers
+    ([loader.credentials] sasl_username, sasl_password_file, tls,
+    tls_ca_file, tls_cert_file, tls_key_file, tls_verify_hostname): its
+    planning, its Spark tasks' reads (the files must be readable where the
+    executors run) and its audit counts; zookeeper_auth_file: its ZooKeeper
+    identity (it only reads there). docs/security.md."""
 
     def __post_init__(self) -> None:
         if self.staging_codec not in ("null", "deflate"):

@@ -198,7 +198,8 @@ def _load(config: LoaderConfig, out: OutputFS, session: _Session) -> LoadSummary
     mark = time.monotonic()
     work: Plan = plan(config.zookeeper, offsets.offsets(), whitelist=config.whitelist,
                       blacklist=config.blacklist, max_unit_bytes=config.max_unit_bytes,
-                      on_retention_gap=config.on_retention_gap)
+                      on_retention_gap=config.on_retention_gap,
+                      credentials=config.credentials)
     summary.units, summary.skipped = len(work.units), dict(work.skipped)
     summary.phases["plan"] = time.monotonic() - mark
     for k, (a, b) in work.skipped.items():
@@ -293,7 +294,8 @@ def _rebuild(config: LoaderConfig, out: OutputFS, session: _Session, hour_ms: in
         log.info("hour %s: no load wrote rows of it; nothing to rebuild", hour)
         return
     try:
-        work = plan_ranges(config.zookeeper, ranges, max_unit_bytes=config.max_unit_bytes)
+        work = plan_ranges(config.zookeeper, ranges, max_unit_bytes=config.max_unit_bytes,
+                           credentials=config.credentials)
     except RetentionCut as exc:
         raise ReloadError(f"hour {hour} cannot be rebuilt: part of it has left the brokers' "
                           f"retention: {exc}; its partitions are left as they are") from None
@@ -336,6 +338,7 @@ def _stage(spark, config: LoaderConfig, work: Plan, staging: str,
     """Pull ``work`` in Spark tasks into ``staging``; the tasks' stats (with
     the audit's tallies when ``count`` and the audit is on)."""
     registry, fetch, codec = config.effective_registry, config.fetch_bytes, config.staging_codec
+    credentials = config.credentials
     window = config.audit_window_ms if config.audit and count else None
     units = work.units
     sc = spark.sparkContext
@@ -352,7 +355,8 @@ def _stage(spark, config: LoaderConfig, work: Plan, staging: str,
         rdd = sc.parallelize(units, len(units))
         output = config.output
         return rdd.mapPartitions(
-            lambda part: stage_units(part, output, staging, registry, fetch, window, codec)
+            lambda part: stage_units(part, output, staging, registry, fetch, window, codec,
+                                     credentials)
         ).collect()
     finally:
         done.set()
@@ -396,7 +400,8 @@ def publish_counts(config: LoaderConfig, stats: list[dict]) -> int:
         counter.merge(row["topic"], row["tallies"], ids=row.get("ids"))
     try:
         registry, writer = monitoring_writer(config.effective_registry)
-        producer = ClusterProducer(config.zookeeper, acks="all")
+        producer = ClusterProducer(config.zookeeper, acks="all",
+                                   **config.credentials.client_settings())
         try:
             publisher = MonitoringPublisher(counter, writer.encode, producer_sender(producer))
             publisher.close(timeout=30)

@@ -30,8 +30,11 @@ import time
 from dataclasses import dataclass
 
 from broker.client.admin import AdminClient
+from broker.client.authentication import ServiceCredentials
 from broker.coordination.cluster import ClusterView
 from broker.coordination.zk import make_client, start_client
+from broker.coordination.zk_acls import Identity
+from broker.protocol.errors import SamsaError
 
 from hadoop_loader import state
 
@@ -97,18 +100,26 @@ def split_range(start: int, end: int, boundaries: list[int], max_bytes: int) -> 
 
 
 @contextlib.contextmanager
-def _cluster(zookeeper: str):
+def _cluster(zookeeper: str, credentials: ServiceCredentials):
     """(the cluster's view, an AdminClient per broker address, made on first
-    use), for the length of a plan."""
-    client = make_client(zookeeper)
+    use), for the length of a plan; the addresses are the brokers' TLS
+    listeners when ``credentials.tls``."""
+    options = credentials.admin_options()
+    client = make_client(zookeeper,
+                         identity=Identity.from_file(credentials.zookeeper_auth_file))
     try:
         start_client(client, zookeeper, timeout=10.0, what="loader")
     except OSError as exc:
         raise PlanError(f"cannot plan: {exc}") from None
     admins: dict[str, AdminClient] = {}
     try:
-        yield ClusterView(client), lambda address: admins.get(address) or admins.setdefault(
-            address, AdminClient(address))
+        yield ClusterView(client, tls=credentials.tls), \
+            lambda address: admins.get(address) or admins.setdefault(
+                address, AdminClient(address, "samsa-loader", **options))
+    except SamsaError as exc:
+        # a broker's refusal (authentication, authorization, ...): bad
+        # settings or grants, not a bug: said as such
+        raise PlanError(f"cannot plan: a broker of {zookeeper} refused: {exc}") from None
     finally:
         for admin in admins.values():
             admin.close()
@@ -128,8 +139,10 @@ def _units(topic: str, name: str, partition: int, address: str, admin, start: in
 
 def plan(zookeeper: str, committed: dict[str, int], *, whitelist: str = ".*",
          blacklist: str = "", max_unit_bytes: int = 256 << 20,
-         on_retention_gap: str = "fail", now_ms: int | None = None) -> Plan:
-    """The work of one load of the cluster at ``zookeeper`` (with its chroot)."""
+         on_retention_gap: str = "fail", now_ms: int | None = None,
+         credentials: ServiceCredentials = ServiceCredentials()) -> Plan:
+    """The work of one load of the cluster at ``zookeeper`` (with its chroot),
+    asked of its brokers with ``credentials``."""
     if on_retention_gap not in ("fail", "skip"):
         raise ValueError("on_retention_gap is 'fail' or 'skip'")
     loaded = topic_filter(whitelist, blacklist)
@@ -137,7 +150,7 @@ def plan(zookeeper: str, committed: dict[str, int], *, whitelist: str = ".*",
     ends: dict[str, int] = {}
     skipped: dict[str, tuple[int, int]] = {}
     stamp = int(time.time() * 1000) if now_ms is None else now_ms
-    with _cluster(zookeeper) as (view, admin_for):
+    with _cluster(zookeeper, credentials) as (view, admin_for):
         for topic in view.topics():
             if not loaded(topic):
                 continue
@@ -176,7 +189,8 @@ class RetentionCut(PlanError):
 
 
 def plan_ranges(zookeeper: str, ranges: dict[str, list[list[int]]], *,
-                max_unit_bytes: int = 256 << 20, now_ms: int | None = None) -> Plan:
+                max_unit_bytes: int = 256 << 20, now_ms: int | None = None,
+                credentials: ServiceCredentials = ServiceCredentials()) -> Plan:
     """The work of re-reading ``ranges`` ({broker-partition key: [[start,
     end], ...]}, an hour's record: state.HourRanges). RetentionCut naming
     every broker-partition whose earliest retained offset lies past the
@@ -185,7 +199,7 @@ def plan_ranges(zookeeper: str, ranges: dict[str, list[list[int]]], *,
     stamp = int(time.time() * 1000) if now_ms is None else now_ms
     units: list[WorkUnit] = []
     cut: list[str] = []
-    with _cluster(zookeeper) as (view, admin_for):
+    with _cluster(zookeeper, credentials) as (view, admin_for):
         for k, spans in sorted(ranges.items()):
             topic, name = state.parse_key(k)
             broker_id, partition = view.locate(topic, name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from broker.client.authentication import ServiceCredentials
 from broker.client.consumer import Consumer
 
 from hadoop_loader.frames import split_envelopes, write_container
@@ -24,13 +25,16 @@ ERROR_SCHEMA = {
                {"name": "value", "type": "bytes"}]}
 
 
-def pull_unit(unit, fetch_bytes: int, timeout_s: float = 120.0
+def pull_unit(unit, fetch_bytes: int, timeout_s: float = 120.0,
+              credentials: ServiceCredentials = ServiceCredentials()
               ) -> tuple[list[bytes], list[int], list[int]]:
     """The values, offsets and timestamps of the messages starting in
-    [unit.start, unit.end)."""
+    [unit.start, unit.end), read with ``credentials`` (the unit's address is
+    a TLS listener's when they say tls)."""
     import time
     consumer = Consumer(bootstrap=unit.address, fetch_max_bytes=fetch_bytes, max_wait_ms=100,
-                        auto_offset_reset="error")
+                        auto_offset_reset="error", client_id="samsa-loader",
+                        **credentials.client_settings())
     values, offsets, stamps = [], [], []
     tp = (unit.topic, unit.partition)
     deadline = time.monotonic() + timeout_s
@@ -52,7 +56,8 @@ def pull_unit(unit, fetch_bytes: int, timeout_s: float = 120.0
 
 
 def stage_units(units, output: str, staging: str, registry_url: str, fetch_bytes: int,
-                window_ms: int | None = None, codec: str = "null"):
+                window_ms: int | None = None, codec: str = "null",
+                credentials: ServiceCredentials = ServiceCredentials()):
     """The body of a Spark task (mapPartitions): pull, frame, stage under
     ``staging`` (relative to the ``output`` root, on its file system); a
     stats row per unit. With ``window_ms``, the row carries the audit's
@@ -64,7 +69,7 @@ def stage_units(units, output: str, staging: str, registry_url: str, fetch_bytes
     registry = SchemaRegistry.open(registry_url)
     try:
         for unit in units:
-            values, offsets, stamps = pull_unit(unit, fetch_bytes)
+            values, offsets, stamps = pull_unit(unit, fetch_bytes, credentials=credentials)
             by_schema, bad = split_envelopes(values)
             name = f"{unit.name}-{unit.start}"
             staged = {}
