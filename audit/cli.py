@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                "--http-port 8090\n  python -m audit serve --zookeeper ... "
                "--db postgresql+psycopg://samsa@127.0.0.1:5432/audit\n\n" + SERVICE_STATUS)
     add_cluster_option(s, "the analysis cluster: NAME=ZOOKEEPER, or its ZooKeeper with "
-                          "the chroot")
+                          "the chroot",
+                       zookeeper_security=False)     # its [serve.credentials] say
     s.add_argument("--db", dest="db_url", metavar="URL", help="database URL (default SQLite)")
     s.add_argument("--registry", metavar="URL", help="schema registry (default: ZooKeeper)")
     s.add_argument("--http-port", type=int, help="HTTP port (default 8090; 0 = any free)")

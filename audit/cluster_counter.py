@@ -46,15 +46,19 @@ class ClusterCounter:
             tier="cluster", datacenter=config.effective_datacenter, cluster=config.cluster,
             window_ms=config.window_ms, dedup_ids=config.dedup_ids,
             dedup_windows=config.dedup_windows))
-        self.registry, writer = monitoring_writer(config.effective_registry)
+        self.registry, writer = monitoring_writer(
+            config.effective_registry,
+            config.credentials.zookeeper_tls_settings().kazoo_options())
         blacklist = AUDIT_TOPIC if not config.blacklist else f"{AUDIT_TOPIC}|{config.blacklist}"
         self.consumer = GroupConsumer(GroupConsumerConfig(
             zookeeper=config.zookeeper, group=config.effective_group,
             whitelist=config.whitelist, blacklist=blacklist,
             auto_offset_reset=config.auto_offset_reset, explicit_acknowledgement=True,
             on_corrupt="skip", **config.credentials.group_settings()))
-        self.producer = ClusterProducer(config.zookeeper, acks="all",
-                                        **config.credentials.client_settings())
+        self.producer = ClusterProducer(
+            config.zookeeper, acks="all",
+            zookeeper_tls=config.credentials.zookeeper_tls_settings(),
+            **config.credentials.client_settings())
         self.publisher = MonitoringPublisher(self.counter, writer.encode,
                                              producer_sender(self.producer))
         self._unacknowledged: dict[tuple[str, str], int] = {}

@@ -469,13 +469,14 @@ def producer_sender(producer, topic: str = AUDIT_TOPIC,
     return send
 
 
-def monitoring_writer(registry_url: str):
+def monitoring_writer(registry_url: str, zookeeper_tls: dict | None = None):
     """The ValueWriter of monitoring events (registering the shipped schema
-    under the audit topic if it is not there yet)."""
+    under the audit topic if it is not there yet); ``zookeeper_tls``: kazoo's
+    TLS options for a registry in ZooKeeper (None: the environment's)."""
     from schemas import catalog
     from schemas.registry import SchemaRegistry
     from schemas.wire import ValueWriter
-    registry = SchemaRegistry.open(registry_url)
+    registry = SchemaRegistry.open(registry_url, zookeeper_tls=zookeeper_tls)
     registry.register(AUDIT_TOPIC, catalog.load(catalog.MONITORING_EVENT))
     return registry, ValueWriter(registry, AUDIT_TOPIC)
 

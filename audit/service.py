@@ -35,7 +35,9 @@ class AuditService:
         self.config = config
         self.store = store or Store(config.effective_db_url)
         self.store.upgrade()
-        self.registry = SchemaRegistry.open(config.effective_registry)
+        self.registry = SchemaRegistry.open(
+            config.effective_registry,
+            zookeeper_tls=config.credentials.zookeeper_tls_settings().kazoo_options())
         self.registry.register(AUDIT_TOPIC, catalog.load(catalog.MONITORING_EVENT))
         self.reader = ValueReader(self.registry, subject=AUDIT_TOPIC)
         self.consumer = GroupConsumer(GroupConsumerConfig(

@@ -138,6 +138,16 @@ class BrokerConfig:
     to ZooKeeper as the cluster's identity and creates its nodes so that only
     that identity may change them, and only it may read the users' credentials
     and the ACLs (docs/security.md, "ZooKeeper"). Empty: open nodes."""
+    zookeeper_tls: bool = False
+    """Connect to ZooKeeper over TLS (its secureClientPort, which
+    ``zookeeper`` then names; docs/security.md, "ZooKeeper")."""
+    zookeeper_tls_ca_file: str = ""
+    """The authorities of ZooKeeper's certificate (empty: the system's)."""
+    zookeeper_tls_cert_file: str = ""
+    """A client certificate for ZooKeeper (a server with ssl.clientAuth=need)."""
+    zookeeper_tls_key_file: str = ""
+    zookeeper_tls_verify_hostname: bool = True
+    """ZooKeeper's address must be on its certificate."""
     zookeeper_session_timeout_ms: int = 6000
     """ZooKeeper session timeout: how long after a crash the broker's
     registration lingers."""
@@ -216,6 +226,12 @@ class BrokerConfig:
                 read_auth_file(self.zookeeper_auth_file)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
+        if self.zookeeper_tls and not self.zookeeper:
+            raise ConfigError("zookeeper_tls needs zookeeper")
+        try:
+            self.zookeeper_tls_settings()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.max_unauthenticated_connections < 1:
             raise ConfigError("max_unauthenticated_connections must be >= 1")
         if self.authentication_timeout_ms < 100:
@@ -287,6 +303,14 @@ class BrokerConfig:
     @property
     def public_host(self) -> str:
         return self.advertised_host or ("127.0.0.1" if self.host in ("", "0.0.0.0") else self.host)
+
+    def zookeeper_tls_settings(self):
+        """The zookeeper_tls* settings as one (a ZooKeeperTls); ValueError
+        for files that will not do."""
+        from broker.coordination.zk_tls import ZooKeeperTls
+        return ZooKeeperTls(self.zookeeper_tls, self.zookeeper_tls_ca_file,
+                            self.zookeeper_tls_cert_file, self.zookeeper_tls_key_file,
+                            self.zookeeper_tls_verify_hostname)
 
 
 def load_config(path: str | None = None, overrides: dict[str, Any] | None = None) -> BrokerConfig:

@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_version_option(p)
     add_cluster_option(p, "the analysis cluster: NAME=ZOOKEEPER, or its ZooKeeper with "
-                          "the chroot")
+                          "the chroot", zookeeper_security=False)   # [loader.credentials]
     p.add_argument("--output", help="output root: a local path, or a file://, hdfs:// or "
                                     "s3a:// URI")
     p.add_argument("--master", help="Spark master (default local[*])")

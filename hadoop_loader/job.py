@@ -399,8 +399,10 @@ def publish_counts(config: LoaderConfig, stats: list[dict]) -> int:
     for row in stats:      # first sightings over every task of the run: exact duplicates
         counter.merge(row["topic"], row["tallies"], ids=row.get("ids"))
     try:
-        registry, writer = monitoring_writer(config.effective_registry)
+        registry, writer = monitoring_writer(
+            config.effective_registry, config.credentials.zookeeper_tls_settings().kazoo_options())
         producer = ClusterProducer(config.zookeeper, acks="all",
+                                   zookeeper_tls=config.credentials.zookeeper_tls_settings(),
                                    **config.credentials.client_settings())
         try:
             publisher = MonitoringPublisher(counter, writer.encode, producer_sender(producer))
@@ -425,7 +427,8 @@ def _write_parquet(spark, config: LoaderConfig, out: OutputFS, staging: str,
     topics = out.listdir(avro_root)
     if not topics:
         return rows
-    with SchemaRegistry.open(config.effective_registry) as registry:
+    with SchemaRegistry.open(config.effective_registry, zookeeper_tls=config.credentials
+                             .zookeeper_tls_settings().kazoo_options()) as registry:
         for topic in topics:
             reader = json.dumps(registry.get(topic).schema)
             df = spark.read.format(AVRO_FORMAT).option("avroSchema", reader) \

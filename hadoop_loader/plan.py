@@ -106,7 +106,8 @@ def _cluster(zookeeper: str, credentials: ServiceCredentials):
     listeners when ``credentials.tls``."""
     options = credentials.admin_options()
     client = make_client(zookeeper,
-                         identity=Identity.from_file(credentials.zookeeper_auth_file))
+                         identity=Identity.from_file(credentials.zookeeper_auth_file),
+                         tls=credentials.zookeeper_tls_settings())
     try:
         start_client(client, zookeeper, timeout=10.0, what="loader")
     except OSError as exc:

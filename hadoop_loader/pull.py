@@ -66,7 +66,9 @@ def stage_units(units, output: str, staging: str, registry_url: str, fetch_bytes
     from hadoop_loader.outputfs import OutputFS
     from schemas.registry import SchemaRegistry
     out = OutputFS(output)
-    registry = SchemaRegistry.open(registry_url)
+    registry = SchemaRegistry.open(registry_url,
+                                   zookeeper_tls=credentials.zookeeper_tls_settings()
+                                   .kazoo_options())
     try:
         for unit in units:
             values, offsets, stamps = pull_unit(unit, fetch_bytes, credentials=credentials)

@@ -73,7 +73,8 @@ class Mirror:
                                     TierCounter, monitoring_writer)
         config = self.config
         registry_url = config.audit_registry or f"zookeeper://{config.target.zookeeper}"
-        self._audit_registry, writer = monitoring_writer(registry_url)
+        self._audit_registry, writer = monitoring_writer(
+            registry_url, self.config.credentials.zookeeper_tls_settings().kazoo_options())
         counters = {}
         for source in config.sources:
             counter = TierCounter(CounterConfig(
@@ -94,7 +95,8 @@ class Mirror:
 
     def _copies_in(self, zookeeper: str) -> dict[str, list[str]]:
         """Topics of a source cluster that are copies (no loops)."""
-        client = make_client(zookeeper, self.config.session_timeout_ms)
+        client = make_client(zookeeper, self.config.session_timeout_ms,
+                             tls=self.config.credentials.zookeeper_tls_settings())
         start_client(client, zookeeper, what="mirror")
         try:
             return mirrored_topics(client)

@@ -72,7 +72,8 @@ class TargetCluster:
             **config.credentials.client_settings()),
             session_timeout_ms=config.session_timeout_ms,
             # the marks of mirrored topics are written with the mirror's identity
-            zookeeper_auth_file=config.credentials.zookeeper_auth_file)
+            zookeeper_auth_file=config.credentials.zookeeper_auth_file,
+            zookeeper_tls=config.credentials.zookeeper_tls_settings())
         self.cluster = self.producer.cluster
         self._lock = threading.Lock()
         self._ready: set[tuple[str, str]] = set()     # (topic, source) marked and made

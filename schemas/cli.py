@@ -19,7 +19,8 @@ The registry is ``--registry``, else ``$SAMSA_SCHEMA_REGISTRY``, else
 
 Credentials come from files named in the environment: a secured ZooKeeper
 registry is written with the identity in ``$SAMSA_SCHEMA_REGISTRY_ZOOKEEPER_AUTH_FILE``
-(user:password); a secured REST registry takes USER's password from
+(user:password) and reached over TLS with ``$SAMSA_ZOOKEEPER_TLS_CA_FILE`` (and
+``$SAMSA_ZOOKEEPER_TLS_CERT_FILE``, ``..._KEY_FILE``); a secured REST registry takes USER's password from
 ``$SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE`` and its authority from
 ``$SAMSA_SCHEMA_REGISTRY_CA_FILE`` (docs/security.md).
 

@@ -152,8 +152,11 @@ class SchemaRegistry:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, url: str, timeout: float = 10.0) -> "SchemaRegistry":
-        return cls(open_store(url, timeout))
+    def open(cls, url: str, timeout: float = 10.0,
+             zookeeper_tls: dict | None = None) -> "SchemaRegistry":
+        """The registry at ``url`` (stores.open_store); ``zookeeper_tls``:
+        kazoo's TLS options for a ZooKeeper store (None: the environment's)."""
+        return cls(open_store(url, timeout, zookeeper_tls=zookeeper_tls))
 
     def close(self) -> None:
         self.store.close()

@@ -42,7 +42,7 @@ from broker.service_kit.json_http import JSONHTTPServer, Request, Response
 from broker.service_kit.metrics_http import serve_metrics
 from schemas.confluent_api import CONTENT_TYPE, ConfluentAPI
 from schemas.registry import SchemaRegistry
-from schemas.stores import StoreError, open_store
+from schemas.stores import StoreError, open_store, zookeeper_tls_options
 
 log = logging.getLogger("schemas.service")
 
@@ -64,11 +64,25 @@ class RegistryServiceConfig:
     """The registry's ZooKeeper identity (a file holding user:password): the
     nodes of /schemas are then changeable by it alone (docs/security.md).
     Empty: $SAMSA_SCHEMA_REGISTRY_ZOOKEEPER_AUTH_FILE, else none (open nodes)."""
+    zookeeper_tls_ca_file: str = ""
+    """Set: the store is reached over TLS (ZooKeeper's TLS port, which the
+    registry URL then names), its certificate checked against these
+    authorities. Empty: $SAMSA_ZOOKEEPER_TLS_CA_FILE, else plaintext."""
+    zookeeper_tls_cert_file: str = ""
+    """A client certificate for ZooKeeper's TLS port, and its key."""
+    zookeeper_tls_key_file: str = ""
     log_level: str = "INFO"
     log_format: str = "text"
     http: HttpSecurity = field(default_factory=HttpSecurity)
     """TLS and users of the HTTP port ([http] tls_cert_file, tls_key_file,
     tls_ca_file, tls_client_auth, users_file; docs/security.md)."""
+
+    def zookeeper_tls_options(self) -> dict | None:
+        """kazoo's TLS options the settings give (None: the environment's)."""
+        return zookeeper_tls_options({
+            "SAMSA_ZOOKEEPER_TLS_CA_FILE": self.zookeeper_tls_ca_file,
+            "SAMSA_ZOOKEEPER_TLS_CERT_FILE": self.zookeeper_tls_cert_file,
+            "SAMSA_ZOOKEEPER_TLS_KEY_FILE": self.zookeeper_tls_key_file}) or None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -181,7 +195,8 @@ def run(config: RegistryServiceConfig) -> int:
         registry = SchemaRegistry(open_store(config.registry, config.store_timeout_s,
                                              long_lived=True,
                                              zookeeper_auth_file=config.zookeeper_auth_file
-                                             or None))
+                                             or None,
+                                             zookeeper_tls=config.zookeeper_tls_options()))
     except (StoreError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 3 if isinstance(exc, StoreError) else 2

@@ -40,6 +40,10 @@ With a ZooKeeper identity (a file holding ``user:password``, named by
 only that identity may change it; everyone may still read it (producers and
 consumers read schemas without one). docs/security.md, "ZooKeeper".
 
+Over TLS to ZooKeeper's TLS port when ``$SAMSA_ZOOKEEPER_TLS_CA_FILE`` is
+set (with ``$SAMSA_ZOOKEEPER_TLS_CERT_FILE`` and ``..._KEY_FILE`` for a
+client certificate), as the broker's tools.
+
 Neither store imports anything of the broker: the registry stands alone.
 """
 from __future__ import annotations
@@ -189,7 +193,10 @@ class ZooKeeperStore:
     the registry's nodes are created when missing)."""
 
     def __init__(self, connect: str, timeout: float = 10.0, root: str = "/schemas",
-                 reconnect_forever: bool = False, auth_file: str = "") -> None:
+                 reconnect_forever: bool = False, auth_file: str = "",
+                 tls_options: dict | None = None) -> None:
+        """``tls_options``: kazoo's TLS options (the caller's settings'); None:
+        from the environment (``zookeeper_tls_options``)."""
         from kazoo.client import KazooClient
         from kazoo.handlers.threading import KazooTimeoutError
         from kazoo.retry import KazooRetry
@@ -205,6 +212,8 @@ class ZooKeeperStore:
         # (python -m schemas serve) keeps reconnecting, whatever the outage
         self.client = KazooClient(hosts=hosts, timeout=timeout, auth_data=auth_data,
                                   default_acl=default_acl,
+                                  **(zookeeper_tls_options() if tls_options is None
+                                     else tls_options),
                                   connection_retry=KazooRetry(
                                       max_tries=-1 if reconnect_forever else 3, delay=0.1,
                                       max_delay=1),
@@ -318,6 +327,24 @@ class ZooKeeperStore:
 
 
 ZOOKEEPER_AUTH_ENV = "SAMSA_SCHEMA_REGISTRY_ZOOKEEPER_AUTH_FILE"
+
+
+ZOOKEEPER_TLS_ENV = ("SAMSA_ZOOKEEPER_TLS_CA_FILE", "SAMSA_ZOOKEEPER_TLS_CERT_FILE",
+                     "SAMSA_ZOOKEEPER_TLS_KEY_FILE")
+
+
+def zookeeper_tls_options(environ: dict[str, str] | None = None) -> dict:
+    """kazoo's TLS options from the environment, as the broker's tools take
+    them (docs/security.md, "ZooKeeper"): ``$SAMSA_ZOOKEEPER_TLS_CA_FILE``
+    (set: TLS to ZooKeeper's TLS port, its certificate and host name checked
+    against these authorities), ``$SAMSA_ZOOKEEPER_TLS_CERT_FILE`` and
+    ``..._KEY_FILE`` (a client certificate). None set: plaintext."""
+    environ = os.environ if environ is None else environ
+    ca_file, cert_file, key_file = (environ.get(name, "") for name in ZOOKEEPER_TLS_ENV)
+    if not ca_file:
+        return {}
+    return {"use_ssl": True, "ca": ca_file, "certfile": cert_file or None,
+            "keyfile": key_file or None, "verify_certs": True, "check_hostname": True}
 
 
 def zookeeper_identity(auth_file: str) -> tuple[list, list]:
@@ -506,14 +533,16 @@ class RestStore:
 # --------------------------------------------------------------------------- by URL
 
 def open_store(url: str, timeout: float = 10.0, long_lived: bool = False,
-               zookeeper_auth_file: str | None = None) -> Store:
+               zookeeper_auth_file: str | None = None,
+               zookeeper_tls: dict | None = None) -> Store:
     """``zookeeper://host:port[,host:port...][/chroot]``, ``file:PATH`` (a
     bare path is a file too) or ``http(s)://host:port`` (a registry served
     over Confluent's REST API). ``long_lived``: a service's store, which
     reconnects to ZooKeeper for as long as it is down.
     ``zookeeper_auth_file``: the ZooKeeper identity the registry's nodes are
     written with (``user:password``; None: ``$SAMSA_SCHEMA_REGISTRY_ZOOKEEPER_AUTH_FILE``,
-    empty: none)."""
+    empty: none). ``zookeeper_tls``: kazoo's TLS options for ZooKeeper (a
+    service's settings say them; None: ``$SAMSA_ZOOKEEPER_TLS_CA_FILE`` ...)."""
     parts = urlsplit(url)
     if parts.scheme in ("http", "https"):
         if not parts.netloc:
@@ -525,7 +554,8 @@ def open_store(url: str, timeout: float = 10.0, long_lived: bool = False,
         if zookeeper_auth_file is None:
             zookeeper_auth_file = os.environ.get(ZOOKEEPER_AUTH_ENV, "")
         return ZooKeeperStore(parts.netloc + (parts.path.rstrip("/") or ""), timeout,
-                              reconnect_forever=long_lived, auth_file=zookeeper_auth_file)
+                              reconnect_forever=long_lived, auth_file=zookeeper_auth_file,
+                              tls_options=zookeeper_tls)
     if parts.scheme == "file":
         return FileStore(parts.path or parts.netloc)
     if parts.scheme == "":

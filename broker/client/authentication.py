@@ -21,6 +21,7 @@ from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.scram import MECHANISM, ScramClient, ScramError
 from broker.security.password_file import read_password_file
+from broker.coordination.zk_tls import ZooKeeperTlsSettings
 from broker.security.tls import TlsClientSettings, client_context_of
 
 
@@ -85,7 +86,7 @@ def authenticate(conn, login: SaslLogin) -> None:
 
 
 @dataclass(frozen=True)
-class ServiceCredentials:
+class ServiceCredentials(ZooKeeperTlsSettings):
     """How a service (the mirror, the audit, the lag service) proves who it
     is to the clusters it uses: one user and one ZooKeeper identity in each
     (operators create the same user in every cluster the service reaches).
@@ -111,6 +112,7 @@ class ServiceCredentials:
     def __post_init__(self) -> None:
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("credentials: tls_cert_file and tls_key_file go together")
+        self.zookeeper_tls_settings()          # validated
 
     def client_settings(self) -> dict:
         """The settings a ProducerConfig or ConsumerConfig takes."""
@@ -132,7 +134,8 @@ class ServiceCredentials:
 
     def group_settings(self) -> dict[str, str]:
         """The settings a GroupConsumerConfig takes."""
-        return {**self.client_settings(), "zookeeper_auth_file": self.zookeeper_auth_file}
+        return {**self.client_settings(), "zookeeper_auth_file": self.zookeeper_auth_file,
+                **self.zookeeper_tls_fields()}
 
     def login(self) -> SaslLogin | None:
         """The login for a BrokerConnection or AdminClient (None: none)."""

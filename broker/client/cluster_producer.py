@@ -36,6 +36,7 @@ from broker.coordination import paths
 from broker.coordination.cluster import ClusterView
 from broker.coordination.zk import make_client, start_client
 from broker.coordination.zk_acls import Identity
+from broker.coordination.zk_tls import ZooKeeperTls
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.message import route_by_key
@@ -51,15 +52,17 @@ class ClusterProducer:
 
     def __init__(self, zookeeper: str, config: ProducerConfig | None = None,
                  session_timeout_ms: int = 6000, zookeeper_auth_file: str = "",
-                 **settings) -> None:
+                 zookeeper_tls: ZooKeeperTls | None = None, **settings) -> None:
         """``zookeeper_auth_file``: the ZooKeeper identity (``user:password``,
         zk_acls.py) the client authenticates as; the producer only reads,
         but its owner may write records of its own through ``client`` (the
-        mirror's marks). ValueError for a file that will not do."""
+        mirror's marks). ``zookeeper_tls``: how it reaches ZooKeeper over
+        TLS. ValueError for a file that will not do."""
         self.zookeeper = zookeeper
         self.config = config or ProducerConfig(**settings)
         self.client = make_client(zookeeper, session_timeout_ms,
-                                  identity=Identity.from_file(zookeeper_auth_file))
+                                  identity=Identity.from_file(zookeeper_auth_file),
+                                  tls=zookeeper_tls)
         start_client(self.client, zookeeper, what="cluster producer")
         self.cluster = ClusterView(self.client, tls=self.config.tls)
         self._lock = threading.Lock()

@@ -39,6 +39,7 @@ from broker.coordination.cluster import ClusterView
 from broker.coordination.ownership import Assignment, GroupMember, Subscription
 from broker.coordination.zk import make_client, start_client
 from broker.coordination.zk_acls import Identity
+from broker.coordination.zk_tls import ZooKeeperTlsSettings
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.message import Message
 
@@ -52,7 +53,7 @@ REFUSALS = frozenset({ErrorCode.SASL_AUTHENTICATION_FAILED, ErrorCode.ILLEGAL_SA
 
 
 @dataclass(frozen=True)
-class GroupConsumerConfig:
+class GroupConsumerConfig(ZooKeeperTlsSettings):
     zookeeper: str
     """Connect string with the cluster's chroot, e.g. "127.0.0.1:2181/dc-a"."""
     group: str
@@ -140,6 +141,7 @@ class GroupConsumerConfig:
         if not self.group or "/" in self.group:
             raise ValueError(f"bad group name {self.group!r}")
         self.fetcher_config("127.0.0.1:9092", "check")     # the fetchers' settings, validated
+        self.zookeeper_tls_settings()                       # and ZooKeeper's
 
     def fetcher_config(self, address: str, client_id: str) -> ConsumerConfig:
         """The settings of a fetcher's Consumer of the broker at ``address``."""
@@ -257,7 +259,8 @@ class GroupConsumer:
         self.consumer_id = config.consumer_id or \
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.client = make_client(config.zookeeper, config.session_timeout_ms,
-                                  Identity.from_file(config.zookeeper_auth_file))
+                                  Identity.from_file(config.zookeeper_auth_file),
+                                  config.zookeeper_tls_settings())
         start_client(self.client, config.zookeeper, what=f"consumer {self.consumer_id}")
         self.cluster = ClusterView(self.client, tls=config.tls)
         self._chunks: queue.Queue = queue.Queue(maxsize=config.queue_chunks)

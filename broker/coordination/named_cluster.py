@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from broker.coordination.zk import split_connect_string
 from broker.coordination.zk_acls import Identity
+from broker.coordination.zk_tls import ZooKeeperTls
 from broker.service_kit.settings import ConfigError
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
@@ -91,21 +92,41 @@ def parse_cluster(text: str) -> NamedCluster:
 
 
 def add_cluster_option(parser, help: str, *, zookeeper_alias: bool = True,
-                       zookeeper_flags: tuple[str, ...] = ("--zookeeper",)) -> None:
+                       zookeeper_flags: tuple[str, ...] = ("--zookeeper",),
+                       zookeeper_security: bool = True) -> None:
     """``--cluster NAME=ZOOKEEPER`` (or ZOOKEEPER with a chroot), the one way a
     command names the cluster it works on; ``--zookeeper ZOOKEEPER``, the older
     spelling, stays as an alias of it (a ZOOKEEPER without a chroot is then
     named "default"; see ``cluster_from``)."""
     parser.add_argument("--cluster", metavar="NAME=ZOOKEEPER", help=help)
+    if zookeeper_security:
+        _add_zookeeper_security(parser)
+    if zookeeper_alias:
+        parser.add_argument(*zookeeper_flags, dest="zookeeper", metavar="ZOOKEEPER",
+                            help="the cluster's ZooKeeper connect string with its chroot "
+                                 "(an alias of --cluster ZOOKEEPER)")
+
+
+def _add_zookeeper_security(parser) -> None:
+    """How a tool authenticates to ZooKeeper and reaches it over TLS (a
+    service takes the same from its settings' [credentials])."""
     parser.add_argument("--zookeeper-auth-file", metavar="FILE",
                         default=os.environ.get("SAMSA_ZOOKEEPER_AUTH_FILE", ""),
                         help="authenticate to ZooKeeper as the user:password on FILE's first "
                              "line (the cluster's identity, docs/security.md); default "
                              "$SAMSA_ZOOKEEPER_AUTH_FILE, else none")
-    if zookeeper_alias:
-        parser.add_argument(*zookeeper_flags, dest="zookeeper", metavar="ZOOKEEPER",
-                            help="the cluster's ZooKeeper connect string with its chroot "
-                                 "(an alias of --cluster ZOOKEEPER)")
+    parser.add_argument("--zookeeper-tls-ca-file", metavar="FILE",
+                        default=os.environ.get("SAMSA_ZOOKEEPER_TLS_CA_FILE", ""),
+                        help="connect to ZooKeeper's TLS port (which the connect string then "
+                             "names), trusting the authorities in FILE (kazoo adds the "
+                             "system's); default $SAMSA_ZOOKEEPER_TLS_CA_FILE, else plaintext")
+    parser.add_argument("--zookeeper-tls-cert-file", metavar="FILE",
+                        default=os.environ.get("SAMSA_ZOOKEEPER_TLS_CERT_FILE", ""),
+                        help="a client certificate for ZooKeeper's TLS port (default "
+                             "$SAMSA_ZOOKEEPER_TLS_CERT_FILE)")
+    parser.add_argument("--zookeeper-tls-key-file", metavar="FILE",
+                        default=os.environ.get("SAMSA_ZOOKEEPER_TLS_KEY_FILE", ""),
+                        help="its key (default $SAMSA_ZOOKEEPER_TLS_KEY_FILE)")
 
 
 def zookeeper_identity(args) -> Identity:
@@ -113,6 +134,18 @@ def zookeeper_identity(args) -> Identity:
     ConfigError when the file is unusable."""
     try:
         return Identity.from_file(getattr(args, "zookeeper_auth_file", "") or "")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def zookeeper_tls(args) -> ZooKeeperTls:
+    """TLS to ZooKeeper as ``--zookeeper-tls-ca-file`` and its companions
+    say (none without a CA file); ConfigError when the files will not do."""
+    ca_file = getattr(args, "zookeeper_tls_ca_file", "") or ""
+    try:
+        return ZooKeeperTls(bool(ca_file), ca_file,
+                            getattr(args, "zookeeper_tls_cert_file", "") or "",
+                            getattr(args, "zookeeper_tls_key_file", "") or "")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -47,6 +47,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from . import paths
 from .zk import make_client, start_in_background
+from .zk_tls import ZooKeeperTls
 from .zk_acls import Identity
 
 log = logging.getLogger(__name__)
@@ -57,10 +58,12 @@ class BrokerRegistry:
 
     def __init__(self, connect: str, broker_id: int, host: str, port: int,
                  session_timeout_ms: int = 6000, rack: str = "",
-                 identity: Identity | None = None, tls_port: int | None = None) -> None:
+                 identity: Identity | None = None, tls_port: int | None = None,
+                 zookeeper_tls: ZooKeeperTls | None = None) -> None:
         """``identity``: the cluster's ZooKeeper identity (zk_acls.py), for
         the broker's one client (registration, replication, controller);
-        ``tls_port``: its TLS listener's, registered for TLS clients."""
+        ``tls_port``: its TLS listener's, registered for TLS clients;
+        ``zookeeper_tls``: how that client reaches ZooKeeper over TLS."""
         self.connect = connect
         self.broker_id = broker_id
         self.address = f"{host}:{port}"
@@ -71,7 +74,7 @@ class BrokerRegistry:
         self.on_connected: list = []
         self.registration: int | None = None     # czxid of our /brokers/ids node
         self.on_registration: list = []          # called with it (or None) on a change
-        self.client = make_client(connect, session_timeout_ms, identity)
+        self.client = make_client(connect, session_timeout_ms, identity, zookeeper_tls)
         self.state = "STARTING"
         self.registered = threading.Event()     # set while our nodes are known to exist
         self._lock = threading.Lock()

@@ -1,5 +1,6 @@
 """Connecting to ZooKeeper: connect strings with a chroot, and a kazoo client
-that keeps retrying (with a clear log line) while the ensemble is unreachable."""
+that keeps retrying (with a clear log line) while the ensemble is unreachable,
+over TLS to ZooKeeper's secure client port where the settings say so."""
 from __future__ import annotations
 
 import atexit
@@ -12,6 +13,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from .zk_acls import Identity
+from .zk_tls import ZooKeeperTls
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +36,32 @@ def split_connect_string(connect: str) -> tuple[str, str]:
     return hosts, ("/" + chroot.strip("/")) if sep and chroot.strip("/") else ""
 
 
+def _tls_options_of(client: KazooClient) -> dict:
+    """The TLS options ``client`` was made with, for another client of the
+    same ensemble (kazoo keeps them as public attributes)."""
+    if not client.use_ssl:
+        return {}
+    return {"use_ssl": True, "ca": client.ca, "certfile": client.certfile,
+            "keyfile": client.keyfile, "verify_certs": client.verify_certs,
+            "check_hostname": client.check_hostname}
+
+
 def make_client(connect: str, session_timeout_ms: int = 6000,
-                identity: Identity | None = None) -> KazooClient:
+                identity: Identity | None = None,
+                tls: ZooKeeperTls | None = None) -> KazooClient:
     """A kazoo client for ``connect`` (chroot included), not started: start
     it with ``start_client``, which creates the chroot if missing. With an
     ``identity`` (zk_acls.py) it authenticates as it and creates nodes with
     the ACLs of zk_acls's policy: its own by default (``acl_for`` for the
-    paths the policy treats apart)."""
+    paths the policy treats apart). With ``tls`` (enabled) it connects over
+    TLS, checking the server's certificate."""
     hosts, chroot = split_connect_string(connect)
     identity = identity or Identity()
     return KazooClient(hosts=hosts + chroot, timeout=session_timeout_ms / 1000,
                        auth_data=identity.auth_data(), default_acl=identity.default_acl(),
                        connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2),
-                       command_retry=KazooRetry(max_tries=3, delay=0.05, max_delay=1))
+                       command_retry=KazooRetry(max_tries=3, delay=0.05, max_delay=1),
+                       **(tls or ZooKeeperTls()).kazoo_options())
 
 
 def start_client(client: KazooClient, connect: str, timeout: float = 15.0,
@@ -57,7 +72,8 @@ def start_client(client: KazooClient, connect: str, timeout: float = 15.0,
     try:
         if chroot:
             # the chroot itself is made through a client without it, first
-            root = KazooClient(hosts=hosts, timeout=client._session_timeout / 1000)
+            root = KazooClient(hosts=hosts, timeout=client._session_timeout / 1000,
+                               **_tls_options_of(client))
             try:
                 root.start(timeout=timeout)
                 root.ensure_path(chroot)

@@ -44,6 +44,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -121,11 +122,13 @@ def find_classpath(java_dir: str = DEBIAN_JAVA_DIR,
     debian_jar = os.path.join(java_dir, "zookeeper.jar")
     if os.path.isfile(debian_jar):
         # the jar's manifest Class-Path brings its dependencies; slf4j-api alone
-        # logs nothing (a "NOP logger" warning), so add the simple backend
+        # logs nothing (a "NOP logger" warning), so add the simple backend;
+        # the manifest also leaves out netty's codec, which the Netty
+        # connection factory of a TLS port needs (same package as the rest)
         parts = [debian_jar]
-        simple = os.path.join(java_dir, "slf4j-simple.jar")
-        if os.path.isfile(simple):
-            parts.append(simple)
+        for extra in ("netty-codec.jar", "slf4j-simple.jar"):
+            if os.path.isfile(os.path.join(java_dir, extra)):
+                parts.append(os.path.join(java_dir, extra))
         return os.pathsep.join(parts)
     jars = pyspark_jars if pyspark_jars is not None else _pyspark_jars_dir()
     if jars and glob.glob(os.path.join(jars, "zookeeper-[0-9]*.jar")):
@@ -147,10 +150,14 @@ def find_java(java: str | None = None) -> str:
 
 # --------------------------------------------------------------------------- probes
 
-def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
+def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0,
+                     tls: ssl.SSLContext | None = None) -> str:
     """Send a four-letter word (``ruok``, ``srvr``, ``mntr``, ...) and return the
-    whole answer; OSError when nothing listens or the answer is cut off."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+    whole answer; OSError when nothing listens or the answer is cut off.
+    ``tls``: a client context, for a TLS client port (ZooKeeper's Netty
+    factory answers the words there too)."""
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        sock = tls.wrap_socket(raw, server_hostname=host) if tls else raw
         sock.sendall(word.encode("ascii"))
         chunks = []
         while True:          # the server closes the connection after its answer
@@ -161,17 +168,66 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
     return b"".join(chunks).decode(errors="replace")
 
 
-def server_mode(host: str, port: int, timeout: float = 1.0) -> str | None:
+def server_mode(host: str, port: int, timeout: float = 1.0,
+                tls: ssl.SSLContext | None = None) -> str | None:
     """The ``Mode:`` ``srvr`` reports (``standalone``, ``leader``, ``follower``...),
     or None while the server is up but not serving (electing, syncing) or down."""
     try:
-        if four_letter_word(host, port, "ruok", timeout) != "imok":
+        if four_letter_word(host, port, "ruok", timeout, tls) != "imok":
             return None
-        answer = four_letter_word(host, port, "srvr", timeout)
-    except OSError:
+        answer = four_letter_word(host, port, "srvr", timeout, tls)
+    except OSError:         # ssl.SSLError among them
         return None
     match = re.search(r"^Mode: (\S+)", answer, re.MULTILINE)
     return match.group(1) if match else None
+
+
+# --------------------------------------------------------------------------- TLS
+
+@dataclass(frozen=True)
+class ZooKeeperServerTls:
+    """A TLS client port on every member (ZooKeeper's ``secureClientPort``,
+    served by its Netty connection factory), beside the plaintext one (a
+    migration) or instead of it (``plaintext=False``).
+
+    * ``cert_file``/``key_file``: the servers' certificate and key (PEM; the
+      key PKCS#8, as broker/security/ca.py writes it), joined into the PEM
+      key store ZooKeeper reads;
+    * ``ca_file``: the authorities of clients' certificates (ZooKeeper's
+      trust store, PEM);
+    * ``client_auth``: ``need`` (a client certificate or no connection),
+      ``want`` or ``none``;
+    * ``probe_cert_file``/``probe_key_file``: the certificate the harness's
+      own probes (``ruok``, ``srvr``) present on a TLS-only server that
+      needs one.
+    """
+    cert_file: str
+    key_file: str
+    ca_file: str
+    client_auth: str = "need"
+    plaintext: bool = True
+    probe_cert_file: str = ""
+    probe_key_file: str = ""
+
+    def __post_init__(self) -> None:
+        if self.client_auth not in ("need", "want", "none"):
+            raise ValueError(f"client_auth is need, want or none, not {self.client_auth!r}")
+
+    def probe_context(self) -> ssl.SSLContext:
+        """The client context of the harness's probes."""
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.probe_cert_file:
+            context.load_cert_chain(self.probe_cert_file, self.probe_key_file)
+        return context
+
+    def settings(self, key_store: str, host: str, port: int) -> dict[str, object]:
+        """The zoo.cfg lines of a member's TLS port (ZooKeeper makes its
+        unknown keys system properties ``zookeeper.<key>``)."""
+        return {"secureClientPort": port, "secureClientPortAddress": host,
+                "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
+                "ssl.keyStore.location": key_store, "ssl.keyStore.type": "PEM",
+                "ssl.trustStore.location": self.ca_file, "ssl.trustStore.type": "PEM",
+                "ssl.clientAuth": self.client_auth}
 
 
 # --------------------------------------------------------------------------- one server
@@ -188,11 +244,26 @@ class ZooKeeperServer:
     client_port: int
     quorum_port: int | None = None      # None for a standalone server
     election_port: int | None = None
+    secure_port: int | None = None      # the TLS client port, when there is one
+    tls: ZooKeeperServerTls | None = None
     process: SupervisedProcess | None = field(default=None, repr=False)
 
     @property
     def address(self) -> str:
+        """host:port of the plaintext client port (the TLS one on a TLS-only server)."""
+        if self.tls is not None and not self.tls.plaintext:
+            return self.secure_address
         return f"{self.host}:{self.client_port}"
+
+    @property
+    def secure_address(self) -> str:
+        return f"{self.host}:{self.secure_port}"
+
+    def _probe(self) -> tuple[int, ssl.SSLContext | None]:
+        """The port and context the probes use: plaintext where there is one."""
+        if self.tls is not None and not self.tls.plaintext:
+            return self.secure_port, self.tls.probe_context()
+        return self.client_port, None
 
     @property
     def config_path(self) -> str:
@@ -219,17 +290,30 @@ class ZooKeeperServer:
 
     def mode(self, timeout: float = 1.0) -> str | None:
         """See server_mode(); None as well when the process is not running."""
-        return server_mode(self.host, self.client_port, timeout) if self.is_running() else None
+        if not self.is_running():
+            return None
+        port, tls = self._probe()
+        return server_mode(self.host, port, timeout, tls)
 
     def four_letter_word(self, word: str, timeout: float = 1.0) -> str:
-        return four_letter_word(self.host, self.client_port, word, timeout)
+        port, tls = self._probe()
+        return four_letter_word(self.host, port, word, timeout, tls)
 
     def write_config(self, settings: dict[str, object], server_lines: list[str]) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
         lines = [f"{key}={value}" for key, value in settings.items()]
-        lines += [f"dataDir={self.data_dir}",
-                  f"clientPort={self.client_port}",
-                  f"clientPortAddress={self.host}"]
+        lines.append(f"dataDir={self.data_dir}")
+        if self.tls is None or self.tls.plaintext:
+            lines += [f"clientPort={self.client_port}", f"clientPortAddress={self.host}"]
+        if self.tls is not None:
+            key_store = os.path.join(self.directory, "key-store.pem")
+            with open(self.tls.key_file) as key, open(self.tls.cert_file) as cert:
+                text = key.read() + cert.read()
+            fd = os.open(key_store, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            lines += [f"{key}={value}" for key, value in
+                      self.tls.settings(key_store, self.host, self.secure_port).items()]
         lines += server_lines
         with open(self.config_path, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -316,6 +400,9 @@ class ZooKeeperEnsemble:
       ``java`` on the PATH).
     * ``settings`` ({}): extra or overriding zoo.cfg lines, e.g.
       {"syncLimit": 5}; ``jvm_args`` ([]): extra JVM options, after ours.
+    * ``tls`` (None): a TLS client port on every member (ZooKeeperServerTls),
+      beside the plaintext one or alone; ``connect_string(tls=True)`` names
+      them.
 
     Not thread-safe: drive an ensemble from one thread.
     """
@@ -331,7 +418,8 @@ class ZooKeeperEnsemble:
                  java: str | None = None,
                  settings: dict[str, object] | None = None,
                  jvm_args: list[str] | None = None,
-                 keep_directory: bool = False) -> None:
+                 keep_directory: bool = False,
+                 tls: ZooKeeperServerTls | None = None) -> None:
         if size < 1:
             raise ValueError(f"an ensemble has at least one server, not {size}")
         self.size = size
@@ -341,6 +429,7 @@ class ZooKeeperEnsemble:
         self._made_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="samsa-zookeeper-")
         self.keep_directory = keep_directory
+        self.tls = tls
         self.settings: dict[str, object] = {
             "tickTime": tick_time_ms,
             "initLimit": 50,          # ticks a follower has to connect and sync
@@ -377,7 +466,8 @@ class ZooKeeperEnsemble:
             raise ValueError(f"{self.size} members need {self.size} (quorum, election) "
                              f"port pairs, not {list(peer_ports)}")
         wanted = ((0 if client_ports is not None else self.size)
-                  + (2 * self.size if quorum and peer_ports is None else 0))
+                  + (2 * self.size if quorum and peer_ports is None else 0)
+                  + (self.size if self.tls is not None else 0))
         try:
             free = iter(free_ports(wanted, self.host) if wanted else [])
         except NoFreePorts as exc:
@@ -386,6 +476,7 @@ class ZooKeeperEnsemble:
             [next(free) for _ in range(self.size)]
         peers = (list(peer_ports) if peer_ports is not None else
                  [(next(free), next(free)) for _ in range(self.size)]) if quorum else []
+        secure = [next(free) for _ in range(self.size)] if self.tls is not None else []
         servers = []
         for i in range(self.size):
             servers.append(ZooKeeperServer(
@@ -394,7 +485,8 @@ class ZooKeeperEnsemble:
                 host=self.host,
                 client_port=clients[i],
                 quorum_port=peers[i][0] if quorum else None,
-                election_port=peers[i][1] if quorum else None))
+                election_port=peers[i][1] if quorum else None,
+                secure_port=secure[i] if secure else None, tls=self.tls))
         server_lines = ([f"server.{s.server_id}={s.host}:{s.quorum_port}:{s.election_port}"
                          for s in servers] if quorum else [])
         for server in servers:
@@ -404,9 +496,11 @@ class ZooKeeperEnsemble:
 
     # ---- addresses
 
-    def connect_string(self, chroot: str | None = None) -> str:
-        """``"127.0.0.1:p1,127.0.0.1:p2,.../chroot"`` (every member, running or not)."""
-        hosts = ",".join(server.address for server in self.servers)
+    def connect_string(self, chroot: str | None = None, tls: bool = False) -> str:
+        """``"127.0.0.1:p1,127.0.0.1:p2,.../chroot"`` (every member, running or
+        not); ``tls``: their TLS client ports."""
+        hosts = ",".join(server.secure_address if tls else server.address
+                         for server in self.servers)
         if chroot:
             hosts += "/" + chroot.strip("/")
         return hosts

@@ -117,7 +117,8 @@ class LagService:
     def _monitor(self, cluster) -> LagMonitor:
         monitor = self._monitors.get(cluster.name)
         if monitor is None:
-            client = make_client(cluster.zookeeper)
+            client = make_client(cluster.zookeeper,
+                                 tls=self.config.credentials.zookeeper_tls_settings())
             start_client(client, cluster.zookeeper, timeout=10.0, what="lag service")
             self._clients[cluster.name] = client
             monitor = self._monitors[cluster.name] = LagMonitor(

@@ -191,7 +191,8 @@ class BrokerServer:
                                            identity=Identity.from_file(
                                                self.config.zookeeper_auth_file),
                                            tls_port=self.tls_port if self.config.tls_port >= 0
-                                           else None)
+                                           else None,
+                                           zookeeper_tls=self.config.zookeeper_tls_settings())
             self.controller = Controller(self.registry.client, self.config.broker_id,
                                          lambda: self.config.unclean_leader_election)
             self.metrics.controller = self.controller.stats

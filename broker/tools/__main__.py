@@ -37,7 +37,7 @@ from broker.lag.evaluator import Status
 from broker.lag.group_lag import AdminPool, partition_lags
 from broker.client.producer import Producer, ProducerConfig
 from broker.coordination.named_cluster import (add_cluster_option, cluster_from,
-                                               zookeeper_identity)
+                                               zookeeper_identity, zookeeper_tls)
 from broker.protocol import api, scram
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.security.acl import Operation
@@ -315,7 +315,8 @@ def _replica_report(zookeeper: str, args: argparse.Namespace,
     from broker.coordination import replica_admin
     from broker.coordination.zk import make_client, start_client
 
-    client = make_client(zookeeper, identity=zookeeper_identity(args))
+    client = make_client(zookeeper, identity=zookeeper_identity(args),
+                         tls=zookeeper_tls(args))
     start_client(client, zookeeper, timeout=args.timeout, what="topics tool")
     try:
         if topics is not None and not replica_admin.describe(client, topics):
@@ -359,7 +360,8 @@ def _zk_tool(zookeeper: str, args: argparse.Namespace, what: str, body) -> int:
     from broker.coordination.reassign import PlanError
     from broker.coordination.zk import make_client, start_client
 
-    client = make_client(zookeeper, identity=zookeeper_identity(args))
+    client = make_client(zookeeper, identity=zookeeper_identity(args),
+                         tls=zookeeper_tls(args))
     start_client(client, zookeeper, timeout=args.timeout, what=what)
     try:
         return body(client)
@@ -953,7 +955,8 @@ def cmd_groups(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     args.zookeeper, args.cluster_name = named.zookeeper, named.name
-    client = make_client(args.zookeeper, identity=zookeeper_identity(args))
+    client = make_client(args.zookeeper, identity=zookeeper_identity(args),
+                         tls=zookeeper_tls(args))
     start_client(client, args.zookeeper, timeout=args.timeout, what="groups tool")
     try:
         if args.status is not None:

@@ -132,6 +132,9 @@ def test_classpath_prefers_debian_then_pyspark(tmp_path):
     (debian / "slf4j-simple.jar").touch()
     assert find_classpath(str(debian), str(pyspark_jars), environ={}) == \
         f"{debian}/zookeeper.jar:{debian}/slf4j-simple.jar"
+    (debian / "netty-codec.jar").touch()     # a TLS port's Netty factory needs it
+    assert find_classpath(str(debian), str(pyspark_jars), environ={}) == \
+        f"{debian}/zookeeper.jar:{debian}/netty-codec.jar:{debian}/slf4j-simple.jar"
     assert find_classpath(str(debian), str(pyspark_jars),
                           environ={"SAMSA_ZOOKEEPER_CLASSPATH": "/x/*"}) == "/x/*"
 
