@@ -9,6 +9,13 @@ reachable by another user), runs ``initdb`` (trust authentication, user
 ``SupervisedProcess`` (ready when it logs "ready to accept connections"),
 and creates the database. ``url`` is a SQLAlchemy URL for psycopg.
 ``stop()`` is PostgreSQL's fast shutdown (SIGINT) and removes the directory.
+
+With ``tls`` (PostgresTls) the server takes TCP connections over TLS only
+(``hostssl`` in pg_hba.conf, no ``host`` line: a plaintext connection finds
+no entry), each with the user's password (SCRAM-SHA-256); ``url`` then
+asks for ``sslmode=verify-full`` against the given authority and reads the
+password from a libpq password file (``passfile``), never from the URL. The
+harness itself creates the database over the server's Unix socket.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 
 from broker.service_kit.process import SupervisedProcess, signal_group
 from broker.service_kit.ports import free_ports
@@ -38,10 +46,22 @@ def find_bindir() -> str:
     return os.path.dirname(candidates[-1])
 
 
+@dataclass(frozen=True)
+class PostgresTls:
+    """The server's certificate and key (PEM), the authority clients check it
+    against, and the user's password."""
+    cert_file: str
+    key_file: str
+    ca_file: str
+    password: str = field(repr=False, default="")
+
+
 class PostgresServer:
-    def __init__(self, database: str = "audit", user: str = "samsa", port: int = 0) -> None:
+    def __init__(self, database: str = "audit", user: str = "samsa", port: int = 0,
+                 tls: PostgresTls | None = None) -> None:
         self.database = database
         self.user = user
+        self.tls = tls
         self.port = port or free_ports(1)[0]
         self.bindir = find_bindir()
         self.directory: str | None = None
@@ -50,7 +70,16 @@ class PostgresServer:
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}/{self.database}"
+        base = f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}/{self.database}"
+        if self.tls is None:
+            return base
+        return (f"{base}?sslmode=verify-full&sslrootcert={self.tls.ca_file}"
+                f"&passfile={self.passfile}")
+
+    @property
+    def passfile(self) -> str:
+        """The libpq password file of the user (with ``tls``)."""
+        return os.path.join(self.directory or "", "pgpass")
 
     def _command(self, *argv: str) -> list[str]:
         return ["runuser", "-u", "postgres", "--", *argv] if self._as_root else list(argv)
@@ -69,10 +98,13 @@ class PostgresServer:
                               capture_output=True, text=True, timeout=120)
         if init.returncode != 0:
             raise PostgresError(f"initdb failed: {init.stdout}{init.stderr}")
+        options = ["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                   "-c", "full_page_writes=off"]
+        if self.tls is not None:
+            options += self._prepare_tls(data)
         self.process = SupervisedProcess("postgres", self._command(
             os.path.join(self.bindir, "postgres"), "-D", data, "-p", str(self.port),
-            "-k", self.directory, "-c", "listen_addresses=127.0.0.1",
-            "-c", "fsync=off", "-c", "full_page_writes=off"),
+            "-k", self.directory, *options),
             os.path.join(self.directory, "server.log"))
         self.process.start(ready_line=lambda line: b"ready to accept connections" in line)
         try:
@@ -80,10 +112,38 @@ class PostgresServer:
         except Exception as exc:
             raise PostgresError(str(exc)) from None
         import psycopg
-        with psycopg.connect(host="127.0.0.1", port=self.port, user=self.user,
+        from psycopg import sql
+        # over the Unix socket (trusted): with tls, TCP takes TLS and a password
+        with psycopg.connect(host=self.directory, port=self.port, user=self.user,
                              dbname="postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.database}"')
+            if self.tls is not None:
+                conn.execute(sql.SQL("ALTER USER {} PASSWORD {}").format(
+                    sql.Identifier(self.user), sql.Literal(self.tls.password)))
+        if self.tls is not None:
+            fd = os.open(self.passfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"127.0.0.1:{self.port}:*:{self.user}:{self.tls.password}\n")
         return self
+
+    def _prepare_tls(self, data: str) -> list[str]:
+        """The server's certificate and key copied where the server (user
+        postgres when run as root) may read them, the key 0600 as PostgreSQL
+        demands; pg_hba.conf: the socket trusted, TCP over TLS with a
+        password only. The server's options."""
+        cert, key = os.path.join(data, "server.crt"), os.path.join(data, "server.key")
+        shutil.copyfile(self.tls.cert_file, cert)
+        shutil.copyfile(self.tls.key_file, key)
+        os.chmod(key, 0o600)
+        with open(os.path.join(data, "pg_hba.conf"), "w") as f:
+            f.write("local all all trust\n"
+                    "hostssl all all 127.0.0.1/32 scram-sha-256\n")
+        if self._as_root:
+            pg = pwd.getpwnam("postgres")
+            for path in (cert, key, os.path.join(data, "pg_hba.conf")):
+                os.chown(path, pg.pw_uid, pg.pw_gid)
+        return ["-c", "ssl=on", "-c", f"ssl_cert_file={cert}", "-c", f"ssl_key_file={key}",
+                "-c", "password_encryption=scram-sha-256"]
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.process is not None:

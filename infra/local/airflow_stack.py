@@ -84,6 +84,10 @@ def settings(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
     }
     if db_url:
         values["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
+        if db_url.startswith("postgresql+psycopg://"):
+            # Airflow 3 opens an async engine too, and by default derives it
+            # for asyncpg (not installed); psycopg 3 serves both
+            values["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = db_url
     return values
 
 
