@@ -44,16 +44,20 @@ class PartitionLag:
 class AdminPool:
     """One AdminClient per broker address, reused across calls; close() when done."""
 
-    def __init__(self, client_id: str = "samsa-lag", request_timeout: float = 5.0) -> None:
+    def __init__(self, client_id: str = "samsa-lag", request_timeout: float = 5.0,
+                 tls=None, sasl=None) -> None:
+        """``tls``, ``sasl``: as AdminClient's, for brokers that ask for them."""
         self.client_id = client_id
         self.request_timeout = request_timeout
+        self.tls, self.sasl = tls, sasl
         self._admins: dict[str, AdminClient] = {}
 
     def get(self, address: str) -> AdminClient:
         admin = self._admins.get(address)
         if admin is None:
             admin = self._admins[address] = AdminClient(address, self.client_id,
-                                                        request_timeout=self.request_timeout)
+                                                        request_timeout=self.request_timeout,
+                                                        tls=self.tls, sasl=self.sasl)
         return admin
 
     def drop(self, address: str) -> None:

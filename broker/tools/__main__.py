@@ -71,6 +71,10 @@ def _add_bootstrap(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", "-b", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                    help=f"broker or load balancer address (default {DEFAULT_BOOTSTRAP}, "
                         "or $SAMSA_BOOTSTRAP)")
+    _add_client_config(p)
+
+
+def _add_client_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--client-config", metavar="FILE",
                    default=os.environ.get("SAMSA_CLIENT_CONFIG", ""),
                    help="a TOML file of the client's security settings (tls, tls_ca_file, "
@@ -955,12 +959,14 @@ def cmd_groups(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     args.zookeeper, args.cluster_name = named.zookeeper, named.name
+    security = _security(args)          # the brokers' listeners: --client-config
+    options = security.admin_options()
     client = make_client(args.zookeeper, identity=zookeeper_identity(args),
                          tls=zookeeper_tls(args))
     start_client(client, args.zookeeper, timeout=args.timeout, what="groups tool")
     try:
         if args.status is not None:
-            return _group_status(client, args)
+            return _group_status(client, args, options)
         if args.list or not (args.describe or args.reset_offsets):
             try:
                 for group in sorted(client.get_children(paths.CONSUMERS)):
@@ -972,7 +978,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
         if not client.exists(paths.group_path(group)):
             print(f"error: no group {group!r} in {args.zookeeper}", file=sys.stderr)
             return 1
-        cluster = ClusterView(client)
+        cluster = ClusterView(client, tls=security.tls)
         try:
             members = client.get_children(paths.consumer_ids_path(group))
         except NoNodeError:
@@ -997,7 +1003,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
             wanted = {}
             for topic in sorted(topics):
                 for bp in cluster.partitions(topic):
-                    wanted[(topic, bp)] = _offset_of(cluster, topic, bp, args.to)
+                    wanted[(topic, bp)] = _offset_of(cluster, topic, bp, args.to, options)
             zk_offsets.commit_offsets(client, group, wanted)
             for (topic, bp), offset in sorted(wanted.items()):
                 print(f"{topic}\t{bp}\t{offset}")
@@ -1007,7 +1013,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
             print("TOPIC\tPARTITION\tOWNER\tCOMMITTED\tLOG-END\tLAG-BYTES")
         described = []
         wanted = [(topic, bp) for topic in sorted(topics) for bp in cluster.partitions(topic)]
-        with AdminPool("samsa-groups-tool") as pool:
+        with AdminPool("samsa-groups-tool", **options) as pool:
             lags = partition_lags(cluster, wanted, committed, pool, from_earliest=False)
         for row in lags:
             try:
@@ -1034,7 +1040,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
         client.close()
 
 
-def _group_status(client, args: argparse.Namespace) -> int:
+def _group_status(client, args: argparse.Namespace, options: dict) -> int:
     """--status GROUP (or --status --all): Burrow's evaluation
     (broker/lag/evaluator.py) from --samples looks, --interval apart."""
     import time
@@ -1043,7 +1049,8 @@ def _group_status(client, args: argparse.Namespace) -> int:
     from broker.lag.evaluator import Thresholds
     from broker.coordination import paths
 
-    monitor = LagMonitor(client, Thresholds(stop_min_ms=int(args.stop_after * 1000)))
+    monitor = LagMonitor(client, Thresholds(stop_min_ms=int(args.stop_after * 1000)),
+                         **options)
     try:
         if args.all:
             groups = monitor.groups()
@@ -1093,14 +1100,14 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-def _offset_of(cluster, topic: str, bp: str, time_ms: int) -> int:
+def _offset_of(cluster, topic: str, bp: str, time_ms: int, options: dict) -> int:
     """A partition's earliest/latest offset, or the first one at or before a time."""
     broker_id, partition = cluster.locate(topic, bp)
     address = cluster.address(broker_id) if broker_id is not None else None
     if address is None:
         raise SamsaError(ErrorCode.UNKNOWN, f"broker {broker_id} is not in the cluster"
                          if broker_id is not None else f"{topic}/{bp} has no leader now")
-    with AdminClient(address) as admin:
+    with AdminClient(address, **options) as admin:
         offsets = admin.offsets(topic, partition, time_ms)
         if not offsets and time_ms >= 0:
             offsets = admin.offsets(topic, partition, api.EARLIEST)
@@ -1218,8 +1225,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("groups", help="consumer groups: list, describe (lag), reset offsets",
                        description="Consumer groups kept in ZooKeeper. --describe prints, per "
                                    "partition, its owner, the committed offset, the log end "
-                                   "offset and the lag in bytes (offsets are byte positions).")
+                                   "offset and the lag in bytes (offsets are byte positions). "
+                                   "--client-config: how to reach brokers that ask for TLS "
+                                   "or SCRAM (the log ends and offsets are theirs).")
     _add_zookeeper_cluster(p)
+    _add_client_config(p)
     action = p.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="list the groups (default)")
     action.add_argument("--describe", metavar="GROUP")

@@ -8,6 +8,7 @@ counted, and leave the log unchanged; a flood of malformed handshakes leaves
 the broker serving others with its memory bounded."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -425,3 +426,47 @@ def test_the_console_tools_take_a_client_config(secured, topic, tmp_path):
     wrong = run_module("broker.tools", "offsets", "--topic", topic, "--bootstrap",
                        broker.address, "--client-config", str(bad))
     assert wrong.returncode == 2 and b"sasl_pasword_file" in wrong.stderr
+
+
+def test_the_groups_tool_takes_a_client_config(secured, zookeeper, zk_chroot, topic,
+                                               tmp_path):
+    """groups --describe, --status and --reset-offsets ask the brokers (log
+    ends, offsets): with --client-config they authenticate; without, the
+    broker's refusal is the error."""
+    from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
+    from broker_helpers import run_module
+    broker, _zk = secured
+    connect = zookeeper.connect_string() + zk_chroot
+    password = tmp_path / "alice.pw"
+    password.write_text(PASSWORD + "\n")
+    config = tmp_path / "client.toml"
+    config.write_text(f'sasl_username = "alice"\nsasl_password_file = "{password}"\n')
+    with Producer(bootstrap=broker.address, acks="flushed", sasl_username="alice",
+                  sasl_password=PASSWORD) as producer:
+        for i in range(10):
+            producer.send(topic, b"m-%d" % i, partition=0)
+        producer.flush(timeout=30)
+    got = []
+    with GroupConsumer(GroupConsumerConfig(connect, "readers", topics=(topic,),
+                                           sasl_username="alice",
+                                           sasl_password=PASSWORD)) as consumer:
+        wait_until(lambda: got.extend(consumer.poll(500)) or len(got) >= 10, 30,
+                   what="the group to read 10 messages")
+        consumer.commit()
+    common = ("--zookeeper", connect, "--client-config", str(config))
+    described = run_module("broker.tools", "groups", "--describe", "readers", "--json",
+                           *common)
+    assert described.returncode == 0, described.stderr
+    rows = json.loads(described.stdout)["partitions"]
+    [row] = [r for r in rows if r["broker_partition"] == "0-0"]   # the one written
+    assert row["committed"] == row["log_end"] > 0 and row["lag_bytes"] == 0
+    status = run_module("broker.tools", "groups", "--status", "readers", *common)
+    assert status.returncode == 0, status.stderr
+    reset = run_module("broker.tools", "groups", "--reset-offsets", "readers",
+                       "--to", "earliest", *common)
+    assert reset.returncode == 0, reset.stderr
+    assert reset.stdout and all(line.split()[-1] == b"0"
+                                for line in reset.stdout.splitlines())
+    refused = run_module("broker.tools", "groups", "--describe", "readers",
+                         "--zookeeper", connect)
+    assert refused.returncode != 0 and b"ILLEGAL_SASL_STATE" in refused.stderr
