@@ -99,6 +99,10 @@ class BrokerConfig:
     """At most this many connections may be in the SASL exchange at once; a
     new one beyond is closed at once (what strangers can hold: this many
     sockets and 4 KiB each)."""
+    max_unauthenticated_connections_per_address: int = 100
+    """Of those, at most this many from one address (one host cannot shut
+    the others out by itself; above max_unauthenticated_connections, that
+    one decides)."""
     authorization: bool = False
     """Enforce the ACLs kept in ZooKeeper (``python -m broker.tools acls``):
     what no entry allows is refused (TOPIC_/CLUSTER_AUTHORIZATION_FAILED),
@@ -234,6 +238,8 @@ class BrokerConfig:
             raise ConfigError(str(exc)) from None
         if self.max_unauthenticated_connections < 1:
             raise ConfigError("max_unauthenticated_connections must be >= 1")
+        if self.max_unauthenticated_connections_per_address < 1:
+            raise ConfigError("max_unauthenticated_connections_per_address must be >= 1")
         if self.authentication_timeout_ms < 100:
             raise ConfigError("authentication_timeout_ms must be >= 100")
         if bool(self.sasl_username) != bool(self.sasl_password_file):

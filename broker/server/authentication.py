@@ -53,9 +53,10 @@ ANONYMOUS = "User:ANONYMOUS"
 class SaslExchange:
     """One connection's place in the exchange (module docstring)."""
 
-    __slots__ = ("state", "scram", "timer", "held")
+    __slots__ = ("state", "scram", "timer", "held", "address")
 
-    def __init__(self) -> None:
+    def __init__(self, address: str) -> None:
+        self.address = address            # the peer's, whose count it is in
         self.state = "HANDSHAKE"
         self.scram: ScramServer | None = None
         self.timer = None
@@ -72,17 +73,23 @@ class Authenticator:
     def __init__(self, lookup: Callable[[str], ScramCredential | None],
                  users_read: Callable[[], bool], secret: Callable[[], bytes], metrics, loop,
                  timeout_s: float, max_request_bytes: int, max_connections: int,
-                 replay: Callable[[Connection, list], None]) -> None:
+                 replay: Callable[[Connection, list], None],
+                 max_connections_per_address: int | None = None) -> None:
         """``secret()``: the cluster's secret (store.cluster_secret), which
         makes an unknown user's salt look like a known one's on every broker
         and after restarts; ``replay(conn, frames)``: handles frames held
-        while the users were being read."""
+        while the users were being read; ``max_connections`` in the exchange
+        at once, at most ``max_connections_per_address`` of them from one
+        address (None: no limit of its own)."""
         self._lookup = lookup
         self._users_read = users_read
         self._secret = secret
         self._max_connections = max_connections
+        self._max_per_address = min(max_connections_per_address or max_connections,
+                                    max_connections)
         self._replay = replay
         self.unauthenticated = 0          # connections in the exchange now
+        self._by_address: dict[str, int] = {}   # the same, per peer address
         # handshakes answered once the users are read from ZooKeeper (just
         # after the broker started): (connection, its reply, the response)
         self._waiting: list[tuple[Connection, Reply, bytes]] = []
@@ -102,8 +109,19 @@ class Authenticator:
                             self.unauthenticated)
             conn.close()
             return
+        address = conn.peer.rpartition(":")[0] or conn.peer
+        if self._by_address.get(address, 0) >= self._max_per_address:
+            self._count("too_many_from_address")
+            limited_log.log(logging.WARNING, "too many unauthenticated from one address",
+                            "closing connection from %s: %d connections from %s are "
+                            "authenticating already "
+                            "(max_unauthenticated_connections_per_address)", conn.peer,
+                            self._by_address[address], address)
+            conn.close()
+            return
         self.unauthenticated += 1
-        exchange = SaslExchange()
+        self._by_address[address] = self._by_address.get(address, 0) + 1
+        exchange = SaslExchange(address)
         conn.sasl = exchange
         conn.decoder.max_frame_bytes = UNAUTHENTICATED_MAX_FRAME_BYTES
         exchange.timer = self._loop.call_later(self._timeout_s, self._expired, conn)
@@ -119,7 +137,7 @@ class Authenticator:
 
     def connection_closed(self, conn: Connection) -> None:
         if conn.sasl is not None:
-            self.unauthenticated -= 1
+            self._leave(conn.sasl.address)
             if conn.sasl.timer is not None:
                 conn.sasl.timer.cancel()
             conn.sasl = None
@@ -232,10 +250,20 @@ class Authenticator:
             if exchange.timer is not None:
                 exchange.timer.cancel()
             conn.sasl = None
-            self.unauthenticated -= 1
+            self._leave(exchange.address)
             conn.decoder.max_frame_bytes = self._max_request_bytes
             self._count("ok")
             log.info("%s authenticated as %s (%s)", conn.peer, conn.principal, MECHANISM)
+
+    def _leave(self, address: str) -> None:
+        """A connection from ``address`` is out of the exchange (authenticated
+        or closed)."""
+        self.unauthenticated -= 1
+        left = self._by_address[address] - 1
+        if left:
+            self._by_address[address] = left
+        else:
+            del self._by_address[address]        # the map holds addresses in the exchange only
 
     def _refuse(self, conn: Connection, correlation_id: int | None, code: ErrorCode,
                 message: str, reason: str, api_key: int | None = None) -> None:

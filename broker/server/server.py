@@ -236,7 +236,8 @@ class BrokerServer:
                 self.security.credential, self.security.ready.is_set,
                 lambda: self.security.secret, self.metrics, self._loop,
                 c.authentication_timeout_ms / 1000, c.max_request_bytes,
-                c.max_unauthenticated_connections, self.handle_frames)
+                c.max_unauthenticated_connections, self.handle_frames,
+                c.max_unauthenticated_connections_per_address)
         if c.authorization:
             self.request_authorizer = RequestAuthorizer(self.security, c.super_users,
                                                         self.metrics)

@@ -470,3 +470,37 @@ def test_the_groups_tool_takes_a_client_config(secured, zookeeper, zk_chroot, to
     refused = run_module("broker.tools", "groups", "--describe", "readers",
                          "--zookeeper", connect)
     assert refused.returncode != 0 and b"ILLEGAL_SASL_STATE" in refused.stderr
+
+
+def test_one_address_cannot_take_every_place_in_the_exchange(broker_factory, zookeeper,
+                                                             zk_client, zk_chroot):
+    """max_unauthenticated_connections_per_address: three strangers from
+    127.0.0.1 hold their places, a fourth from there is closed at once and
+    counted; a newcomer from 127.0.0.2 still gets a place."""
+    store.set_user(zk_client, "alice", ScramCredential.from_password(PASSWORD))
+    broker = broker_factory({"zookeeper": zookeeper.connect_string() + zk_chroot,
+                             "authentication": "scram", "max_unauthenticated_connections": 10,
+                             "max_unauthenticated_connections_per_address": 3},
+                            metrics_port=0)
+    host, port = parse_address(broker.address)
+
+    def stranger(source: str) -> socket.socket:
+        return socket.create_connection((host, port), timeout=5, source_address=(source, 0))
+
+    held = [stranger("127.0.0.1") for _ in range(3)]
+    wait_until(lambda: metric(scrape_metrics(broker.metrics_port), "samsa_connections") >= 3,
+               what="the three strangers to be connected")
+    other = stranger("127.0.0.2")
+    wait_until(lambda: metric(scrape_metrics(broker.metrics_port), "samsa_connections") >= 4,
+               what="the newcomer from another address to be connected")
+    fourth = stranger("127.0.0.1")
+    assert closed_by_peer(fourth, timeout=5)
+    assert not closed_by_peer(other, timeout=0.5), "another address lost its place"
+    for sock in (*held, other, fourth):
+        sock.close()
+    samples = scrape_metrics(broker.metrics_port)
+    assert metric(samples, "samsa_authentications_total", mechanism=MECHANISM,
+                  result="too_many_from_address") == 1
+    assert not metric(samples, "samsa_authentications_total", mechanism=MECHANISM,
+                      result="too_many")
+    wait_until(lambda: _logs_in(broker), what="a user to get in once the strangers left")
