@@ -12,6 +12,7 @@ import pytest
 
 from broker.client.connection import BrokerConnection, parse_address
 from broker.config import BrokerConfig
+from broker.protocol import api
 from broker.service_kit.settings import ConfigError
 from broker_helpers import wait_until
 from mirror.config import MirrorConfig
@@ -34,6 +35,10 @@ def test_the_brokers_send_buffer_is_autotuned_unless_set(broker_factory, setting
     conn = BrokerConnection(host, port)
     conn.connect()
     try:
+        # answered: the broker has accepted the connection and set its
+        # buffer (the kernel accepts before the broker does; reading ss
+        # before then saw the kernel's size on a busy machine)
+        conn.request(api.MetadataRequest(()))
         size = wait_until(lambda: send_buffer_of_accepted(port), 5)
         if expected == "autotuned":
             # the kernel's starting size (net.ipv4.tcp_wmem's default), free to grow
