@@ -27,6 +27,7 @@ from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.scram import MECHANISM, ScramClient, ScramCredential
 from broker.coordination import paths
 from broker.security import store
+from cluster_helpers import chroot_client
 from broker_helpers import (scram_connection, closed_by_peer, log_text, message_set, metric, raw_socket,
                             read_frame, request_frame, rss_mb, scrape_metrics, wait_until)
 
@@ -504,3 +505,48 @@ def test_one_address_cannot_take_every_place_in_the_exchange(broker_factory, zoo
     assert not metric(samples, "samsa_authentications_total", mechanism=MECHANISM,
                       result="too_many")
     wait_until(lambda: _logs_in(broker), what="a user to get in once the strangers left")
+
+
+def test_frames_behind_a_handshake_that_waits_for_the_users_are_replayed_in_order(
+        broker_factory, tmp_path):
+    """A broker started while ZooKeeper is down cannot tell its users yet:
+    the handshake's answer waits, and what the client pipelined behind it
+    (its first SCRAM message) is held, then handled in order once the users
+    are read: the exchange completes and the connection serves requests."""
+    from broker.harness.zookeeper import ZooKeeperEnsemble
+    ensemble = ZooKeeperEnsemble(1, str(tmp_path / "zookeeper"))
+    ensemble.start()
+    try:
+        zk = chroot_client(ensemble.connect_string("/held"))
+        store.set_user(zk, "alice", ScramCredential.from_password(PASSWORD))
+        zk.stop()
+        zk.close()
+        ensemble.stop()                              # its data stay for the restart
+        broker = broker_factory({"zookeeper": ensemble.connect_string("/held"),
+                                 "authentication": "scram",
+                                 "authentication_timeout_ms": 60_000})
+        sock = raw_socket(broker.address, timeout=30)
+        scram = ScramClient("alice", PASSWORD)
+        sock.sendall(api.encode_request(api.SaslHandshakeRequest(MECHANISM), 1, "raw")
+                     + api.encode_request(api.SaslAuthenticateRequest(scram.first()), 2,
+                                          "raw"))
+        sock.settimeout(1.0)
+        with pytest.raises(socket.timeout):          # no answer while the users are unknown
+            sock.recv(1)
+        ensemble.start()
+        sock.settimeout(30)
+        cid, handshake = api.decode_response(ApiKey.SASL_HANDSHAKE, read_frame(sock))
+        assert cid == 1 and MECHANISM in handshake.mechanisms
+        cid, first = api.decode_response(ApiKey.SASL_AUTHENTICATE, read_frame(sock))
+        assert cid == 2, first
+        sock.sendall(api.encode_request(
+            api.SaslAuthenticateRequest(scram.final(first.auth_bytes)), 3, "raw"))
+        cid, final = api.decode_response(ApiKey.SASL_AUTHENTICATE, read_frame(sock))
+        assert cid == 3
+        scram.verify(final.auth_bytes)               # the broker holds alice's credential
+        sock.sendall(api.encode_request(api.MetadataRequest(()), 4, "raw"))
+        cid, metadata = api.decode_response(ApiKey.METADATA, read_frame(sock))
+        assert cid == 4 and metadata.broker_id == 0
+        sock.close()
+    finally:
+        ensemble.stop()
