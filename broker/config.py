@@ -233,7 +233,7 @@ class BrokerConfig:
         if self.zookeeper_tls and not self.zookeeper:
             raise ConfigError("zookeeper_tls needs zookeeper")
         try:
-            self.zookeeper_tls_settings()
+            self.zookeeper_tls_settings().kazoo_options()      # the files, readable
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         if self.max_unauthenticated_connections < 1:

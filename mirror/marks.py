@@ -14,13 +14,25 @@ import json
 import re
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
 
 MIRRORED_TOPICS = "/mirrored/topics"
 
 
 def mark_mirrored(client: KazooClient, topic: str, source: str) -> None:
-    """Record that ``topic`` in this cluster holds copies from ``source``."""
+    """Record that ``topic`` in this cluster holds copies from ``source``.
+    PermissionError when the marks belong to another ZooKeeper identity."""
+    try:
+        _mark(client, topic, source)
+    except NoAuthError:
+        raise PermissionError(
+            f"cannot mark {topic} as mirrored from {source}: the marks of mirrored topics "
+            f"({MIRRORED_TOPICS}) belong to another ZooKeeper identity; every mirror into "
+            f"one target uses the same [credentials] zookeeper_auth_file (docs/mirror.md)"
+        ) from None
+
+
+def _mark(client: KazooClient, topic: str, source: str) -> None:
     path = f"{MIRRORED_TOPICS}/{topic}"
     client.ensure_path(MIRRORED_TOPICS)
     while True:

@@ -197,7 +197,8 @@ class Mirror:
                         monitor = monitors.get(pipe.source.name)
                         if monitor is None:
                             monitor = monitors[pipe.source.name] = LagMonitor(
-                                pipe.consumer.client, client_id="samsa-mirror-lag")
+                                pipe.consumer.client, client_id="samsa-mirror-lag",
+                                **self.config.credentials.admin_options())
                         lags, statuses = self._lags(pipe, monitor)
                         self.metrics.set_lag(pipe.source.name, lags, statuses)
                     except Exception as exc:   # noqa: BLE001 - a probe must not stop the copy

@@ -254,7 +254,17 @@ class SchemaRegistry:
         check_subject(subject)
         expanded = expand(schema)
         sid = schema_id(expanded)
-        self.store.add_schema(sid, normalized(expanded))
+        text = normalized(expanded)
+        # Registered already: nothing to write (a reader without the right to
+        # write a secured registry registers what is there, as every service
+        # does with its schemas at start).
+        data, _token = self.store.read_subject(subject)
+        if data and sid in data["versions"] and self.store.get_schema(sid) == text:
+            with self._lock:
+                self._by_id.setdefault(sid, expanded)
+            return RegisteredSchema(subject, data["versions"].index(sid) + 1, sid, expanded)
+        if self.store.get_schema(sid) != text:
+            self.store.add_schema(sid, text)      # new, or a collision it reports
         with self._lock:
             self._by_id.setdefault(sid, expanded)
         for _ in range(100):     # compare-and-set: retried when another writer won

@@ -65,9 +65,10 @@ class RegistryServiceConfig:
     nodes of /schemas are then changeable by it alone (docs/security.md).
     Empty: $SAMSA_SCHEMA_REGISTRY_ZOOKEEPER_AUTH_FILE, else none (open nodes)."""
     zookeeper_tls_ca_file: str = ""
-    """Set: the store is reached over TLS (ZooKeeper's TLS port, which the
-    registry URL then names), its certificate checked against these
-    authorities. Empty: $SAMSA_ZOOKEEPER_TLS_CA_FILE, else plaintext."""
+    """The store is reached over TLS (ZooKeeper's TLS port, which the
+    registry URL then names) when this or the certificate is set, its
+    certificate checked against these authorities (and the system's). All
+    three empty: the $SAMSA_ZOOKEEPER_TLS_* variables, else plaintext."""
     zookeeper_tls_cert_file: str = ""
     """A client certificate for ZooKeeper's TLS port, and its key."""
     zookeeper_tls_key_file: str = ""
@@ -91,6 +92,7 @@ class RegistryServiceConfig:
             raise ValueError("store_timeout_s must be > 0")
         if not self.registry:
             raise ValueError("registry must name a store (zookeeper://... or file:PATH)")
+        self.zookeeper_tls_options()              # a certificate without its key
 
 
 class RegistryService:

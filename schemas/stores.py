@@ -336,14 +336,18 @@ ZOOKEEPER_TLS_ENV = ("SAMSA_ZOOKEEPER_TLS_CA_FILE", "SAMSA_ZOOKEEPER_TLS_CERT_FI
 def zookeeper_tls_options(environ: dict[str, str] | None = None) -> dict:
     """kazoo's TLS options from the environment, as the broker's tools take
     them (docs/security.md, "ZooKeeper"): ``$SAMSA_ZOOKEEPER_TLS_CA_FILE``
-    (set: TLS to ZooKeeper's TLS port, its certificate and host name checked
-    against these authorities), ``$SAMSA_ZOOKEEPER_TLS_CERT_FILE`` and
-    ``..._KEY_FILE`` (a client certificate). None set: plaintext."""
+    (the authorities of ZooKeeper's certificate besides the system's; its
+    host name is checked too), ``$SAMSA_ZOOKEEPER_TLS_CERT_FILE`` and
+    ``..._KEY_FILE`` (a client certificate). Any set: TLS; none: plaintext.
+    ValueError for a certificate without its key."""
     environ = os.environ if environ is None else environ
     ca_file, cert_file, key_file = (environ.get(name, "") for name in ZOOKEEPER_TLS_ENV)
-    if not ca_file:
+    if not (ca_file or cert_file or key_file):
         return {}
-    return {"use_ssl": True, "ca": ca_file, "certfile": cert_file or None,
+    if bool(cert_file) != bool(key_file):
+        raise ValueError("ZooKeeper TLS: a client certificate and its key go together "
+                         "($SAMSA_ZOOKEEPER_TLS_CERT_FILE, ..._KEY_FILE)")
+    return {"use_ssl": True, "ca": ca_file or None, "certfile": cert_file or None,
             "keyfile": key_file or None, "verify_certs": True, "check_hostname": True}
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from broker.coordination.zk_tls import ZooKeeperTlsSettings
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.protocol.scram import MECHANISM, ScramClient, ScramError
 from broker.security.password_file import read_password_file
-from broker.coordination.zk_tls import ZooKeeperTlsSettings
 from broker.security.tls import TlsClientSettings, client_context_of
 
 
@@ -97,8 +97,9 @@ class ServiceCredentials(ZooKeeperTlsSettings):
     sasl_password_file: str = ""
     """The file holding its password (first line)."""
     zookeeper_auth_file: str = ""
-    """A ``user:password`` file: the ZooKeeper identity of the service's
-    consumer groups, whose records only it may then change."""
+    """A ``user:password`` file: the service's ZooKeeper identity, that of
+    its consumer groups (whose records only it may then change) and of what
+    else it writes there (the mirror's marks of copied topics)."""
     tls: bool = False
     """Connect to the brokers' TLS listeners (found in ZooKeeper,
     /brokers/tls) rather than their plaintext ones."""

@@ -40,6 +40,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from . import paths
 from .registry import read_broker_address
@@ -70,9 +71,12 @@ class ClusterView:
         self._replicated_watches: set[str] = set()
         self._state_watches: set[tuple[str, int]] = set()
         client.add_listener(self._on_state)
-        client.ensure_path(paths.BROKER_IDS)
-        client.ensure_path(paths.BROKER_TOPICS)
-        client.ensure_path(paths.REPLICATED_TOPICS)
+        # Made open when missing, as the chroot is: the brokers create these
+        # with the cluster's ACL; made with the default ACL of a client with
+        # an identity of its own (a mirror, a group), a node would be that
+        # identity's and no broker could register under it.
+        for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, paths.REPLICATED_TOPICS):
+            client.ensure_path(path, acl=OPEN_ACL_UNSAFE)
         ChildrenWatch(client, paths.BROKER_IDS, self._on_broker_ids)
         ChildrenWatch(client, paths.BROKER_TOPICS, self._on_topics)
         ChildrenWatch(client, paths.REPLICATED_TOPICS, self._on_replicated_topics)

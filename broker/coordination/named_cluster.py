@@ -118,8 +118,9 @@ def _add_zookeeper_security(parser) -> None:
     parser.add_argument("--zookeeper-tls-ca-file", metavar="FILE",
                         default=os.environ.get("SAMSA_ZOOKEEPER_TLS_CA_FILE", ""),
                         help="connect to ZooKeeper's TLS port (which the connect string then "
-                             "names), trusting the authorities in FILE (kazoo adds the "
-                             "system's); default $SAMSA_ZOOKEEPER_TLS_CA_FILE, else plaintext")
+                             "names), trusting the authorities in FILE besides the system's "
+                             "(kazoo adds those); default $SAMSA_ZOOKEEPER_TLS_CA_FILE. Any "
+                             "--zookeeper-tls-* option turns TLS on")
     parser.add_argument("--zookeeper-tls-cert-file", metavar="FILE",
                         default=os.environ.get("SAMSA_ZOOKEEPER_TLS_CERT_FILE", ""),
                         help="a client certificate for ZooKeeper's TLS port (default "
@@ -140,12 +141,14 @@ def zookeeper_identity(args) -> Identity:
 
 def zookeeper_tls(args) -> ZooKeeperTls:
     """TLS to ZooKeeper as ``--zookeeper-tls-ca-file`` and its companions
-    say (none without a CA file); ConfigError when the files will not do."""
-    ca_file = getattr(args, "zookeeper_tls_ca_file", "") or ""
+    say (any of them turns TLS on; none: plaintext); ConfigError when the
+    files will not do."""
+    files = [getattr(args, f"zookeeper_tls_{name}_file", "") or ""
+             for name in ("ca", "cert", "key")]
     try:
-        return ZooKeeperTls(bool(ca_file), ca_file,
-                            getattr(args, "zookeeper_tls_cert_file", "") or "",
-                            getattr(args, "zookeeper_tls_key_file", "") or "")
+        tls = ZooKeeperTls(any(files), *files)
+        tls.kazoo_options()                 # the files, read now: one clear error
+        return tls
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -72,8 +72,7 @@ def start_client(client: KazooClient, connect: str, timeout: float = 15.0,
     try:
         if chroot:
             # the chroot itself is made through a client without it, first
-            root = KazooClient(hosts=hosts, timeout=client._session_timeout / 1000,
-                               **_tls_options_of(client))
+            root = KazooClient(hosts=hosts, timeout=timeout, **_tls_options_of(client))
             try:
                 root.start(timeout=timeout)
                 root.ensure_path(chroot)

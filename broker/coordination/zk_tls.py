@@ -26,15 +26,16 @@ class ZooKeeperTls:
     def __post_init__(self) -> None:
         if bool(self.cert_file) != bool(self.key_file):
             raise ValueError("the ZooKeeper TLS certificate and key files go together")
-        if self.enabled:
-            for path in (self.ca_file, self.cert_file, self.key_file):
-                if path and not os.access(path, os.R_OK):
-                    raise ValueError(f"ZooKeeper TLS: cannot read {path}")
 
     def kazoo_options(self) -> dict:
-        """KazooClient's keyword arguments (none without TLS)."""
+        """KazooClient's keyword arguments (none without TLS); ValueError for
+        a file that cannot be read (checked here, where a client is made,
+        not where settings are read: the DAG files read the loader's)."""
         if not self.enabled:
             return {}
+        for path in (self.ca_file, self.cert_file, self.key_file):
+            if path and not os.access(path, os.R_OK):
+                raise ValueError(f"ZooKeeper TLS: cannot read {path}")
         return {"use_ssl": True, "ca": self.ca_file or None,
                 "certfile": self.cert_file or None, "keyfile": self.key_file or None,
                 "verify_certs": True, "check_hostname": self.verify_hostname}

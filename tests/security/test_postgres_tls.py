@@ -91,6 +91,7 @@ def test_airflow_reaches_its_database_over_tls(tls_postgres, tmp_path):
                         + server.passfile, False)):
         env = airflow_stack.environment(str(tmp_path / "airflow"), 8080,
                                         "config/loader.toml", db_url=url)
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] == url   # psycopg's async
         done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "airflow"),
                                "db", "check"], env=env, capture_output=True, text=True,
                               timeout=180)

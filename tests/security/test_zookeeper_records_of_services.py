@@ -87,6 +87,10 @@ def test_the_registry_writes_its_schemas_with_its_identity(broker_factory, zooke
         assert refused.returncode == 3, refused.stderr
         assert b"refused" in refused.stderr and b"not writable by" in refused.stderr
         assert who in refused.stderr
+    # registering what is registered writes nothing, so needs no identity
+    # (every service registers its schemas at start: the audit, the mirror)
+    again = schemas_command(registry, "register", "page_views", PAGE_VIEW)
+    assert again.returncode == 0, again.stderr
     wrong = identity_file(tmp_path, "registry", "a wrong password")
     refused = schemas_command(registry, "config", "page_views", "FULL", auth_file=wrong)
     assert refused.returncode == 3, refused.stderr
@@ -237,3 +241,23 @@ def test_the_tool_secures_the_registrys_and_the_mirrors_records(broker_factory, 
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(b"0 nodes secured"), again.stdout
 
+
+
+def test_a_client_with_an_identity_first_on_a_new_cluster_leaves_room_for_the_brokers(
+        broker_factory, zookeeper, zk_chroot, tmp_path):
+    """A mirror's target producer (an identity of its own) that starts before
+    any broker makes the brokers' paths it watches open, not its own: the
+    broker, with the cluster's identity, still registers."""
+    connect = zookeeper.connect_string() + zk_chroot
+    mirror_file = identity_file(tmp_path, "mirror", "mirror-secret")
+    cluster_file = identity_file(tmp_path, "samsa-cluster", "cluster-secret")
+    with ClusterProducer(connect, acks="flushed", zookeeper_auth_file=mirror_file):
+        zk = stranger(connect)
+        try:
+            assert is_open(zk.get_acls(paths.BROKER_IDS)[0])
+        finally:
+            zk.stop()
+            zk.close()
+        broker_factory({"zookeeper": connect, "zookeeper_auth_file": cluster_file})
+        wait_until(lambda: broker_registered(connect), 20,
+                   what="the broker to register under the paths the mirror made")

@@ -100,7 +100,7 @@ def test_only_tls_with_a_trusted_certificate_and_the_right_name_gets_in(tls_zook
     client.stop()
     client.close()
     with pytest.raises(ValueError, match="cannot read"):
-        ZooKeeperTls(True, "/nonexistent/ca.crt")
+        make_client(hosts, tls=ZooKeeperTls(True, "/nonexistent/ca.crt"))
 
 
 def test_brokers_clients_and_the_mirror_work_over_tls_zookeeper(tls_zookeeper, pki,
