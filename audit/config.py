@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from broker.client.authentication import ServiceCredentials
+from broker.security.credentials import ServiceCredentials
 from broker.coordination.named_cluster import check_name
 from broker.coordination.zk import split_connect_string
 from broker.service_kit.http_security import HttpSecurity

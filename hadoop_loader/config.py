@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from broker.client.authentication import ServiceCredentials
+from broker.security.credentials import ServiceCredentials
 
 
 @dataclass(frozen=True)

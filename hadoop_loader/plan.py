@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 
 from broker.client.admin import AdminClient
-from broker.client.authentication import ServiceCredentials
+from broker.security.credentials import ServiceCredentials
 from broker.coordination.cluster import ClusterView
 from broker.coordination.zk import make_client, start_client
 from broker.coordination.zk_acls import Identity

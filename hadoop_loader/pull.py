@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from broker.client.authentication import ServiceCredentials
+from broker.security.credentials import ServiceCredentials
 from broker.client.consumer import Consumer
 
 from hadoop_loader.frames import split_envelopes, write_container

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from broker.client.authentication import ServiceCredentials
+from broker.security.credentials import ServiceCredentials
 from broker.coordination.named_cluster import NamedCluster
 from broker.service_kit.http_security import HttpSecurity
 from broker.service_kit.settings import ConfigError

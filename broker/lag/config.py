@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from broker.client.authentication import ServiceCredentials
+from broker.security.credentials import ServiceCredentials
 from broker.service_kit.http_security import HttpSecurity
 from broker.lag.evaluator import Thresholds
 from broker.coordination.named_cluster import NamedCluster

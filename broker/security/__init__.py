@@ -10,6 +10,8 @@ tools share one meaning of each control; store.py alone talks to ZooKeeper.
 * ca.py: a certificate authority of one's own (the lab, the demo, tests):
   a CA and certificates it issues per host;
 * password_file.py: a password read from a file named in the settings;
+* credentials.py: what a service authenticates with (its [credentials]):
+  a SCRAM user, TLS to the brokers, its ZooKeeper identity and TLS;
 * store.py: the users' SCRAM credentials and the ACLs in ZooKeeper
   (/security/...): reading and writing them (the ``users`` and ``acls``
   tools), and SecurityCache, a broker's copy of them kept current by

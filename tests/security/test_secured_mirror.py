@@ -12,7 +12,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from broker.client.authentication import SaslLogin, ServiceCredentials
+from broker.client.authentication import SaslLogin
+from broker.security.credentials import ServiceCredentials
 from broker.client.cluster_producer import ClusterProducer
 from broker.client.connection import BrokerConnection, parse_address
 from broker.coordination import paths

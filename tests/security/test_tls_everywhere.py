@@ -13,7 +13,7 @@ import os
 import pytest
 
 from broker.client.admin import AdminClient
-from broker.client.authentication import ServiceCredentials
+from broker.security.credentials import ServiceCredentials
 from broker.client.cluster_producer import ClusterProducer
 from broker.client.group_consumer import GroupConsumer
 from broker.coordination import paths

@@ -17,7 +17,7 @@ import sys
 import pytest
 from kazoo.exceptions import NoAuthError
 
-from broker.client.authentication import ServiceCredentials
+from broker.security.credentials import ServiceCredentials
 from broker.client.cluster_producer import ClusterProducer
 from broker.coordination import paths
 from broker.coordination.named_cluster import NamedCluster

@@ -14,7 +14,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
-from broker.client.authentication import ServiceCredentials
+from broker.security.credentials import ServiceCredentials
 from broker.client.cluster_producer import ClusterProducer
 from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
 from broker.coordination import paths
