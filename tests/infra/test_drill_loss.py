@@ -68,13 +68,14 @@ def test_nothing_expected_is_never_exact():
 def test_a_deleted_segment_is_reported_exactly_and_blocks_its_hour(tmp_path):
     state = tmp_path / "loss"
     # The hour holding the loss fails when its sensor gives up: its timeout
-    # after the first ask, never before the audit's grace (from the
-    # producers' last report, some 25 s before that ask) has run out. The
-    # drill's own reading of the audit looks at the missing counts, which
-    # the grace does not change: a short one (20 s) lets the run fail about
-    # 10 s after its first ask instead of waiting out the default minute.
-    # Spark's driver JVM (spark-submit's, from the environment through
-    # Airflow) runs seconds: C1 only, the serial GC, no UI. Speed only.
+    # after its first ask, but never before the audit's grace has run out
+    # (counted from the producers' last report, here some 25 s before that
+    # ask). The drill reads the audit's missing counts, which the grace does
+    # not change: with a grace of 20 s the run fails 10 s after its first
+    # ask, where the default minute held it some 45 s.
+    # Spark's driver JVM (spark-submit's, which gets the environment through
+    # Airflow) runs seconds: C1 only (C2 never pays off in a job that short,
+    # on two cores), the serial GC, no UI. Speed only: the same job.
     env = dict(os.environ, SPARK_SUBMIT_OPTS=" ".join(filter(None, (
         os.environ.get("SPARK_SUBMIT_OPTS"),
         "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dspark.ui.enabled=false"))))
