@@ -21,7 +21,7 @@ from broker.security import store
 from broker.security.acl import AclEntry
 from broker.security.ca import CertificateAuthority
 from broker.security.tls import TlsSettings, client_context
-from broker_helpers import wait_until
+from broker_helpers import metric, scrape_metrics, wait_until
 from cluster_helpers import chroot_client
 from schemas import catalog
 from schemas.registry import SchemaRegistry
@@ -111,5 +111,11 @@ def test_the_loader_loads_a_secured_cluster_with_its_credentials(secured_analysi
     assert "60 messages" in out.stdout
     assert rows_per_hour(read_rows(str(tmp_path / "wh"))) == want
     assert "could not be published" not in out.stderr
+    # the Spark tasks read at the TLS listener (the plaintext one would have
+    # taken the same SCRAM user): fetched bytes are counted there, none
+    # were sent by sendfile (the plaintext port's)
+    samples = scrape_metrics(broker.metrics_port)
+    assert (metric(samples, "samsa_tls_fetch_bytes_total") or 0) > 0
+    assert not metric(samples, "samsa_sendfile_bytes_total")
     wait_until(lambda: audit_events(broker, ca_file) > 0, 30,
                what="the hadoop tier's counts in the audit topic")
