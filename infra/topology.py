@@ -60,12 +60,16 @@ File format (TOML; every key has a default except the names, and
     evaluation_interval_s = 5.0      # how often Prometheus evaluates the alert rules
     lag_settings = []                # any other lag-service setting: ["stop_min_ms=30000"]
 
+    [security]                       # optional: the secured lab (docs/security.md)
+    enabled = false                  # `python -m infra.local up` turns it on unless --insecure
+
 Port layout (a port set to 0 takes its place here; B is ``base_port``):
 
 * ZooKeeper member i: client ``B+i``, quorum ``B+10+2i``, election ``B+11+2i``;
 * the c-th cluster (datacenters in file order, then analysis), from
   ``K = B+100*(c+1)``: load balancer ``K``, its stats page ``K+1``, broker i
-  ``K+10+i``, broker i's metrics ``K+50+i``;
+  ``K+10+i`` (secured: its TLS listener; its plaintext one, asking for
+  SCRAM, on a free port), broker i's metrics ``K+50+i``;
 * the m-th mirror, from ``M = B+100*(clusters+1)``: process i's metrics ``M+10*m+i``.
 
 With the default base 19000 and file: ZooKeeper 19000, dc-a's load balancer
@@ -339,6 +343,17 @@ class MonitoringSpec:
                                "use the lag service's own keys (config/lag.toml)")
 
 
+@dataclass(frozen=True)
+class SecuritySpec:
+    """Whether the lab runs secured (docs/security.md, "The secured lab"):
+    the brokers' TLS listeners at the layout's broker ports asking for
+    SCRAM-SHA-512, ACLs enforced, ZooKeeper identities, a certificate
+    authority and secrets of the lab's own (infra/local/lab_security.py).
+    ``python -m infra.local up`` turns it on unless ``--insecure``."""
+    enabled: bool = False
+    """Run the lab secured."""
+
+
 #: the pipeline's own services, hosts of the analysis datacenter in the network lab
 NETWORK_SERVICES = ("audit", "airflow", "lag", "prometheus")
 #: the first host's number in a datacenter's /24
@@ -439,6 +454,8 @@ class Topology:
     """The lag service and Prometheus, when the lab runs them."""
     network: NetworkSpec = field(default_factory=NetworkSpec)
     """The network lab's addresses and WAN links (used by the netns runtime only)."""
+    security: SecuritySpec = field(default_factory=SecuritySpec)
+    """TLS, users, ACLs and ZooKeeper identities of the lab's own (off: open)."""
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name or ""):
@@ -807,5 +824,5 @@ def lag_config(topology: Topology, http_port: int) -> LagServiceConfig:
 
 
 __all__ = ["ClusterSpec", "ConfigError", "LoadBalancerSpec", "MirrorSpec", "MonitoringSpec",
-           "Topology", "ZooKeeperSpec", "lag_config", "load_topology", "mirror_config",
+           "SecuritySpec", "Topology", "ZooKeeperSpec", "lag_config", "load_topology", "mirror_config",
            "to_toml"]

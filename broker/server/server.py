@@ -592,7 +592,9 @@ class BrokerServer:
                           for p, lg in enumerate(topic.logs))
             topics.append(api.TopicInfo(name, 0, "", tuple(sorted(topic.overrides.items())),
                                         parts))
-        resp = api.MetadataResponse(self.config.broker_id, self.config.public_host, self.port,
+        # the listener the client came in by: a TLS client is told the TLS port
+        port = self.tls_port if conn.tls and self.tls_port is not None else self.port
+        resp = api.MetadataResponse(self.config.broker_id, self.config.public_host, port,
                                     tuple(topics), self.config.max_message_bytes)
         conn.add_reply(Reply(api.encode_response(header.correlation_id, resp)))
 

@@ -2,6 +2,8 @@
 
 * lab.py: the lab itself, as processes of this checkout or as containers
   (up, down, faults);
+* lab_security.py: the secured lab's certificate authority, certificates,
+  users, ACLs and ZooKeeper identities, made on the spot;
 * status.py: what an environment runs and how it is doing (a lab's, or
   Terraform's local environment's), and its text;
 * metrics.py: reading a process's Prometheus /metrics;

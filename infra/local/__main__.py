@@ -73,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(config=DEFAULT_TOPOLOGY)
     up.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                     help="how long each step may take to be ready (default 60)")
+    up.add_argument("--insecure", action="store_true",
+                    help="run the lab open: plaintext listeners, no users, no ACLs, no "
+                         "ZooKeeper identities. Without it the lab runs secured (TLS "
+                         "listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper identities, "
+                         "a certificate authority and secrets made in STATE_DIR/security; "
+                         "docs/security.md) unless the topology's [security] table or "
+                         "--set security.enabled says otherwise")
     up.add_argument("--no-mirrors", action="store_true",
                     help="leave the mirrors out (start only ZooKeeper, brokers, load balancers)")
     up.add_argument("--no-monitoring", action="store_true",
@@ -123,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_up(args: argparse.Namespace) -> int:
     values = cli.settings_values(args)
+    security = values.setdefault("security", {})
+    if args.insecure:
+        security["enabled"] = False
+    else:
+        security.setdefault("enabled", True)      # secured unless the topology says
     if args.print_config:
         cli.print_config(Topology, values)
         return 0

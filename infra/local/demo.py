@@ -7,11 +7,17 @@ analysis cluster; the demo reads the copies back there, prints the lab's
 status (with its lag service and its Prometheus: URL, targets up, alerts)
 and takes everything down.
 
-    python -m infra.local.demo [--messages 20000] [--keep]
+The lab runs secured (docs/security.md, "The secured lab"): the web
+servers publish over TLS as the user ``producer``, the mirror reads and
+writes as ``mirror``, the demo reads the copies as ``admin``; and it shows
+that a client without credentials is refused. ``--insecure`` runs it open.
+
+    python -m infra.local.demo [--messages 20000] [--keep] [--insecure]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -22,19 +28,23 @@ from broker.client.consumer import Consumer
 from broker.client.producer import Producer
 from broker.protocol.errors import ErrorCode, SamsaError
 from infra.local.lab import DEFAULT_TOPOLOGY, Lab, free_topology
+from infra.local.lab_security import ADMIN, PRODUCER
 from infra.local.status import render
-from infra.topology import load_topology
+from infra.topology import SecuritySpec, load_topology
 
 TOPIC = "page-views"
 
 
-def count_in(addresses: list[str], topic: str) -> int:
+def count_in(addresses: list[str], topic: str, security=None) -> int:
     """Messages of ``topic`` readable on these brokers (read through, as a
-    consumer; a replicated partition at its leader only)."""
+    consumer; a replicated partition at its leader only); ``security``: a
+    secured lab's (read as its admin)."""
     total = 0
+    admin_options = {} if security is None else security.admin_options(ADMIN)
+    client_settings = {} if security is None else security.client_settings(ADMIN)
     for address in addresses:
         ends = {}
-        with AdminClient(address) as admin:
+        with AdminClient(address, **admin_options) as admin:
             for p in range(admin.partition_count(topic) or 0):
                 try:
                     ends[p] = admin.latest_offset(topic, p)
@@ -43,7 +53,7 @@ def count_in(addresses: list[str], topic: str) -> int:
                         raise        # not led here: counted at its leader
         if not ends:
             continue
-        consumer = Consumer(bootstrap=address, max_wait_ms=50)
+        consumer = Consumer(bootstrap=address, max_wait_ms=50, **client_settings)
         try:
             consumer.assign([(topic, p) for p in ends], start="earliest")
             while any(consumer.position((topic, p)) < end for p, end in ends.items()):
@@ -53,6 +63,16 @@ def count_in(addresses: list[str], topic: str) -> int:
     return total
 
 
+def stranger_refused(address: str) -> bool:
+    """Whether a producer with no credentials (plaintext, no user) gets
+    nothing in at ``address``."""
+    with Producer(bootstrap=address, acks="flushed", client_id="stranger", retries=0,
+                  partitioner="any") as p:
+        p.send(TOPIC, b"a stranger's page view", key=None)
+        p.flush(30)
+        return p.failed_batches == 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.local.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -60,11 +80,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="page views published in each datacenter (default 20000)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the lab's directory (logs, data) afterwards")
+    parser.add_argument("--insecure", action="store_true",
+                        help="run the lab open (no TLS, users, ACLs or ZooKeeper identities)")
     args = parser.parse_args(argv)
     workdir = tempfile.mkdtemp(prefix="samsa-lab-demo-")
     topology = free_topology(load_topology(DEFAULT_TOPOLOGY))
+    topology = dataclasses.replace(topology, security=SecuritySpec(enabled=not args.insecure))
     lab = Lab(topology, workdir)
-    print(f"[lab demo] bringing up the multi-DC lab ({DEFAULT_TOPOLOGY}) in {workdir} ...")
+    print(f"[lab demo] bringing up the multi-DC lab ({DEFAULT_TOPOLOGY}) in {workdir}, "
+          f"{'open' if args.insecure else 'secured'} ...")
     started = time.monotonic()
     ok = False
     try:
@@ -73,12 +97,23 @@ def main(argv: list[str] | None = None) -> int:
               f"{sum(c.brokers for c in topology.clusters())} brokers, "
               f"{len(topology.datacenters)} HAProxy load balancers, the mirror, the lag "
               f"service, Prometheus at {lab.prometheus_url()}/")
+        security = lab.security
+        if security is not None:
+            print(f"[lab demo] secured: TLS listeners asking for SCRAM-SHA-512, ACLs, "
+                  f"ZooKeeper identities; secrets in {security.directory}")
+            refused = stranger_refused(lab.lb_address(topology.datacenters[0].name))
+            print(f"[lab demo] a producer without credentials: "
+                  f"{'refused' if refused else 'NOT refused'}")
+            if not refused:
+                print("[lab demo] FAILED: the lab let a client without credentials in")
+                return 1
+        client = {} if security is None else security.client_settings(PRODUCER)
         for dc in topology.datacenters:
             address = lab.lb_address(dc.name)
             # through a load balancer the broker reached picks the partition
             # (on a replicated cluster, one it leads)
             with Producer(bootstrap=address, acks="flushed", client_id=f"web-{dc.name}",
-                          partitioner="any") as p:
+                          partitioner="any", **client) as p:
                 for i in range(args.messages):
                     p.send(TOPIC, f'{{"dc": "{dc.name}", "page": "/item/{i % 500}", '
                                   f'"seq": {i}}}'.encode(), key=None)
@@ -90,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         deadline = time.monotonic() + 120
         copied = 0
         while time.monotonic() < deadline:
-            copied = count_in(analysis, TOPIC)
+            copied = count_in(analysis, TOPIC, security)
             if copied >= wanted:
                 break
             time.sleep(0.2)

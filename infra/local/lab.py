@@ -60,6 +60,17 @@ State directory::
     mirror/<name>-<i>.toml    a mirror process's settings
     lag/lag.toml              the lag service's settings
     prometheus/prometheus.yml Prometheus's configuration; prometheus/data its TSDB
+    security/                 the secured lab's secrets (infra/local/lab_security.py)
+
+A topology with ``[security] enabled`` runs secured (docs/security.md, "The
+secured lab"): before ZooKeeper its secrets are made (once), once ZooKeeper
+serves every cluster's users and ACLs are written as the cluster's ZooKeeper
+identity, each broker serves its TLS listener (asking for SCRAM) at the
+layout's broker port and registers it in ``/brokers/tls`` (ready: that
+registration), the mirrors and the lag service get their users, the schema
+registries their identity (the shipped schemas are registered with it).
+Processes and netns runtimes, whole labs only; the audit and Airflow that
+``start_audit`` and ``start_airflow`` add run open (refused in a secured lab).
 
 In the containers runtime, ZooKeeper's output goes to ``logs/zookeeper-<id>.log``
 itself (its ``zoo.cfg`` is written by the image into ``zookeeper/zk-<id>/conf``);
@@ -92,6 +103,7 @@ from kazoo.exceptions import NoNodeError
 
 from broker.coordination import paths
 from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_client
+from broker.coordination.zk_acls import Identity
 from broker.harness.zookeeper import SERVING_MODES, ZooKeeperEnsemble, ZooKeeperError, server_mode
 from broker.service_kit import detached, settings
 from broker.service_kit.detached import DetachedProcess
@@ -100,6 +112,8 @@ from broker.service_kit.process import SupervisedProcess, tail, wait_until
 from infra.local import airflow_stack, daemon, haproxy, prometheus
 from infra.local.container_runtime import (HAPROXY_CONFIG, IMAGES, RUNTIMES, ContainerError,
                                            Docker, Mount, container_name, engine_host)
+from infra.local.lab_security import (LAG, MIRROR, ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY,
+                                      LabSecurity)
 from infra.local.metrics import scrape
 from infra.local.network import control as network_control
 from infra.local.network import runner as network_runner
@@ -215,6 +229,9 @@ class Lab:
         if self.runtime == "netns" and not self.topology.network.namespaces:
             self.topology = dataclasses.replace(self.topology, network=dataclasses.replace(
                 self.topology.network, namespaces=True))
+        #: the secured lab's secrets (None: the lab runs open)
+        self.security = LabSecurity(self.path("security")) \
+            if self.topology.security.enabled else None
 
     @classmethod
     def open(cls, state_dir: str) -> "Lab":
@@ -468,6 +485,12 @@ class Lab:
         if self.records:
             log.warning("the lab in %s had stopped without `down`: starting afresh",
                         self.state_dir)
+        if self.security is not None and self.runtime == "containers":
+            raise LabError("the secured lab runs in the processes and netns runtimes (the "
+                           "containers do not take its secrets yet): add --insecure")
+        if self.security is not None and component is not None:
+            raise LabError("the secured lab keeps its secrets in one state directory: bring "
+                           "it up whole (no --only), or add --insecure")
         if self.runtime == "containers":
             self._check_containers(component)
         if self.runtime == "netns":
@@ -501,6 +524,8 @@ class Lab:
             f.write(to_toml(self.topology))
         self._write_state()
         started = time.monotonic()
+        if self.security is not None:
+            self.security.prepare(self.topology)
         try:
             if component is None:
                 if self.runtime == "netns":
@@ -624,6 +649,12 @@ class Lab:
                 for cluster in t.clusters():
                     if ensemble in (None, cluster.name):
                         zk.ensure_path(cluster.zk_chroot)
+        if self.security is not None:
+            for cluster in t.clusters():
+                with self._zookeeper(cluster=cluster.name, identity=ZK_CLUSTER) as zk:
+                    self.security.provision(zk, t, cluster.name)
+            log.info("users and ACLs of every cluster written (secrets in %s)",
+                     self.security.directory)
 
     def _start_zookeeper_per_datacenter(self, timeout: float) -> None:
         """The netns runtime: a standalone ZooKeeper in each datacenter, on
@@ -716,14 +747,16 @@ class Lab:
 
     @contextlib.contextmanager
     def _zookeeper(self, timeout: float = 10.0, cluster: str | None = None,
-                   chroot: bool = True) -> Iterator[Any]:
+                   chroot: bool = True, identity: str | None = None) -> Iterator[Any]:
         """A started kazoo client in ``cluster``'s chroot (at its ensemble's
         root without ``chroot``, or with no cluster named: the one ensemble of
-        every cluster), for the lab's own reads."""
+        every cluster), for the lab's own reads; with ``identity``, the
+        secured lab's ZooKeeper identity of that name."""
         connect = self.zookeeper_connect(cluster)
         if not chroot and cluster is not None:
             connect = connect[:-len(self.topology.cluster(cluster).zk_chroot)]
-        client = make_client(connect)
+        client = make_client(connect, identity=Identity.from_file(
+            self.security.zookeeper_identity_file(identity)) if identity else None)
         try:
             start_client(client, connect, timeout=timeout, what="lab")
         except ZooKeeperUnavailable as exc:
@@ -738,12 +771,20 @@ class Lab:
         """The command of broker ``index`` of ``cluster`` in the lab's runtime."""
         t = self.topology
         spec = t.cluster(cluster)
+        port = t.broker_ports(cluster)[index]
+        secured = {}
+        if self.security is not None:
+            # the layout's port is the TLS listener's; the plaintext one
+            # (asking for SCRAM, used by no one) takes a free port
+            secured = {"tls_port": str(port),
+                       **self.security.broker_settings(self.broker_name(cluster, index))}
+            port = 0
         args = ["--broker-id", str(index), "--host", t.address_of(self.broker_name(cluster, index)),
-                "--port", str(t.broker_ports(cluster)[index]),
+                "--port", str(port),
                 "--data-dir", self.broker_data_dir(cluster, index),
                 "--metrics-port", str(t.broker_metrics_ports(cluster)[index]),
                 "--log-format", "json", "--set", f"zookeeper={t.zookeeper_connect(cluster)}"]
-        for key, value in spec.broker_overrides().items():
+        for key, value in {**secured, **spec.broker_overrides()}.items():
             args += ["--set", f"{key}={value}"]
         if self.runtime != "containers":
             return [self.python, "-m", "broker", *args]
@@ -802,7 +843,11 @@ class Lab:
             self._wait_ready("its registration in ZooKeeper", names, registered, timeout)
 
     def _broker_node(self, cluster: str, index: int) -> str:
-        return self.topology.cluster(cluster).zk_chroot + paths.broker_id_path(index)
+        """Where the broker registers the address of ``broker_address``: its
+        TLS listener's in the secured lab."""
+        path = paths.broker_tls_path(index) if self.security is not None \
+            else paths.broker_id_path(index)
+        return self.topology.cluster(cluster).zk_chroot + path
 
     def _start_load_balancers(self, timeout: float, only: str | None = None) -> None:
         names = []
@@ -861,6 +906,9 @@ class Lab:
                 continue
             for i in range(mirror.processes):
                 config = mirror_config(self.topology, mirror, i)
+                if self.security is not None:
+                    config = dataclasses.replace(
+                        config, credentials=self.security.credentials(MIRROR, ZK_MIRROR))
                 path = self.path("mirror", f"{mirror.name}-{i}.toml")
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w") as f:
@@ -895,17 +943,37 @@ class Lab:
         clusters = [c.name for c in t.clusters()]
         ports = [REGISTRY_PORT] * len(clusters) if self.runtime == "netns" else \
             free_ports(len(clusters), t.host)
+        identity = [] if self.security is None else \
+            ["--set", "zookeeper_auth_file="
+             + self.security.zookeeper_identity_file(ZK_REGISTRY)]
         for cluster, port in zip(clusters, ports):
             host = f"{cluster}.registry"
             self._launch(f"registry-{cluster}", "schema-registry",
                          [self.python, "-m", "schemas", "--registry",
                           f"zookeeper://{self.zookeeper_connect(cluster)}", "serve",
-                          "--host", t.address_of(host), "--port", str(port)],
+                          "--host", t.address_of(host), "--port", str(port), *identity],
                          {"http": port}, cluster=cluster, host=host)
         self._wait_ready("its REST API (/config)",
                          [f"registry-{c}" for c in clusters],
                          lambda name: daemon.answers(f"{self.schema_registry_url(name[9:])}"
                                                      f"/config"), timeout)
+        if self.security is not None:
+            self._register_shipped_schemas()
+
+    def _register_shipped_schemas(self) -> None:
+        """The secured lab: the shipped schemas in every cluster's registry,
+        written as the registry's identity (the services register theirs at
+        start, which needs no identity once registered)."""
+        from schemas import catalog
+        from schemas.registry import SchemaRegistry
+        from schemas.stores import open_store
+        identity = self.security.zookeeper_identity_file(ZK_REGISTRY)
+        for cluster in self.topology.clusters():
+            store = open_store(f"zookeeper://{self.zookeeper_connect(cluster.name)}",
+                               zookeeper_auth_file=identity)
+            with SchemaRegistry(store) as registry:
+                catalog.register_defaults(registry)
+        log.info("the shipped schemas registered in every cluster's registry")
 
     def start_audit(self, grace_ms: int | None = None, publish_interval_ms: int = 2000,
                     timeout: float = 60.0) -> str:
@@ -925,6 +993,9 @@ class Lab:
         if self.runtime != "netns":
             raise LabError("start_audit runs the audit in the netns runtime; the processes "
                            "runtime's pipeline runs it (infra/local/pipeline.py)")
+        if self.security is not None:
+            raise LabError("the audit runs in an open lab only, so far (docs/security.md, "
+                           "\"The secured lab\"): bring the lab up with --insecure")
         if any(r.role == "audit" for r in self.records.values()):
             raise LabError(f"the audit already runs in {self.state_dir}")
         t = self.topology
@@ -984,6 +1055,9 @@ class Lab:
         if self.runtime != "netns":
             raise LabError("start_airflow runs Airflow in the netns runtime; in the processes "
                            "runtime `make airflow-up` or the pipeline starts it")
+        if self.security is not None:
+            raise LabError("Airflow runs in an open lab only, so far (docs/security.md, "
+                           "\"The secured lab\"): bring the lab up with --insecure")
         t = self.topology
         if t.analysis is None:
             raise LabError("Airflow runs in the analysis datacenter: the topology has none")
@@ -1063,6 +1137,8 @@ max_retry_delay_s = 30.0
         path = self.path("lag", "lag.toml")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         config = dataclasses.replace(lag_config(t, lag_port), http_host=lag_host)
+        if self.security is not None:
+            config = dataclasses.replace(config, credentials=self.security.credentials(LAG))
         with open(path, "w") as f:
             f.write(settings.to_toml(config))
         log.info("starting the lag service on http://%s:%d/", lag_host, lag_port)

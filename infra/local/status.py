@@ -37,6 +37,7 @@ from broker.service_kit.detached import DetachedProcess
 from infra.local import airflow_stack, daemon, haproxy, prometheus
 from infra.local.container_runtime import ContainerError, Docker, engine_host
 from infra.local.lab import STATE_FILE, TOPOLOGY_FILE, Lab, LabError
+from infra.local.lab_security import ADMIN, LabSecurity
 from infra.local.metrics import scrape
 from infra.topology import Topology, load_topology
 
@@ -149,8 +150,10 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
       outlives a SIGKILLed client;
     * ``running``: whether there are processes and every one is alive;
     * ``zookeeper``: connect string and each member's mode;
+    * ``security``: None for an open lab, else where its secrets are
+      (``directory``) and the admin's client settings (``admin_client_config``);
     * ``clusters``: per cluster, the brokers registered in ZooKeeper
-      (id -> address) against those expected, the topics (partition
+      (id -> address: the TLS listener's in a secured lab) against those expected, the topics (partition
       count), and the load balancer's address and each backend broker's
       state (UP/DOWN, last check, connections), read from the stats socket
       of the lab that runs it;
@@ -176,6 +179,10 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
                            "mirrors": []}
     records: dict[str, Any] = {}
     haproxy_dirs: dict[str, str] = {}
+    security = LabSecurity(os.path.join(env.state_dir, "security")) \
+        if t.security.enabled else None
+    out["security"] = None if security is None else {
+        "directory": security.directory, "admin_client_config": security.client_config(ADMIN)}
     for lab in env.labs:
         out["processes"] += _processes(
             ((r, lab.alive(name), {"role": r.role, "cluster": r.cluster, "ports": r.ports})
@@ -223,7 +230,7 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
                     client = make_client(entry["zookeeper"])
                     start_client(client, entry["zookeeper"], timeout=zookeeper_timeout,
                                  what="lab status")
-                    view = ClusterView(client)
+                    view = ClusterView(client, tls=security is not None)
                     views[cluster.name] = (client, view)
                     entry["brokers"] = {str(b): f"{h}:{p}"
                                         for b, (h, p) in sorted(view.brokers().items())}
@@ -240,7 +247,7 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
                                      os.path.join(env.state_dir, "haproxy", cluster.name)))
             out["clusters"].append(entry)
         for mirror in t.mirrors:
-            out["mirrors"].append(_mirror_status(t, mirror, records, views, alive))
+            out["mirrors"].append(_mirror_status(t, mirror, records, views, alive, security))
     finally:
         for client, _view in views.values():
             client.stop()
@@ -264,10 +271,12 @@ def _load_balancer(t: Topology, cluster: str, directory: str) -> dict[str, Any]:
 
 
 def _mirror_status(t: Topology, mirror, records: dict[str, Any], views,
-                   alive_now: dict[str, bool]) -> dict[str, Any]:
+                   alive_now: dict[str, bool], security: LabSecurity | None = None
+                   ) -> dict[str, Any]:
     """``records``: every lab's processes by name; ``alive_now``: each
     process's liveness as report() found it (a container that outlived its
-    client is alive, and scraped)."""
+    client is alive, and scraped); ``security``: a secured lab's (the
+    brokers are asked as its admin)."""
     entry: dict[str, Any] = {"name": mirror.name, "group": mirror.mirror_group,
                              "sources": list(mirror.sources), "target": mirror.target,
                              "processes": [], "lag": {}, "metrics_lag_bytes": None}
@@ -298,20 +307,24 @@ def _mirror_status(t: Topology, mirror, records: dict[str, Any], views,
             entry["lag"][source] = {"error": "its ZooKeeper is unreachable"}
             continue
         client, view = views[source]
-        entry["lag"][source] = group_lag(client, view, mirror.mirror_group, subscription)
+        entry["lag"][source] = group_lag(client, view, mirror.mirror_group, subscription,
+                                         {} if security is None
+                                         else security.admin_options(ADMIN))
     return entry
 
 
-def group_lag(client, view: ClusterView, group: str, subscription: Subscription) -> dict[str, Any]:
+def group_lag(client, view: ClusterView, group: str, subscription: Subscription,
+              admin_options: dict | None = None) -> dict[str, Any]:
     """How far ``group`` is behind in the cluster of ``view``: over every
     partition of the topics it subscribes to, the bytes between its committed
     offset (the partition's earliest offset when it has committed none) and
     the partition's latest offset (broker/lag/group_lag.py). Partitions
-    whose broker does not answer are counted in ``errors``."""
+    whose broker does not answer are counted in ``errors``. ``admin_options``:
+    the ``tls`` and ``sasl`` of brokers that ask for them."""
     committed = zk_offsets.read_offsets(client, group)
     wanted = [(topic, bp) for topic in view.topics() if subscription.matches(topic)
               for bp in view.partitions(topic)]
-    with AdminPool("samsa-lab") as pool:
+    with AdminPool("samsa-lab", **(admin_options or {})) as pool:
         rows = partition_lags(view, wanted, committed, pool)
     good = [r for r in rows if r.error is None]
     return {"lag_bytes": sum(r.lag for r in good), "partitions": len(good),
@@ -341,6 +354,10 @@ def render(status: dict[str, Any]) -> str:
                    f"{ports}{container}")
     if not status["processes"]:
         out.append("  (none)")
+    if status.get("security"):
+        out += ["", f"secured: TLS listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper "
+                    f"identities; secrets in {status['security']['directory']} (the tools: "
+                    f"--client-config {status['security']['admin_client_config']})"]
     zk = status["zookeeper"]
     out += ["", f"zookeeper {zk['connect']}: " + ", ".join(
         f"{s['address']} {s['mode'] or 'DOWN'}" for s in zk["servers"])]

@@ -198,3 +198,17 @@ def test_a_client_that_reads_slowly_costs_the_broker_little(pki, broker_factory,
         conn.close()
     assert grown < 16, f"the broker grew by {grown:.0f} MB for one unread fetch"
     assert len(response.results[0].message_set) == end
+
+
+def test_metadata_names_the_port_of_the_listener_asked(pki, broker_factory):
+    """Guard: a client of the TLS listener was told the plaintext port in
+    Metadata (a client following it would have left TLS)."""
+    ca, cert, key, _ = pki
+    broker = tls_broker(broker_factory, cert, key)
+    host, tls_port = parse_address(broker.tls_address)
+    context = client_context(TlsSettings(ca_file=ca.cert_path))
+    with BrokerConnection(host, tls_port, "tests", request_timeout=10, tls=context) as conn:
+        assert conn.request(api.MetadataRequest(())).port == tls_port
+    host, port = parse_address(broker.address)
+    with BrokerConnection(host, port, "tests", request_timeout=10) as conn:
+        assert conn.request(api.MetadataRequest(())).port == port

@@ -70,7 +70,7 @@ module "zookeeper" {
   source       = "../../modules/local-service"
   name         = "zookeeper"
   working_dir  = local.project_dir
-  up_command   = "${local.lab} up -q --dir ${local.state_dir}/zookeeper --topology ${local.topology} --only zookeeper --runtime ${var.runtime}"
+  up_command   = "${local.lab} up -q --dir ${local.state_dir}/zookeeper --topology ${local.topology} --only zookeeper --runtime ${var.runtime} --insecure"
   down_command = "${local.down} ${local.state_dir}/zookeeper"
   triggers     = { base_port = tostring(var.base_port), runtime = var.runtime }
   depends_on   = [terraform_data.config]
@@ -81,7 +81,7 @@ module "datacenter" {
   for_each     = toset(var.datacenters)
   name         = "cluster ${each.key}"
   working_dir  = local.project_dir
-  up_command   = "${local.lab} up -q --dir ${local.state_dir}/${each.key} --topology ${local.topology} --only cluster:${each.key} --runtime ${var.runtime}"
+  up_command   = "${local.lab} up -q --dir ${local.state_dir}/${each.key} --topology ${local.topology} --only cluster:${each.key} --runtime ${var.runtime} --insecure"
   down_command = "${local.down} ${local.state_dir}/${each.key}"
   triggers = {
     brokers         = tostring(var.brokers_per_dc)
@@ -98,7 +98,7 @@ module "analysis" {
   source       = "../../modules/local-service"
   name         = "cluster analysis"
   working_dir  = local.project_dir
-  up_command   = "${local.lab} up -q --dir ${local.state_dir}/analysis --topology ${local.topology} --only cluster:analysis --runtime ${var.runtime}"
+  up_command   = "${local.lab} up -q --dir ${local.state_dir}/analysis --topology ${local.topology} --only cluster:analysis --runtime ${var.runtime} --insecure"
   down_command = "${local.down} ${local.state_dir}/analysis"
   triggers = {
     brokers         = tostring(var.analysis_brokers)
@@ -115,7 +115,7 @@ module "mirror" {
   source       = "../../modules/local-service"
   name         = "mirror to-analysis"
   working_dir  = local.project_dir
-  up_command   = "${local.lab} up -q --dir ${local.state_dir}/mirror --topology ${local.topology} --only mirror:to-analysis --runtime ${var.runtime}"
+  up_command   = "${local.lab} up -q --dir ${local.state_dir}/mirror --topology ${local.topology} --only mirror:to-analysis --runtime ${var.runtime} --insecure"
   down_command = "${local.down} ${local.state_dir}/mirror"
   triggers = {
     sources   = join(",", var.datacenters)

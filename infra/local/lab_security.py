@@ -1,0 +1,211 @@
+"""The secured lab's secrets, made on the spot (issue 30, point 6;
+docs/security.md, "The secured lab").
+
+``LabSecurity(directory).prepare(topology)`` makes, once, in the lab's
+``security/`` directory (every secret readable by its owner alone):
+
+    ca/ca.crt, ca/ca.key            a certificate authority of the lab's own
+    certs/<host>.crt, .key          a certificate per broker host, valid for
+                                    its address, its load balancer's and localhost
+    users/<user>.password           a random SCRAM-SHA-512 password per user
+    zookeeper/<identity>.zk         a random ZooKeeper digest identity
+                                    (user:password) per writer
+    client/<user>.toml              the client settings of a user (the tools'
+                                    --client-config, $SAMSA_CLIENT_CONFIG)
+
+and, once ZooKeeper runs, ``provision`` writes each cluster's users and
+ACLs there as the cluster's ZooKeeper identity (only the brokers and that
+identity may read them). A lab brought up again in the same directory keeps
+its secrets (a client configured once keeps working).
+
+Who is who (``USERS``): ``broker`` (the brokers to each other, a super
+user), ``admin`` (the operators and the lab's own checks, a super user),
+``producer`` (writes and creates topics in the datacenters), ``mirror``
+(reads its sources, writes and creates topics in its target), ``lag`` (the
+lag service: describes every topic). ZooKeeper identities: ``cluster`` (the
+brokers and operators' tools), ``mirror`` (the mirrors' groups and marks),
+``registry`` (the schema registries' /schemas).
+
+Invariant: nothing here is ever overwritten once made, except a certificate
+whose host names no longer match the topology (a lab moved to other
+addresses), which is issued again by the same authority.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+
+from broker.security.acl import AclEntry
+from broker.security.ca import CertificateAuthority
+from broker.security.credentials import ServiceCredentials
+
+#: the lab's SCRAM users
+BROKER, ADMIN, PRODUCER, MIRROR, LAG = "broker", "admin", "producer", "mirror", "lag"
+USERS = (BROKER, ADMIN, PRODUCER, MIRROR, LAG)
+SUPER_USERS = (f"User:{BROKER}", f"User:{ADMIN}")
+#: the lab's ZooKeeper identities
+ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY = "cluster", "mirror", "registry"
+ZK_IDENTITIES = (ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY)
+
+
+def _write_private(path: str, text: str) -> None:
+    """``text`` into a new file readable by its owner alone, written whole."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = f"{path}.partial"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(partial, path)
+
+
+def _allow(user: str, operation: str, resource_type: str = "topic",
+           name: str = "*") -> AclEntry:
+    return AclEntry(f"User:{user}", "allow", operation, resource_type, name)
+
+
+def cluster_acls(topology, cluster: str) -> list[AclEntry]:
+    """Exactly what each service needs in ``cluster``: the producers write
+    (and create) in a datacenter; a mirror reads its sources and writes and
+    creates in its target; the lag service describes every topic and group.
+    The brokers and admin are super users and need no entry."""
+    entries = [_allow(LAG, "describe"), _allow(LAG, "describe", "group")]
+    if cluster in [dc.name for dc in topology.datacenters]:
+        entries += [_allow(PRODUCER, "write"), _allow(PRODUCER, "create")]
+    for mirror in topology.mirrors:
+        if cluster in mirror.sources:
+            entries += [_allow(MIRROR, "read"), _allow(MIRROR, "read", "group",
+                                                       mirror.mirror_group)]
+        if cluster == mirror.target:
+            entries += [_allow(MIRROR, "write"), _allow(MIRROR, "create"),
+                        _allow(MIRROR, "describe")]
+    return entries
+
+
+@dataclass(frozen=True)
+class LabSecurity:
+    """The paths of a secured lab's secrets, under ``directory``."""
+    directory: str
+
+    # ------------------------------------------------------------ paths
+
+    @property
+    def ca_file(self) -> str:
+        return os.path.join(self.directory, "ca", "ca.crt")
+
+    def cert_files(self, host: str) -> tuple[str, str]:
+        """(certificate, key) of a broker host."""
+        base = os.path.join(self.directory, "certs", host)
+        return f"{base}.crt", f"{base}.key"
+
+    def password_file(self, user: str) -> str:
+        return os.path.join(self.directory, "users", f"{user}.password")
+
+    def zookeeper_identity_file(self, identity: str) -> str:
+        return os.path.join(self.directory, "zookeeper", f"{identity}.zk")
+
+    def client_config(self, user: str) -> str:
+        return os.path.join(self.directory, "client", f"{user}.toml")
+
+    # ------------------------------------------------------------ making them
+
+    def prepare(self, topology) -> "LabSecurity":
+        """Every secret of the lab, made where missing (see the module)."""
+        ca_dir = os.path.dirname(self.ca_file)
+        ca = CertificateAuthority.open(ca_dir) if os.path.exists(self.ca_file) else \
+            CertificateAuthority.create(ca_dir, name=f"{topology.name} lab CA")
+        for host, names in broker_hosts(topology).items():
+            cert, _key = self.cert_files(host)
+            wanted = sorted(set(names))
+            if _hosts_of(cert) != wanted:
+                ca.issue(host, wanted, os.path.dirname(cert))
+        for user in USERS:
+            path = self.password_file(user)
+            if not os.path.exists(path):
+                _write_private(path, secrets.token_urlsafe(24) + "\n")
+            config = self.client_config(user)
+            if not os.path.exists(config):
+                _write_private(config, self.client_toml(user))
+        for identity in ZK_IDENTITIES:
+            path = self.zookeeper_identity_file(identity)
+            if not os.path.exists(path):
+                _write_private(path, f"samsa-{identity}:{secrets.token_urlsafe(24)}\n")
+        return self
+
+    def client_toml(self, user: str) -> str:
+        return (f'# {user}: the TLS listeners of the lab\'s brokers, SCRAM-SHA-512\n'
+                f'tls = true\ntls_ca_file = "{self.ca_file}"\n'
+                f'sasl_username = "{user}"\n'
+                f'sasl_password_file = "{self.password_file(user)}"\n')
+
+    def provision(self, client, topology, cluster: str) -> None:
+        """``cluster``'s users and ACLs, written through ``client`` (a started
+        kazoo client in the cluster's chroot with the ``cluster`` identity)."""
+        from broker.security import store
+        from broker.security.password_file import read_password_file
+        from broker.protocol.scram import ScramCredential
+
+        known = set(store.list_users(client))
+        for user in USERS:
+            if user not in known:
+                password = read_password_file(self.password_file(user))
+                store.set_user(client, user, ScramCredential.from_password(password))
+        store.add_acls(client, cluster_acls(topology, cluster))
+
+    # ------------------------------------------------------------ settings
+
+    def broker_settings(self, host: str) -> dict[str, str]:
+        """The secured settings of the broker on ``host`` (as ``--set``)."""
+        cert, key = self.cert_files(host)
+        return {"tls_cert_file": cert, "tls_key_file": key, "tls_ca_file": self.ca_file,
+                "tls_client_auth": "none", "tls_authentication": "scram",
+                "authentication": "scram", "authorization": "true",
+                "super_users": ",".join(SUPER_USERS), "inter_broker_tls": "true",
+                "sasl_username": BROKER, "sasl_password_file": self.password_file(BROKER),
+                "zookeeper_auth_file": self.zookeeper_identity_file(ZK_CLUSTER)}
+
+    def credentials(self, user: str, zookeeper_identity: str | None = None
+                    ) -> ServiceCredentials:
+        """A service's ``[credentials]``: ``user`` at the brokers' TLS
+        listeners, and the ZooKeeper identity named (if any)."""
+        return ServiceCredentials(
+            sasl_username=user, sasl_password_file=self.password_file(user), tls=True,
+            tls_ca_file=self.ca_file,
+            zookeeper_auth_file=self.zookeeper_identity_file(zookeeper_identity)
+            if zookeeper_identity else "")
+
+    def client_settings(self, user: str) -> dict:
+        """``user``'s settings for a ProducerConfig or ConsumerConfig."""
+        return self.credentials(user).client_settings()
+
+    def admin_options(self, user: str) -> dict:
+        """``user``'s keyword arguments of an AdminClient or BrokerConnection."""
+        return self.credentials(user).admin_options()
+
+
+def broker_hosts(topology) -> dict[str, list[str]]:
+    """Each broker host's names for its certificate: its address, its
+    cluster's load balancer's (clients reach it through it), localhost."""
+    out = {}
+    for cluster in topology.clusters():
+        lb = [topology.address_of(f"{cluster.name}.haproxy")] if cluster.load_balancer else []
+        for i in range(cluster.brokers):
+            host = f"{cluster.name}.broker-{i}"
+            out[host] = [topology.address_of(host), *lb, "localhost", "127.0.0.1"]
+    return out
+
+
+def _hosts_of(cert_path: str) -> list[str] | None:
+    """The DNS names and addresses a certificate is valid for (sorted);
+    None when there is none."""
+    if not os.path.exists(cert_path):
+        return None
+    from cryptography import x509
+    with open(cert_path, "rb") as f:
+        cert = x509.load_pem_x509_certificate(f.read())
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return sorted(set([str(n) for n in names.get_values_for_type(x509.DNSName)]
+                      + [str(a) for a in names.get_values_for_type(x509.IPAddress)]))

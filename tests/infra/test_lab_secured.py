@@ -1,0 +1,145 @@
+"""The secured lab (issue 30, point 6): ``python -m infra.local up`` runs
+secured unless ``--insecure`` (or the topology says), with a certificate
+authority, a certificate per broker host, SCRAM users and ACLs per service
+and ZooKeeper identities made on the spot; the services work with exactly
+what they were given, and whoever was given nothing gets nothing in."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+
+from broker.client.connection import BrokerConnection, parse_address
+from broker.client.producer import Producer
+from broker.protocol import api
+from broker.protocol.errors import ErrorCode, SamsaError
+from broker_helpers import run_module, wait_until
+from infra.local.demo import count_in
+from infra.local.lab import Lab, free_topology
+from infra.local.lab_security import (ADMIN, LAG, MIRROR, PRODUCER, USERS, LabSecurity,
+                                      cluster_acls)
+from infra.topology import SecuritySpec, to_toml
+from lab_helpers import small_topology
+
+
+def _lab(*args: str) -> tuple[int, str, str]:
+    done = run_module("infra.local", *args, timeout=120)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+def _enabled(printed: str) -> bool:
+    after = printed.split("[security]", 1)[1]
+    return after.split("enabled = ", 1)[1].split()[0] == "true"
+
+
+def test_up_is_secured_unless_insecure_or_the_topology_says(tmp_path):
+    code, out, err = _lab("up", "--print-config")
+    assert code == 0 and _enabled(out), err
+    code, out, err = _lab("up", "--print-config", "--insecure")
+    assert code == 0 and not _enabled(out), err
+    open_file = tmp_path / "open.toml"
+    open_file.write_text(to_toml(small_topology()))          # says enabled = false
+    code, out, err = _lab("up", "--print-config", "--topology", str(open_file))
+    assert code == 0 and not _enabled(out), err
+
+
+def test_each_service_is_given_exactly_what_it_needs():
+    t = small_topology(mirror=True)
+    granted = {c: {(e.principal, e.operation.value, e.resource_type.value, e.name)
+                   for e in cluster_acls(t, c)} for c in ("dc-a", "analysis")}
+    assert granted["dc-a"] == {
+        ("User:producer", "write", "topic", "*"), ("User:producer", "create", "topic", "*"),
+        ("User:mirror", "read", "topic", "*"), ("User:mirror", "read", "group",
+                                                "mirror-to-analysis"),
+        ("User:lag", "describe", "topic", "*"), ("User:lag", "describe", "group", "*")}
+    assert granted["analysis"] == {
+        ("User:mirror", "write", "topic", "*"), ("User:mirror", "create", "topic", "*"),
+        ("User:mirror", "describe", "topic", "*"),
+        ("User:lag", "describe", "topic", "*"), ("User:lag", "describe", "group", "*")}
+
+
+def test_the_secrets_are_private_and_kept_across_a_second_prepare(tmp_path):
+    t = small_topology(mirror=True)
+    security = LabSecurity(str(tmp_path / "security")).prepare(t)
+    paths = [security.password_file(u) for u in USERS] + \
+        [security.zookeeper_identity_file(z) for z in ("cluster", "mirror", "registry")] + \
+        [security.cert_files("dc-a.broker-0")[1], os.path.join(security.directory, "ca", "ca.key")]
+    for path in paths:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    before = {p: open(p).read() for p in paths}
+    LabSecurity(security.directory).prepare(t)
+    assert {p: open(p).read() for p in paths} == before
+
+
+@pytest.mark.timeout(300)
+def test_a_secured_lab_serves_its_services_and_refuses_strangers(tmp_path):
+    topology = free_topology(small_topology(dc_brokers=2, analysis_brokers=1, mirror=True))
+    topology = dataclasses.replace(topology, security=SecuritySpec(enabled=True))
+    topology_file = tmp_path / "topology.toml"
+    topology_file.write_text(to_toml(topology))
+    state = tmp_path / "lab"
+    try:
+        code, out, err = _lab("up", "--topology", str(topology_file), "--dir", str(state),
+                              "--no-monitoring")
+        assert code == 0, err
+        assert "secured: TLS listeners asking for SCRAM-SHA-512" in out
+        lab = Lab.open(str(state))
+        security = lab.security
+        # the layout's broker ports are the TLS listeners, registered for TLS clients
+        assert f"0={topology.host}:{topology.broker_ports('dc-a')[0]}" in out
+
+        lb = lab.lb_address("dc-a")
+        with Producer(bootstrap=lb, acks="flushed", retries=0, partitioner="any") as p:
+            p.send("clicks", b"from a stranger", key=None)
+            p.flush(30)
+            assert p.failed_batches == 1         # no TLS, no user: nothing gets in
+        with Producer(bootstrap=lb, acks="flushed", partitioner="any",
+                      **security.client_settings(PRODUCER)) as p:
+            for i in range(50):
+                p.send("clicks", b"click %d" % i, key=None)
+            p.flush(60)
+            assert p.failed_batches == 0
+        # the mirror (its own user) copies them; the admin reads them in analysis
+        analysis = lab.broker_addresses("analysis")
+        wait_until(lambda: count_in(analysis, "clicks", security) >= 50, 60,
+                   what="the mirror to copy the clicks")
+
+        # the producer may write, not read; the lag service may describe, not write
+        for address in lab.broker_addresses("dc-a"):
+            host, port = parse_address(address)
+            with BrokerConnection(host, port, "tests", request_timeout=10,
+                                  **security.admin_options(PRODUCER)) as conn:
+                with pytest.raises(SamsaError) as refused:
+                    conn.request(api.FetchRequest(0, 1, (api.FetchEntry("clicks", 0, 0,
+                                                                        1 << 16),)))
+                assert refused.value.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        broker = lab.broker_address("dc-a", 0)
+        with Producer(bootstrap=broker, acks="flushed", retries=0, partitioner="any",
+                      **security.client_settings(LAG)) as p:
+            p.send("clicks", b"from the lag service", key=None)
+            p.flush(30)
+            assert p.failed_batches == 1
+        assert count_in(analysis, "clicks", security) == 50
+
+        # ZooKeeper: a stranger reads the registry, cannot read the users or
+        # register a broker
+        stranger = KazooClient(hosts=lab.zookeeper_connect("dc-a"), timeout=10)
+        stranger.start(timeout=15)
+        try:
+            assert stranger.get_children("/brokers/ids") == ["0", "1"]
+            with pytest.raises(NoAuthError):
+                stranger.get_children("/security/users")
+            with pytest.raises(NoAuthError):
+                stranger.create("/brokers/ids/7", b"127.0.0.1:1")
+        finally:
+            stranger.stop()
+            stranger.close()
+        for user in (ADMIN, MIRROR):
+            assert (state / "security" / "client" / f"{user}.toml").exists()
+    finally:
+        if (state / "lab.json").exists():
+            Lab.open(str(state)).down()
