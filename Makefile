@@ -9,7 +9,7 @@ CHECKOV := .venv-checkov/bin/checkov
 .DEFAULT_GOAL := help
 
 .PHONY: demo-down demo-broker demo-lab drill drill-network drill-loss lab-up lab-status lab-down
-.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication bench-network bench-mirror-wan bench-tls bench-scram images images-down \
+.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication bench-network bench-mirror-wan bench-tls bench-scram bench-startup images images-down \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
@@ -55,6 +55,7 @@ help:
 	@echo "make bench-mirror-wan  the mirror's throughput against the WAN's round trip, A/B (root)"
 	@echo "make bench-tls         produce and consume through the TLS listener against plaintext, A/B"
 	@echo "make bench-scram       connection set-up with SCRAM-SHA-512 against without (and over TLS)"
+	@echo "make bench-startup     the demo's start-up secured against open, A/B"
 	@echo "make bench-scale  broker cost against partitions, clients, idle consumers, segments, recovery"
 	@echo "make airflow-up  a real Airflow (UI on 127.0.0.1:$(AIRFLOW_PORT)) with dags/: warehouse_load,"
 	@echo "             audit_report; WAREHOUSE_CONFIG=file names their settings (config/loader.toml)"
@@ -271,3 +272,7 @@ bench-tls: setup
 # connection set-up: plaintext, SCRAM, TLS, TLS + SCRAM (median ms per connection)
 bench-scram: setup
 	$(PY) -m bench.scram_bench --json bench/results/scram-$$(date +%F).json
+
+# the demo's start-up (lab, audit, Airflow) secured against open
+bench-startup: setup
+	$(PY) -m bench.startup_bench --json bench/results/startup-$$(date +%F).json

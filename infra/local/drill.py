@@ -105,7 +105,7 @@ class Drill:
             try:
                 produce(dcs, TrafficConfig(messages_per_dc=per_round, hours=1, seed=seed,
                                            batch_size=200),
-                        tolerate_failures=True, result=self.result)
+                        tolerate_failures=True, result=self.result, security=self.p.security)
             except Exception as exc:          # noqa: BLE001 - e.g. ZooKeeper down: go on
                 self.round_errors += 1
                 say(f"traffic round {seed} stopped early: {type(exc).__name__}: {exc}"[:200])
@@ -257,9 +257,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="events per datacenter per traffic round")
     p.add_argument("--seed", type=int, default=int(time.time()))
     p.add_argument("--keep-up", action="store_true")
+    p.add_argument("--insecure", action="store_true",
+                   help="run the lab open (default: secured; docs/security.md)")
     args = p.parse_args(argv)
     stop(args.dir)
-    pipeline = Pipeline(args.dir)
+    pipeline = Pipeline(args.dir, secure=not args.insecure)
     report = None
     try:
         pipeline.start(airflow=False)

@@ -40,6 +40,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from audit.times import iso
+from infra.local.lab_security import ADMIN
 from infra.local.pipeline import Pipeline, call_airflow, say, stop
 from infra.local.traffic import HOUR_MS, TrafficResult
 
@@ -181,7 +182,9 @@ class LossDrill:
         """(topic, window) -> messages in [0, end) of the partition, read with the client."""
         from broker.client.consumer import Consumer
         counts: dict[tuple[str, int], int] = {}
-        with Consumer(bootstrap=address) as consumer:
+        security = self.p.security       # a secured lab's: read as its admin
+        client = {} if security is None else security.client_settings(ADMIN)
+        with Consumer(bootstrap=address, **client) as consumer:
             consumer.assign([(VICTIM_TOPIC, partition)], start="earliest")
             done = False
             while not done:
@@ -265,11 +268,13 @@ def main(argv: list[str] | None = None) -> int:
                         "the drill's events are hours old but reported now, and a window's "
                         "grace runs from its producers' last report)")
     p.add_argument("--keep-up", action="store_true", help="leave everything running")
+    p.add_argument("--insecure", action="store_true",
+                   help="run the lab open (default: secured; docs/security.md)")
     args = p.parse_args(argv)
     stop(args.dir)
     shutil.rmtree(args.dir, ignore_errors=True)
     pipeline = Pipeline(args.dir, sensor_timeout_s=args.sensor_timeout,
-                        audit_grace_s=args.audit_grace, overrides={
+                        audit_grace_s=args.audit_grace, secure=not args.insecure, overrides={
         f"datacenters.{VICTIM_CLUSTER}.replication_factor": "0",
         f"datacenters.{VICTIM_CLUSTER}.broker_settings": [
             "log.flush_ms=20", f"log.segment_bytes={SEGMENT_BYTES}"]})

@@ -209,7 +209,10 @@ class Lab:
     """
 
     def __init__(self, topology: Topology, state_dir: str, *, python: str | None = None,
-                 runtime: str | None = None) -> None:
+                 runtime: str | None = None, security_dir: str | None = None) -> None:
+        """``security_dir``: where a secured lab's secrets are (default
+        ``state_dir/security``); another lab's, for a component started
+        apart (``up(only=...)``) that shares them."""
         self.topology = topology
         self.state_dir = os.path.abspath(state_dir)
         self.python = python or sys.executable
@@ -220,6 +223,7 @@ class Lab:
         self.runtime = "processes"
         self.docker_host: str | None = None     # the engine of the containers runtime
         self._docker_cli: Docker | None = None
+        self._security_dir = os.path.abspath(security_dir) if security_dir else None
         self._read_state()
         if runtime is not None:
             if runtime not in LAB_RUNTIMES:
@@ -230,7 +234,7 @@ class Lab:
             self.topology = dataclasses.replace(self.topology, network=dataclasses.replace(
                 self.topology.network, namespaces=True))
         #: the secured lab's secrets (None: the lab runs open)
-        self.security = LabSecurity(self.path("security")) \
+        self.security = LabSecurity(self._security_dir or self.path("security")) \
             if self.topology.security.enabled else None
 
     @classmethod
@@ -297,12 +301,13 @@ class Lab:
         self.records = {r.name: r for r in records}
         self.runtime = fields.get("runtime", "processes")
         self.docker_host = fields.get("docker_host")
+        self._security_dir = self._security_dir or fields.get("security_dir")
 
     def _write_state(self) -> None:
         detached.write_state(self.path(STATE_FILE), self.records.values(),
                              lab=self.topology.name, state_dir=self.state_dir,
                              topology=self.path(TOPOLOGY_FILE), runtime=self.runtime,
-                             docker_host=self.docker_host)
+                             docker_host=self.docker_host, security_dir=self._security_dir)
 
     # ---------------------------------------------------------------- liveness
 
@@ -488,7 +493,7 @@ class Lab:
         if self.security is not None and self.runtime == "containers":
             raise LabError("the secured lab runs in the processes and netns runtimes (the "
                            "containers do not take its secrets yet): add --insecure")
-        if self.security is not None and component is not None:
+        if self.security is not None and component is not None and not self._security_dir:
             raise LabError("the secured lab keeps its secrets in one state directory: bring "
                            "it up whole (no --only), or add --insecure")
         if self.runtime == "containers":

@@ -22,7 +22,9 @@ Who is who (``USERS``): ``broker`` (the brokers to each other, a super
 user), ``admin`` (the operators and the lab's own checks, a super user),
 ``producer`` (writes and creates topics in the datacenters), ``mirror``
 (reads its sources, writes and creates topics in its target), ``lag`` (the
-lag service: describes every topic). ZooKeeper identities: ``cluster`` (the
+lag service: describes every topic), ``audit`` (the audit's counters and
+service: read every topic, write the audit topic), ``loader`` (the
+warehouse load: reads the analysis cluster, writes its audit topic). ZooKeeper identities: ``cluster`` (the
 brokers and operators' tools), ``mirror`` (the mirrors' groups and marks),
 ``registry`` (the schema registries' /schemas).
 
@@ -42,7 +44,8 @@ from broker.security.credentials import ServiceCredentials
 
 #: the lab's SCRAM users
 BROKER, ADMIN, PRODUCER, MIRROR, LAG = "broker", "admin", "producer", "mirror", "lag"
-USERS = (BROKER, ADMIN, PRODUCER, MIRROR, LAG)
+AUDIT, LOADER = "audit", "loader"
+USERS = (BROKER, ADMIN, PRODUCER, MIRROR, LAG, AUDIT, LOADER)
 SUPER_USERS = (f"User:{BROKER}", f"User:{ADMIN}")
 #: the lab's ZooKeeper identities
 ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY = "cluster", "mirror", "registry"
@@ -64,12 +67,24 @@ def _allow(user: str, operation: str, resource_type: str = "topic",
     return AclEntry(f"User:{user}", "allow", operation, resource_type, name)
 
 
+#: the audit's topic (audit/counting.py's AUDIT_TOPIC)
+AUDIT_TOPIC = "_audit"
+
+
 def cluster_acls(topology, cluster: str) -> list[AclEntry]:
     """Exactly what each service needs in ``cluster``: the producers write
     (and create) in a datacenter; a mirror reads its sources and writes and
-    creates in its target; the lag service describes every topic and group.
-    The brokers and admin are super users and need no entry."""
-    entries = [_allow(LAG, "describe"), _allow(LAG, "describe", "group")]
+    creates in its target; the lag service describes every topic and group;
+    the audit reads every topic (with any group of its own) and writes the
+    audit topic; the loader, in the analysis cluster, reads every topic and
+    writes the audit topic. The brokers and admin are super users and need
+    no entry."""
+    entries = [_allow(LAG, "describe"), _allow(LAG, "describe", "group"),
+               _allow(AUDIT, "read"), _allow(AUDIT, "read", "group"),
+               _allow(AUDIT, "write", name=AUDIT_TOPIC), _allow(AUDIT, "create", name=AUDIT_TOPIC)]
+    if topology.analysis is not None and cluster == topology.analysis.name:
+        entries += [_allow(LOADER, "read"), _allow(LOADER, "write", name=AUDIT_TOPIC),
+                    _allow(LOADER, "create", name=AUDIT_TOPIC)]
     if cluster in [dc.name for dc in topology.datacenters]:
         entries += [_allow(PRODUCER, "write"), _allow(PRODUCER, "create")]
     for mirror in topology.mirrors:
@@ -173,6 +188,25 @@ class LabSecurity:
             tls_ca_file=self.ca_file,
             zookeeper_auth_file=self.zookeeper_identity_file(zookeeper_identity)
             if zookeeper_identity else "")
+
+    def credential_options(self, user: str, zookeeper_identity: str | None = None
+                           ) -> list[str]:
+        """A service command's ``--set credentials.KEY=VALUE`` options for ``user``."""
+        options = []
+        for key, value in (("sasl_username", user),
+                           ("sasl_password_file", self.password_file(user)),
+                           ("tls", "true"), ("tls_ca_file", self.ca_file)):
+            options += ["--set", f"credentials.{key}={value}"]
+        if zookeeper_identity:
+            options += ["--set", "credentials.zookeeper_auth_file="
+                        + self.zookeeper_identity_file(zookeeper_identity)]
+        return options
+
+    def credentials_toml(self, user: str, table: str) -> str:
+        """``user``'s credentials as the TOML table ``table``."""
+        return (f"[{table}]\nsasl_username = \"{user}\"\n"
+                f"sasl_password_file = \"{self.password_file(user)}\"\n"
+                f"tls = true\ntls_ca_file = \"{self.ca_file}\"\n")
 
     def client_settings(self, user: str) -> dict:
         """``user``'s settings for a ProducerConfig or ConsumerConfig."""

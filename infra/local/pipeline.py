@@ -2,7 +2,7 @@
 audit, Airflow's warehouse load, and a summary of what reached each tier.
 
     python -m infra.local.pipeline up [--dir .demo] [--base-port N] [--messages N] [--keep-up]
-        [--sensor-timeout S] [--sensor-poke S] [--audit-grace S]
+        [--sensor-timeout S] [--sensor-poke S] [--audit-grace S] [--insecure]
     python -m infra.local.pipeline down [--dir .demo]
 
 ``up``: the lab (ZooKeeper; dc-a and dc-b, two brokers each behind HAProxy;
@@ -24,6 +24,12 @@ the analysis cluster's through it. The demo also runs the lab's monitoring
 the brokers, the mirror, the schema registries, the lag service, the audit
 counters and the audit service, with the alert rules of
 infra/prometheus/alerts.yml); the summary says where Prometheus is.
+
+The lab runs secured unless ``--insecure`` (docs/security.md, "The secured
+lab"): the traffic is produced as its ``producer`` user, the audit's
+counters and service read as ``audit``, the loader (its ``[loader.credentials]``
+in warehouse.toml) as ``loader``, the mirror as ``mirror``, all over TLS.
+The audit service's and Airflow's HTTP stay plain, on this machine.
 """
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ import urllib.request
 from broker.service_kit import cli
 from infra.local import airflow_stack, daemon, prometheus
 from infra.local.lab import DEFAULT_TOPOLOGY, Lab, LabError, free_topology
+from infra.local.lab_security import AUDIT, LOADER
 from audit.times import iso
 from infra.local.traffic import HOUR_MS, TrafficConfig, produce, progress_bar
 from infra.topology import load_topology
@@ -54,18 +61,20 @@ def say(text: str) -> None:
 class Pipeline:
     def __init__(self, state_dir: str, base_port: int | None = None,
                  overrides: dict | None = None, sensor_timeout_s: float = 900.0,
-                 sensor_poke_s: float = 5.0, audit_grace_s: float | None = None) -> None:
+                 sensor_poke_s: float = 5.0, audit_grace_s: float | None = None,
+                 secure: bool = True) -> None:
         """``sensor_timeout_s``, ``sensor_poke_s``: warehouse_load's wait for
         the audit (the sensor never gives up before the audit's grace for
         the hour has passed: hadoop_loader/audit_wait.py); ``audit_grace_s``:
-        the audit service's grace (None: its default, 30 minutes)."""
+        the audit service's grace (None: its default, 30 minutes);
+        ``secure``: the lab secured (see the module)."""
         self.state_dir = os.path.abspath(state_dir)
         self.sensor_timeout_s = sensor_timeout_s
         self.sensor_poke_s = sensor_poke_s
         self.audit_grace_s = audit_grace_s
         # the mirror publishes its tier's counts every 2 s (1 s by default)
         overrides = {"mirrors.to-analysis.settings": "audit_publish_interval_ms=2000",
-                     **(overrides or {})}
+                     "security.enabled": "true" if secure else "false", **(overrides or {})}
         self._overrides = dict(overrides)
         if base_port:
             overrides["base_port"] = str(base_port)
@@ -77,6 +86,9 @@ class Pipeline:
         self.airflow_port = topology.base_port + 501
         self.audit_url = f"http://127.0.0.1:{self.audit_port}"
         self.lab = Lab(topology, self.path("lab"))
+        self.security = self.lab.security
+        #: seconds ``start`` took: "lab" (its Lab.up), "whole" (everything)
+        self.timings: dict[str, float] = {}
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
@@ -109,12 +121,14 @@ class Pipeline:
         say(f"starting the lab (ZooKeeper, dc-a and dc-b behind HAProxy, analysis, the mirror) "
             f"on ports from {self.topology.base_port}")
         self.lab.up(timeout=60, mirrors=False)
+        self.timings["lab"] = time.monotonic() - t0
         self.prepare_topics()
         # the mirror starts once the topics exist: a topic made under a running
         # consumer group moves its partitions, and at-least-once copies again
         # what was not committed yet
         self.start_mirror(mirror_blacklist)
         python = sys.executable
+        credentials = [] if self.security is None else self.security.credential_options(AUDIT)
         say(f"the analysis cluster's schema registry (Confluent's REST API) at "
             f"{self.registry_url}")
         for cluster in CLUSTERS:
@@ -124,12 +138,12 @@ class Pipeline:
                       [python, "-m", "audit", "count", "--cluster",
                        f"{cluster}={self.lab.zookeeper_connect(cluster)}",
                        "--set", "publish_interval_ms=2000", "--set", f"group=audit-{cluster}",
-                       *metrics])
+                       *metrics, *credentials])
         daemon.up(self.path("audit"), "audit-service",
                   [python, "-m", "audit", "serve", "--zookeeper",
                    self.lab.zookeeper_connect("analysis"), "--http-port", str(self.audit_port),
                    "--set", f"data_dir={self.path('audit')}",
-                   "--set", f"registry={self.registry_url}"]
+                   "--set", f"registry={self.registry_url}", *credentials]
                   + ([] if self.audit_grace_s is None
                      else ["--set", f"grace_ms={int(self.audit_grace_s * 1000)}"]),
                   ready_url=f"{self.audit_url}/healthz")
@@ -154,10 +168,16 @@ retries = 2
 retry_delay_s = 5.0
 max_retry_delay_s = 30.0
 """)
+            if self.security is not None:
+                f.write("\n" + self.security.credentials_toml(LOADER, "loader.credentials"))
         if airflow:
             airflow_stack.up(self.path("airflow"), self.airflow_port, config,
                              say=lambda text: say(f"airflow: {text}"))
-        say(f"everything is up in {time.monotonic() - t0:.0f} s")
+        if self.security is not None:
+            say(f"secured: TLS listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper identities; "
+                f"secrets in {self.security.directory}")
+        self.timings["whole"] = time.monotonic() - t0
+        say(f"everything is up in {self.timings['whole']:.0f} s")
 
     def start_monitoring(self) -> str:
         """The lab's lag service and Prometheus, which also scrapes what the
@@ -179,7 +199,9 @@ max_retry_delay_s = 30.0
             topology = load_topology(DEFAULT_TOPOLOGY, {
                 **self._overrides, "base_port": str(topology.base_port),
                 "mirrors.to-analysis.blacklist": blacklist})
-        Lab(topology, self.path("mirror")).up(timeout=60, only="mirror:to-analysis")
+        Lab(topology, self.path("mirror"),
+            security_dir=None if self.security is None else self.security.directory
+            ).up(timeout=60, only="mirror:to-analysis")
 
     def restart_mirror(self) -> None:
         """Stop the mirror and start it with the topology's own filters."""
@@ -192,7 +214,8 @@ max_retry_delay_s = 30.0
         included, before any consumer group starts."""
         from infra.local.traffic import prepare_clusters
         prepare_clusters({self.lab.zookeeper_connect(c):
-                          self.lab.topology.cluster(c).topic_partitions() for c in CLUSTERS})
+                          self.lab.topology.cluster(c).topic_partitions() for c in CLUSTERS},
+                         self.security)
         say("schemas registered and topics made in every cluster")
 
     def traffic(self, messages_per_dc: int, hours: int = 3):
@@ -203,7 +226,7 @@ max_retry_delay_s = 30.0
         result = produce({dc: (self.lab.lb_address(dc), self.lab.zookeeper_connect(dc))
                           for dc in ("dc-a", "dc-b")},
                          TrafficConfig(messages_per_dc=messages_per_dc, hours=hours),
-                         progress=progress_bar(), first_hour_ms=first)
+                         progress=progress_bar(), first_hour_ms=first, security=self.security)
         say(f"{result.total():,} events acknowledged in {result.seconds:.1f} s")
         return result
 
@@ -287,6 +310,12 @@ max_retry_delay_s = 30.0
                          f"{'  _SUCCESS' if marker else ''}")
             ok = ok and loaded >= n
         ok = ok and all(s == "success" for s in states.values())
+        if self.security is not None:
+            tls_bytes, sendfile_bytes = self.fetched_bytes()
+            lines.append(f"secured: every fetch on the brokers' TLS listeners ({tls_bytes:,} "
+                         f"bytes encrypted, {sendfile_bytes:,} sent in clear by sendfile); "
+                         f"secrets in {self.security.directory}")
+            ok = ok and tls_bytes > 0 and sendfile_bytes == 0
         warehouse = self.path("warehouse")
         lines += [
             f"the Parquet: {warehouse}/<topic>/date=YYYY-MM-DD/hour=HH/",
@@ -306,6 +335,21 @@ max_retry_delay_s = 30.0
                                     "MISSING: see above"),
         ]
         return "\n".join(lines), ok
+
+    def fetched_bytes(self) -> tuple[int, int]:
+        """Over every broker of the lab: the message bytes fetched on TLS
+        listeners, and those sent by sendfile (on plaintext ones)."""
+        from infra.local.metrics import scrape
+        t = self.topology
+        tls = clear = 0.0
+        for cluster in t.clusters():
+            for i, port in enumerate(t.broker_metrics_ports(cluster.name)):
+                if port == -1:
+                    continue
+                samples = scrape(t.address_of(f"{cluster.name}.broker-{i}"), port) or {}
+                tls += samples.get(("samsa_tls_fetch_bytes_total", frozenset()), 0.0)
+                clear += samples.get(("samsa_sendfile_bytes_total", frozenset()), 0.0)
+        return int(tls), int(clear)
 
     # ------------------------------------------------------------ down
 
@@ -371,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the audit service's grace: a window is pending, not lost, this long "
                         "after it ended (default: the service's, 1800)")
     p.add_argument("--keep-up", action="store_true", help="leave everything running")
+    p.add_argument("--insecure", action="store_true",
+                   help="run the lab open: plaintext listeners, no users, ACLs or ZooKeeper "
+                        "identities (default: secured; docs/security.md)")
     args = p.parse_args(argv)
     if args.command == "down":
         if not os.path.isdir(args.dir):
@@ -385,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         stop(args.dir)                       # a demo left up earlier: start afresh
         shutil.rmtree(args.dir, ignore_errors=True)
     pipeline = Pipeline(args.dir, args.base_port or None, sensor_timeout_s=args.sensor_timeout,
-                        sensor_poke_s=args.sensor_poke, audit_grace_s=args.audit_grace)
+                        sensor_poke_s=args.sensor_poke, audit_grace_s=args.audit_grace,
+                        secure=not args.insecure)
     ok = False
     try:
         pipeline.start(monitoring=True)

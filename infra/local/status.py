@@ -179,8 +179,10 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
                            "mirrors": []}
     records: dict[str, Any] = {}
     haproxy_dirs: dict[str, str] = {}
-    security = LabSecurity(os.path.join(env.state_dir, "security")) \
-        if t.security.enabled else None
+    security = None
+    if t.security.enabled:      # the secrets of the environment's labs (one directory)
+        security = next((lab.security for lab in env.labs if lab.security is not None),
+                        LabSecurity(os.path.join(env.state_dir, "security")))
     out["security"] = None if security is None else {
         "directory": security.directory, "admin_client_config": security.client_config(ADMIN)}
     for lab in env.labs:

@@ -17,7 +17,10 @@ topics produced through each datacenter's load balancer by audited producers.
   partition's leader (a ``ClusterProducer``, leaders found in ZooKeeper)
   with ``acks="all"``.
 
-The registry of every datacenter gets the shipped schemas first.
+The registry of every datacenter gets the shipped schemas first. In a
+secured lab (``security``: its LabSecurity) the producers are its
+``producer`` user over TLS, topics are made as its ``admin`` and schemas
+registered with the registry's ZooKeeper identity.
 """
 from __future__ import annotations
 
@@ -108,27 +111,31 @@ def make_event(topic: str, rng: random.Random, t: int, v2: bool,
             str(member).encode(), 1)
 
 
-def create_topics(zookeeper: str, topics, partitions: int = 4) -> bool:
+def create_topics(zookeeper: str, topics, partitions: int = 4,
+                  admin_options: dict | None = None) -> bool:
     """Create ``topics`` on every broker of the cluster (keyed messages need
     their topic's partition count; through a load balancer the producer may
     reach any broker). An existing topic is left as it is. On a replicated
     cluster (brokers with ``replication_factor`` >= 1) the first broker
     creates each topic cluster-wide with ``partitions`` partitions in all.
-    Returns whether the topics are replicated."""
+    Returns whether the topics are replicated. ``admin_options``: the
+    AdminClient's ``tls`` and ``sasl`` for brokers that ask for them (with
+    ``tls``, the brokers' TLS listeners are used)."""
     from broker.client.admin import AdminClient
     from broker.coordination.cluster import ClusterView
     from broker.coordination.zk import make_client, start_client
     from broker.protocol.errors import ErrorCode, SamsaError
+    admin_options = admin_options or {}
     client = make_client(zookeeper)
     start_client(client, zookeeper, timeout=10.0, what="traffic")
     try:
-        view = ClusterView(client)
+        view = ClusterView(client, tls=admin_options.get("tls") is not None)
         view.wait_for(lambda v: bool(v.brokers()), 10.0)
         for host, port in view.brokers().values():
             missing = [t for t in topics if not view.is_replicated(t)]
             if not missing:
                 break                   # made cluster-wide (by an earlier broker or call)
-            with AdminClient(f"{host}:{port}") as admin:
+            with AdminClient(f"{host}:{port}", **admin_options) as admin:
                 for topic in missing:
                     try:
                         admin.create_topic(topic, partitions)
@@ -143,20 +150,40 @@ def create_topics(zookeeper: str, topics, partitions: int = 4) -> bool:
         client.close()
 
 
-def prepare_clusters(clusters: dict[str, int]) -> None:
+def _open_registry(zookeeper: str, security=None):
+    """The schema registry in ``zookeeper`` (with the secured lab's
+    registry identity, which may write there)."""
+    from schemas.registry import SchemaRegistry
+    from schemas.stores import open_store
+    if security is None:
+        return SchemaRegistry.open(f"zookeeper://{zookeeper}")
+    from infra.local.lab_security import ZK_REGISTRY
+    return SchemaRegistry(open_store(
+        f"zookeeper://{zookeeper}",
+        zookeeper_auth_file=security.zookeeper_identity_file(ZK_REGISTRY)))
+
+
+def _admin_options(security) -> dict:
+    if security is None:
+        return {}
+    from infra.local.lab_security import ADMIN
+    return security.admin_options(ADMIN)
+
+
+def prepare_clusters(clusters: dict[str, int], security=None) -> None:
     """For each cluster (a ZooKeeper connect string with chroot -> the
     partitions of its topics, as ``create_topics`` means them): the shipped
     schemas in its registry, and the traffic's topics and the audit topic
     made on its brokers, before any consumer group (mirror, counter) starts:
     a topic made under a running group moves its partitions, and
-    at-least-once copies again what was not committed yet."""
+    at-least-once copies again what was not committed yet. ``security``:
+    a secured lab's LabSecurity."""
     from audit.counting import AUDIT_TOPIC
-    from schemas.registry import SchemaRegistry
     topics = [t for t, _ in TOPIC_WEIGHTS] + [AUDIT_TOPIC]
     for connect, partitions in clusters.items():
-        with SchemaRegistry.open(f"zookeeper://{connect}") as registry:
+        with _open_registry(connect, security) as registry:
             register_schemas(registry)
-        create_topics(connect, topics, partitions)
+        create_topics(connect, topics, partitions, _admin_options(security))
 
 
 def register_schemas(registry) -> None:
@@ -168,16 +195,20 @@ def register_schemas(registry) -> None:
 def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
             now_ms: int | None = None, progress=None,
             first_hour_ms: int | None = None, tolerate_failures: bool = False,
-            result: TrafficResult | None = None) -> TrafficResult:
+            result: TrafficResult | None = None, security=None) -> TrafficResult:
     """Produce ``config.messages_per_dc`` events into each datacenter:
     ``{name: (load balancer address, ZooKeeper connect string with chroot)}``,
     event times over ``config.hours`` hours from ``first_hour_ms`` (default:
     the last hours up to now, the current one included; now being ``now_ms``,
     default the system's clock, plus ``config.clock_offset_ms``). ``progress(done,
-    total)`` is called as it goes."""
+    total)`` is called as it goes. ``security``: a secured lab's LabSecurity
+    (see the module)."""
     from audit.counting import AUDIT_TOPIC, AuditedProducer, offset_clock
-    from schemas.registry import SchemaRegistry
     from schemas.wire import ValueWriter
+    client = {}
+    if security is not None:
+        from infra.local.lab_security import PRODUCER
+        client = security.client_settings(PRODUCER)
     now = (int(time.time() * 1000) if now_ms is None else now_ms) + config.clock_offset_ms
     clock = offset_clock(config.clock_offset_ms) if config.clock_offset_ms else time.time
     if first_hour_ms is None:
@@ -194,16 +225,16 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
     t0 = time.monotonic()
     for index, (dc, (lb, zookeeper)) in enumerate(sorted(datacenters.items())):
         rng = random.Random(config.seed * 1000 + index)
-        registry = SchemaRegistry.open(f"zookeeper://{zookeeper}")
+        registry = _open_registry(zookeeper, security)
         try:
             register_schemas(registry)
             replicated = create_topics(zookeeper, [t for t, _ in TOPIC_WEIGHTS],
-                                       config.partitions)
+                                       config.partitions, _admin_options(security))
             writers = {(t, v): ValueWriter(registry, t, version=v)
                        for t in ("page_views", "searches", "logins") for v in (1, 2)
                        if v == 1 or t == "page_views"}
             producer = AuditedProducer.publishing(
-                _producer(lb, zookeeper, replicated, config.batch_size),
+                _producer(lb, zookeeper, replicated, config.batch_size, client),
                 ValueWriter(registry, AUDIT_TOPIC), datacenter=dc, cluster=dc,
                 interval_s=5.0, window_ms=config.window_ms, service="demo-traffic",
                 clock=clock)
@@ -237,17 +268,20 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
     return result
 
 
-def _producer(lb: str, zookeeper: str, replicated: bool, batch_size: int):
+def _producer(lb: str, zookeeper: str, replicated: bool, batch_size: int,
+              client: dict | None = None):
     """Through the load balancer with acks="flushed"; on a replicated
     cluster a ClusterProducer with acks="all" instead, which sends each
     partition's batches to its leader, found in ZooKeeper (a load balancer
-    reaches any broker, and only the leader takes a partition's writes)."""
+    reaches any broker, and only the leader takes a partition's writes).
+    ``client``: the producer's security settings (tls, sasl_*)."""
     from broker.client.cluster_producer import ClusterProducer
     from broker.client.producer import Producer, ProducerConfig
+    client = client or {}
     if replicated:
         return ClusterProducer(zookeeper, ProducerConfig(acks="all", batch_size=batch_size,
-                                                         client_id="demo-traffic"))
-    return Producer(bootstrap=lb, acks="flushed", batch_size=batch_size)
+                                                         client_id="demo-traffic", **client))
+    return Producer(bootstrap=lb, acks="flushed", batch_size=batch_size, **client)
 
 
 def _settle(pending: list, result: TrafficResult, dc: str, tolerate: bool = False) -> int:

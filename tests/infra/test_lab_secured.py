@@ -51,15 +51,18 @@ def test_each_service_is_given_exactly_what_it_needs():
     t = small_topology(mirror=True)
     granted = {c: {(e.principal, e.operation.value, e.resource_type.value, e.name)
                    for e in cluster_acls(t, c)} for c in ("dc-a", "analysis")}
-    assert granted["dc-a"] == {
+    audit = {("User:audit", "read", "topic", "*"), ("User:audit", "read", "group", "*"),
+             ("User:audit", "write", "topic", "_audit"), ("User:audit", "create", "topic", "_audit"),
+             ("User:lag", "describe", "topic", "*"), ("User:lag", "describe", "group", "*")}
+    assert granted["dc-a"] == audit | {
         ("User:producer", "write", "topic", "*"), ("User:producer", "create", "topic", "*"),
         ("User:mirror", "read", "topic", "*"), ("User:mirror", "read", "group",
-                                                "mirror-to-analysis"),
-        ("User:lag", "describe", "topic", "*"), ("User:lag", "describe", "group", "*")}
-    assert granted["analysis"] == {
+                                                "mirror-to-analysis")}
+    assert granted["analysis"] == audit | {
         ("User:mirror", "write", "topic", "*"), ("User:mirror", "create", "topic", "*"),
         ("User:mirror", "describe", "topic", "*"),
-        ("User:lag", "describe", "topic", "*"), ("User:lag", "describe", "group", "*")}
+        ("User:loader", "read", "topic", "*"), ("User:loader", "write", "topic", "_audit"),
+        ("User:loader", "create", "topic", "_audit")}
 
 
 def test_the_secrets_are_private_and_kept_across_a_second_prepare(tmp_path):

@@ -1,4 +1,5 @@
-"""make demo's pipeline (infra/local/pipeline.py) with less traffic: the lab,
+"""make demo's pipeline (infra/local/pipeline.py) with less traffic, secured
+(its default: every service with its own user, every fetch over TLS): the lab,
 the audit counters and service, a real Airflow whose scheduler runs
 warehouse_load for three hours, Spark writing Parquet; the summary says
 100 % at every tier and each hour's rows equal what was produced (read from
@@ -32,6 +33,9 @@ def test_the_demo_loses_nothing_and_loads_every_hour(tmp_path):
     assert all(loaded == produced for _topic, loaded, produced in rows)
     assert sum(int(p.replace(",", "")) for _t, _l, p in rows) == 3000
     assert re.search(r"Prometheus: http://127\.0\.0\.1:\d+/ \(alerts: ", text), text[-4000:]
+    secured = re.search(r"secured: every fetch on the brokers' TLS listeners \(([\d,]+) bytes "
+                        r"encrypted, 0 sent in clear by sendfile\)", text)
+    assert secured and int(secured.group(1).replace(",", "")) > 0, text[-4000:]
     assert not any(str(state).encode() in b" ".join(a) for _, a in command_lines())
     # Airflow's processes do not name the state directory: its port is closed
     import socket
