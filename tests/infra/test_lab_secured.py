@@ -22,7 +22,8 @@ from infra.local.demo import count_in
 from infra.local.lab import Lab, free_topology
 from infra.local.lab_security import (ADMIN, LAG, MIRROR, PRODUCER, USERS, LabSecurity,
                                       cluster_acls)
-from infra.topology import SecuritySpec, to_toml
+from infra.local.network.runner import missing_requirements
+from infra.topology import NetworkSpec, SecuritySpec, to_toml
 from lab_helpers import small_topology
 
 
@@ -146,3 +147,30 @@ def test_a_secured_lab_serves_its_services_and_refuses_strangers(tmp_path):
     finally:
         if (state / "lab.json").exists():
             Lab.open(str(state)).down()
+
+
+@pytest.mark.skipif(bool(missing_requirements()), reason="the netns runtime needs "
+                    + ", ".join(missing_requirements()))
+@pytest.mark.timeout(300)
+def test_a_secured_lab_in_network_namespaces(tmp_path):
+    """Each broker's certificate holds its own host's address in the network
+    lab: the producer (from this machine) reaches dc-a's load balancer over
+    TLS as its user, and the mirror copies across to analysis as its own."""
+    topology = dataclasses.replace(
+        small_topology(dc_brokers=2, analysis_brokers=1, mirror=True),
+        network=NetworkSpec(subnet="10.85.0.0/16"), security=SecuritySpec(enabled=True))
+    lab = Lab(topology, str(tmp_path / "lab"), runtime="netns")
+    lab.up(timeout=90, monitoring=False)
+    try:
+        security = lab.security
+        with Producer(bootstrap=lab.lb_address("dc-a"), acks="flushed", partitioner="any",
+                      **security.client_settings(PRODUCER)) as p:
+            for i in range(50):
+                p.send("clicks", b"click %d" % i, key=None)
+            p.flush(60)
+            assert p.failed_batches == 0
+        wait_until(lambda: count_in(lab.broker_addresses("analysis"), "clicks", security)
+                   >= 50, 60, what="the mirror to copy the clicks across")
+        assert lab.broker_address("analysis", 0).startswith("10.85.")
+    finally:
+        lab.down(timeout=20)
