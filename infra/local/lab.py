@@ -69,8 +69,10 @@ identity, each broker serves its TLS listener (asking for SCRAM) at the
 layout's broker port and registers it in ``/brokers/tls`` (ready: that
 registration), the mirrors and the lag service get their users, the schema
 registries their identity (the shipped schemas are registered with it).
-Processes and netns runtimes, whole labs only; the audit and Airflow that
-``start_audit`` and ``start_airflow`` add run open (refused in a secured lab).
+Every runtime (the containers mount the state directory, secrets included);
+not with ``only`` unless ``security_dir`` names the secrets of the lab the
+component joins; the audit and Airflow that ``start_audit`` and
+``start_airflow`` add run open (refused in a secured lab).
 
 In the containers runtime, ZooKeeper's output goes to ``logs/zookeeper-<id>.log``
 itself (its ``zoo.cfg`` is written by the image into ``zookeeper/zk-<id>/conf``);
@@ -490,9 +492,6 @@ class Lab:
         if self.records:
             log.warning("the lab in %s had stopped without `down`: starting afresh",
                         self.state_dir)
-        if self.security is not None and self.runtime == "containers":
-            raise LabError("the secured lab runs in the processes and netns runtimes (the "
-                           "containers do not take its secrets yet): add --insecure")
         if self.security is not None and component is not None and not self._security_dir:
             raise LabError("the secured lab keeps its secrets in one state directory: bring "
                            "it up whole (no --only), or add --insecure")

@@ -8,6 +8,8 @@ of the project's images, with host networking.
   produced through the load balancer (acks=flushed) is all copied into
   analysis; a mirror whose docker client was SIGKILLed leaves its container
   running, and ``down`` removes it with the rest: no container is left;
+* the same lab secured: the containers take the secrets from the mounted
+  state directory;
 * a start refused when an image is missing, nothing started;
 * ``terraform apply -var runtime=containers`` of the local environment (no
   Airflow, for time: its containers are test_airflow_containers.py's) makes
@@ -17,6 +19,7 @@ of the project's images, with host networking.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -33,8 +36,11 @@ from broker_helpers import run_module, topic_values, wait_until
 from container_helpers import health
 from infra.local import container_runtime, daemon
 from infra.local.container_runtime import STATE_LABEL
+from infra.local.demo import count_in
 from infra.local.lab import Lab, LabError, free_topology
-from infra.topology import ClusterSpec, LoadBalancerSpec, MirrorSpec, Topology, to_toml
+from infra.local.lab_security import PRODUCER
+from infra.topology import (ClusterSpec, LoadBalancerSpec, MirrorSpec, SecuritySpec, Topology,
+                            to_toml)
 from terraform_helpers import (ROOT, free_base_port, local_environment, send_through_mirror,
                                terraform)
 
@@ -165,6 +171,42 @@ def test_the_lab_runs_as_containers_and_down_leaves_none(docker_host, tmp_path):
     finally:
         if (state / "lab.json").exists():
             Lab.open(str(state)).down(timeout=10)
+
+
+@pytest.mark.timeout(180)
+def test_a_secured_lab_runs_as_containers_with_its_mounted_secrets(docker_host, tmp_path):
+    """The secured lab's certificates, passwords and ZooKeeper identities are
+    files of its state directory, which every container mounts at the same
+    path: the brokers serve TLS and SCRAM, the mirror reads and writes as its
+    user; a producer without credentials gets nothing in."""
+    t = dataclasses.replace(free_topology(topology()), security=SecuritySpec(enabled=True))
+    topology_file = tmp_path / "topology.toml"
+    topology_file.write_text(to_toml(t))
+    state = tmp_path / "lab"
+    try:
+        code, out, err = _lab("up", "--runtime", "containers", "--topology", str(topology_file),
+                              "--dir", str(state), "--no-monitoring")
+        assert code == 0, err[-3000:]
+        assert "(as containers)" in out and "secured: TLS listeners" in out
+        lab = Lab.open(str(state))
+        security = lab.security
+        with Producer(bootstrap=lab.lb_address("dc-a"), acks="flushed", retries=0) as stranger:
+            stranger.send("page-views", b"a stranger's view")
+            stranger.flush(30)
+            assert stranger.failed_batches == 1
+        with Producer(bootstrap=lab.lb_address("dc-a"), acks="flushed", partitioner="any",
+                      **security.client_settings(PRODUCER)) as producer:
+            for i in range(100):
+                producer.send("page-views", b"view %d" % i, key=None)
+            producer.flush(60)
+            assert producer.failed_batches == 0
+        wait_until(lambda: count_in(lab.broker_addresses("analysis"), "page-views",
+                                    security) >= 100,
+                   timeout=60, interval=0.5, what="the mirror to copy everything into analysis")
+    finally:
+        if (state / "lab.json").exists():
+            Lab.open(str(state)).down()
+    assert containers_of(state) == {}
 
 
 def test_a_missing_image_refuses_the_start(docker_host, tmp_path, monkeypatch):
