@@ -123,7 +123,7 @@ demo-broker: setup
 	$(PY) -m broker.demo
 
 demo-lab: setup
-	$(PY) -m infra.local.demo
+	$(PY) -m infra.local.demo $(DEMO_LAB_ARGS)
 
 # The container tests (tests/containers) run the images: they are built first,
 # with the layer cache (SAMSA_CONTAINERS=0 opts out: then those tests are

@@ -10,7 +10,7 @@ and takes everything down.
 The lab runs secured (docs/security.md, "The secured lab"): the web
 servers publish over TLS as the user ``producer``, the mirror reads and
 writes as ``mirror``, the demo reads the copies as ``admin``; and it shows
-that a client without credentials is refused. ``--insecure`` runs it open.
+that a client without credentials is refused, in plaintext and over TLS. ``--insecure`` runs it open.
 
     python -m infra.local.demo [--messages 20000] [--keep] [--insecure]
 """
@@ -28,14 +28,14 @@ from broker.client.consumer import Consumer
 from broker.client.producer import Producer
 from broker.protocol.errors import ErrorCode, SamsaError
 from infra.local.lab import DEFAULT_TOPOLOGY, Lab, free_topology
-from infra.local.lab_security import ADMIN, PRODUCER
+from infra.local.lab_security import ADMIN, PRODUCER, LabSecurity
 from infra.local.status import render
 from infra.topology import SecuritySpec, load_topology
 
 TOPIC = "page-views"
 
 
-def count_in(addresses: list[str], topic: str, security=None) -> int:
+def count_in(addresses: list[str], topic: str, security: LabSecurity | None = None) -> int:
     """Messages of ``topic`` readable on these brokers (read through, as a
     consumer; a replicated partition at its leader only); ``security``: a
     secured lab's (read as its admin)."""
@@ -63,14 +63,18 @@ def count_in(addresses: list[str], topic: str, security=None) -> int:
     return total
 
 
-def stranger_refused(address: str) -> bool:
-    """Whether a producer with no credentials (plaintext, no user) gets
-    nothing in at ``address``."""
-    with Producer(bootstrap=address, acks="flushed", client_id="stranger", retries=0,
-                  partitioner="any") as p:
-        p.send(TOPIC, b"a stranger's page view", key=None)
-        p.flush(30)
-        return p.failed_batches == 1
+def stranger_refused(address: str, ca_file: str) -> bool:
+    """Whether a producer with no credentials gets nothing in at ``address``:
+    neither in plaintext nor over TLS (trusting the lab's authority) without
+    a user."""
+    refused = True
+    for tls in ({}, {"tls": True, "tls_ca_file": ca_file}):
+        with Producer(bootstrap=address, acks="flushed", client_id="stranger", retries=0,
+                      partitioner="any", **tls) as p:
+            p.send(TOPIC, b"a stranger's page view", key=None)
+            p.flush(30)
+            refused = refused and p.failed_batches == 1
+    return refused
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         if security is not None:
             print(f"[lab demo] secured: TLS listeners asking for SCRAM-SHA-512, ACLs, "
                   f"ZooKeeper identities; secrets in {security.directory}")
-            refused = stranger_refused(lab.lb_address(topology.datacenters[0].name))
+            refused = stranger_refused(lab.lb_address(topology.datacenters[0].name),
+                                       security.ca_file)
             print(f"[lab demo] a producer without credentials: "
                   f"{'refused' if refused else 'NOT refused'}")
             if not refused:

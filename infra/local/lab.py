@@ -61,6 +61,8 @@ State directory::
     lag/lag.toml              the lag service's settings
     prometheus/prometheus.yml Prometheus's configuration; prometheus/data its TSDB
     security/                 the secured lab's secrets (infra/local/lab_security.py)
+    security-mode             "secured" or "open": how it last ran (up will not switch
+                              over kept ZooKeeper data)
 
 A topology with ``[security] enabled`` runs secured (docs/security.md, "The
 secured lab"): before ZooKeeper its secrets are made (once), once ZooKeeper
@@ -102,6 +104,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from kazoo.exceptions import NoNodeError
+from kazoo.security import make_acl
 
 from broker.coordination import paths
 from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_client
@@ -128,6 +131,8 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "lab.json"
 TOPOLOGY_FILE = "topology.toml"
+#: whether the lab last ran secured or open (its ZooKeeper data follows it)
+SECURITY_MODE_FILE = "security-mode"
 #: Roles, in the order ``down`` stops them (each group at once).
 STOP_ORDER = (("prometheus", "lag", "mirror", "schema-registry", "audit"), ("haproxy", "broker"),
               ("zookeeper",), ("network",))
@@ -495,6 +500,14 @@ class Lab:
         if self.security is not None and component is not None and not self._security_dir:
             raise LabError("the secured lab keeps its secrets in one state directory: bring "
                            "it up whole (no --only), or add --insecure")
+        if self._security_dir and self.security is not None and not self.security.exists():
+            raise LabError(f"no secrets of a secured lab in {self._security_dir}: bring "
+                           f"that lab up first")
+        if (self.security is not None and self.runtime == "containers"
+                and not self.security.directory.startswith(self.state_dir + os.sep)):
+            raise LabError(f"the containers mount the state directory only: the secrets in "
+                           f"{self.security.directory} would not be visible in them")
+        self._check_security_mode()
         if self.runtime == "containers":
             self._check_containers(component)
         if self.runtime == "netns":
@@ -528,8 +541,12 @@ class Lab:
             f.write(to_toml(self.topology))
         self._write_state()
         started = time.monotonic()
-        if self.security is not None:
-            self.security.prepare(self.topology)
+        if self.security is not None and not self._security_dir:
+            try:        # a lab whose secrets are another's (security_dir) leaves them be
+                self.security.prepare(self.topology)
+            except (OSError, ValueError) as exc:
+                raise LabError(f"the secured lab's secrets in {self.security.directory} "
+                               f"cannot be made or used: {exc}") from None
         try:
             if component is None:
                 if self.runtime == "netns":
@@ -571,6 +588,27 @@ class Lab:
         log.info("lab %s is up in %.1f s: %d processes, state in %s", self.topology.name,
                  time.monotonic() - started, len(self.records), self.state_dir)
         return self
+
+    def _check_security_mode(self) -> None:
+        """Refuse to start secured over ZooKeeper data a start in the open
+        left (its records open to anyone), or open over a secured one's (its
+        records the cluster identity's: open brokers could not register);
+        then record this start's mode beside the data."""
+        mode = "secured" if self.security is not None else "open"
+        record = self.path(SECURITY_MODE_FILE)
+        if os.path.isdir(self.path("zookeeper")):
+            before = "open"         # data from before the mode was recorded: open
+            if os.path.exists(record):
+                with open(record) as f:
+                    before = f.read().strip()
+            if before != mode:
+                raise LabError(f"the lab in {self.state_dir} ran {before}, and its ZooKeeper "
+                               f"data is kept: start it {before} again, or remove its data "
+                               f"first (`python -m infra.local down --purge --dir "
+                               f"{self.state_dir}`)")
+        os.makedirs(self.state_dir, exist_ok=True)
+        with open(record, "w") as f:
+            f.write(mode + "\n")
 
     def _check_containers(self, component: tuple[str, str] | None) -> None:
         """Before a start in containers: the engine answers, the images of
@@ -656,6 +694,11 @@ class Lab:
         if self.security is not None:
             for cluster in t.clusters():
                 with self._zookeeper(cluster=cluster.name, identity=ZK_CLUSTER) as zk:
+                    # the chroot: the cluster's; everyone may read it and add
+                    # a subtree of their own (each writer owns what it makes)
+                    zk.set_acls("/", [Identity.from_file(
+                        self.security.zookeeper_identity_file(ZK_CLUSTER)).owner(),
+                        make_acl("world", "anyone", read=True, create=True)])
                     self.security.provision(zk, t, cluster.name)
             log.info("users and ACLs of every cluster written (secrets in %s)",
                      self.security.directory)
@@ -837,11 +880,16 @@ class Lab:
             def registered(name: str) -> bool:
                 record = self.records[name]
                 path = self._broker_node(record.cluster, record.index)
+                zk = zk_of(record.cluster)
                 try:
-                    data, stat = zk_of(record.cluster).get(path)
+                    data, stat = zk.get(path)
+                    # secured: the TLS listener is registered first, then the id
+                    ids = zk.exists(self.topology.cluster(record.cluster).zk_chroot
+                                    + paths.broker_id_path(record.index))
                 except NoNodeError:
                     return False
                 return (stat.ephemeralOwner != stale[name]
+                        and ids is not None and ids.ephemeralOwner == stat.ephemeralOwner
                         and data.decode() == self.broker_address(record.cluster, record.index))
 
             self._wait_ready("its registration in ZooKeeper", names, registered, timeout)

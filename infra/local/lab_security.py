@@ -2,7 +2,8 @@
 docs/security.md, "The secured lab").
 
 ``LabSecurity(directory).prepare(topology)`` makes, once, in the lab's
-``security/`` directory (every secret readable by its owner alone):
+``security/`` directory (each directory the owner's alone, 0700; keys,
+passwords and identities 0600):
 
     ca/ca.crt, ca/ca.key            a certificate authority of the lab's own
     certs/<host>.crt, .key          a certificate per broker host, valid for
@@ -23,24 +24,36 @@ user), ``admin`` (the operators and the lab's own checks, a super user),
 ``producer`` (writes and creates topics in the datacenters), ``mirror``
 (reads its sources, writes and creates topics in its target), ``lag`` (the
 lag service: describes every topic), ``audit`` (the audit's counters and
-service: read every topic, write the audit topic), ``loader`` (the
-warehouse load: reads the analysis cluster, writes its audit topic). ZooKeeper identities: ``cluster`` (the
+service: read every topic in their own groups, write the audit topic),
+``loader`` (the warehouse load: reads the analysis cluster, writes its
+audit topic). ZooKeeper identities: ``cluster`` (the
 brokers and operators' tools), ``mirror`` (the mirrors' groups and marks),
 ``registry`` (the schema registries' /schemas).
 
 Invariant: nothing here is ever overwritten once made, except a certificate
 whose host names no longer match the topology (a lab moved to other
-addresses), which is issued again by the same authority.
+addresses) or that ends within RENEW_DAYS, which is issued again by the
+same authority (the brokers take a renewed certificate without a restart).
+The directory and each of its subdirectories are the owner's alone (0700),
+so the certificates (0644 like any certificate) are not exposed either.
 """
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import secrets
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker.security.acl import AclEntry
 from broker.security.ca import CertificateAuthority
 from broker.security.credentials import ServiceCredentials
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from infra.topology import Topology
 
 #: the lab's SCRAM users
 BROKER, ADMIN, PRODUCER, MIRROR, LAG = "broker", "admin", "producer", "mirror", "lag"
@@ -50,11 +63,26 @@ SUPER_USERS = (f"User:{BROKER}", f"User:{ADMIN}")
 #: the lab's ZooKeeper identities
 ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY = "cluster", "mirror", "registry"
 ZK_IDENTITIES = (ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY)
+#: a certificate that ends within this many days is issued again
+RENEW_DAYS = 30
+#: the consumer groups of the audit's counters (``audit-<cluster>``) and service
+AUDIT_GROUP_PREFIXES = ("audit-", "samsa-audit-")
+
+
+def _private_dir(path: str) -> None:
+    """``path`` and its missing parents made; ``path`` the owner's alone."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def _toml_string(text: str) -> str:
+    """``text`` as a TOML basic string (JSON's escapes are TOML's)."""
+    return json.dumps(text)
 
 
 def _write_private(path: str, text: str) -> None:
     """``text`` into a new file readable by its owner alone, written whole."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _private_dir(os.path.dirname(path))
     partial = f"{path}.partial"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -63,15 +91,16 @@ def _write_private(path: str, text: str) -> None:
 
 
 def _allow(user: str, operation: str, resource_type: str = "topic",
-           name: str = "*") -> AclEntry:
-    return AclEntry(f"User:{user}", "allow", operation, resource_type, name)
+           name: str = "*", pattern: str = "literal") -> AclEntry:
+    """An entry allowing ``user`` ``operation`` on a resource."""
+    return AclEntry(f"User:{user}", "allow", operation, resource_type, name, pattern)
 
 
-#: the audit's topic (audit/counting.py's AUDIT_TOPIC)
+#: the audit's topic (audit/counting.py's AUDIT_TOPIC; a test holds them equal)
 AUDIT_TOPIC = "_audit"
 
 
-def cluster_acls(topology, cluster: str) -> list[AclEntry]:
+def cluster_acls(topology: Topology, cluster: str) -> list[AclEntry]:
     """Exactly what each service needs in ``cluster``: the producers write
     (and create) in a datacenter; a mirror reads its sources and writes and
     creates in its target; the lag service describes every topic and group;
@@ -80,7 +109,9 @@ def cluster_acls(topology, cluster: str) -> list[AclEntry]:
     writes the audit topic. The brokers and admin are super users and need
     no entry."""
     entries = [_allow(LAG, "describe"), _allow(LAG, "describe", "group"),
-               _allow(AUDIT, "read"), _allow(AUDIT, "read", "group"),
+               _allow(AUDIT, "read"),
+               *(_allow(AUDIT, "read", "group", prefix, "prefixed")
+                 for prefix in AUDIT_GROUP_PREFIXES),
                _allow(AUDIT, "write", name=AUDIT_TOPIC), _allow(AUDIT, "create", name=AUDIT_TOPIC)]
     if topology.analysis is not None and cluster == topology.analysis.name:
         entries += [_allow(LOADER, "read"), _allow(LOADER, "write", name=AUDIT_TOPIC),
@@ -92,8 +123,7 @@ def cluster_acls(topology, cluster: str) -> list[AclEntry]:
             entries += [_allow(MIRROR, "read"), _allow(MIRROR, "read", "group",
                                                        mirror.mirror_group)]
         if cluster == mirror.target:
-            entries += [_allow(MIRROR, "write"), _allow(MIRROR, "create"),
-                        _allow(MIRROR, "describe")]
+            entries += [_allow(MIRROR, "write"), _allow(MIRROR, "create")]
     return entries
 
 
@@ -106,6 +136,7 @@ class LabSecurity:
 
     @property
     def ca_file(self) -> str:
+        """The lab's certificate authority's certificate (every client trusts it)."""
         return os.path.join(self.directory, "ca", "ca.crt")
 
     def cert_files(self, host: str) -> tuple[str, str]:
@@ -114,25 +145,38 @@ class LabSecurity:
         return f"{base}.crt", f"{base}.key"
 
     def password_file(self, user: str) -> str:
+        """The file holding ``user``'s SCRAM password (first line)."""
         return os.path.join(self.directory, "users", f"{user}.password")
 
     def zookeeper_identity_file(self, identity: str) -> str:
+        """The file holding the ZooKeeper identity ``identity`` (user:password)."""
         return os.path.join(self.directory, "zookeeper", f"{identity}.zk")
 
     def client_config(self, user: str) -> str:
+        """``user``'s client settings (the tools' --client-config)."""
         return os.path.join(self.directory, "client", f"{user}.toml")
+
+    def exists(self) -> bool:
+        """Whether the secrets were made (the authority's certificate is there)."""
+        return os.path.exists(self.ca_file)
 
     # ------------------------------------------------------------ making them
 
-    def prepare(self, topology) -> "LabSecurity":
-        """Every secret of the lab, made where missing (see the module)."""
+    def prepare(self, topology: Topology) -> LabSecurity:
+        """Every secret of the lab, made where missing (see the module);
+        OSError or ValueError when an existing one cannot be used."""
+        _private_dir(self.directory)
         ca_dir = os.path.dirname(self.ca_file)
+        _private_dir(ca_dir)
         ca = CertificateAuthority.open(ca_dir) if os.path.exists(self.ca_file) else \
             CertificateAuthority.create(ca_dir, name=f"{topology.name} lab CA")
+        renew_before = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=RENEW_DAYS)
         for host, names in broker_hosts(topology).items():
             cert, _key = self.cert_files(host)
+            _private_dir(os.path.dirname(cert))
             wanted = sorted(set(names))
-            if _hosts_of(cert) != wanted:
+            hosts, ends = _certificate_of(cert)
+            if hosts != wanted or ends is None or ends < renew_before:
                 ca.issue(host, wanted, os.path.dirname(cert))
         for user in USERS:
             path = self.password_file(user)
@@ -148,12 +192,13 @@ class LabSecurity:
         return self
 
     def client_toml(self, user: str) -> str:
-        return (f'# {user}: the TLS listeners of the lab\'s brokers, SCRAM-SHA-512\n'
-                f'tls = true\ntls_ca_file = "{self.ca_file}"\n'
-                f'sasl_username = "{user}"\n'
-                f'sasl_password_file = "{self.password_file(user)}"\n')
+        """``user``'s client settings as TOML."""
+        return (f"# {user}: the TLS listeners of the lab's brokers, SCRAM-SHA-512\n"
+                f"tls = true\ntls_ca_file = {_toml_string(self.ca_file)}\n"
+                f"sasl_username = {_toml_string(user)}\n"
+                f"sasl_password_file = {_toml_string(self.password_file(user))}\n")
 
-    def provision(self, client, topology, cluster: str) -> None:
+    def provision(self, client: KazooClient, topology: Topology, cluster: str) -> None:
         """``cluster``'s users and ACLs, written through ``client`` (a started
         kazoo client in the cluster's chroot with the ``cluster`` identity)."""
         from broker.security import store
@@ -204,9 +249,9 @@ class LabSecurity:
 
     def credentials_toml(self, user: str, table: str) -> str:
         """``user``'s credentials as the TOML table ``table``."""
-        return (f"[{table}]\nsasl_username = \"{user}\"\n"
-                f"sasl_password_file = \"{self.password_file(user)}\"\n"
-                f"tls = true\ntls_ca_file = \"{self.ca_file}\"\n")
+        return (f"[{table}]\nsasl_username = {_toml_string(user)}\n"
+                f"sasl_password_file = {_toml_string(self.password_file(user))}\n"
+                f"tls = true\ntls_ca_file = {_toml_string(self.ca_file)}\n")
 
     def client_settings(self, user: str) -> dict:
         """``user``'s settings for a ProducerConfig or ConsumerConfig."""
@@ -217,7 +262,7 @@ class LabSecurity:
         return self.credentials(user).admin_options()
 
 
-def broker_hosts(topology) -> dict[str, list[str]]:
+def broker_hosts(topology: Topology) -> dict[str, list[str]]:
     """Each broker host's names for its certificate: its address, its
     cluster's load balancer's (clients reach it through it), localhost."""
     out = {}
@@ -229,17 +274,18 @@ def broker_hosts(topology) -> dict[str, list[str]]:
     return out
 
 
-def _hosts_of(cert_path: str) -> list[str] | None:
-    """The DNS names and addresses a certificate is valid for (sorted);
-    None when there is none."""
+def _certificate_of(cert_path: str) -> tuple[list[str] | None, dt.datetime | None]:
+    """The DNS names and addresses a certificate is valid for (sorted), and
+    when it ends; (None, None) when there is none."""
     if not os.path.exists(cert_path):
-        return None
+        return None, None
     from cryptography import x509
     with open(cert_path, "rb") as f:
         cert = x509.load_pem_x509_certificate(f.read())
+    ends = cert.not_valid_after_utc
     try:
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
-        return []
+        return [], ends
     return sorted(set([str(n) for n in names.get_values_for_type(x509.DNSName)]
-                      + [str(a) for a in names.get_values_for_type(x509.IPAddress)]))
+                      + [str(a) for a in names.get_values_for_type(x509.IPAddress)])), ends

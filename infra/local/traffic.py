@@ -29,6 +29,10 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infra.local.lab_security import LabSecurity
 
 HOUR_MS = 3_600_000
 TOPIC_WEIGHTS = (("page_views", 6), ("searches", 3), ("logins", 1))
@@ -150,7 +154,7 @@ def create_topics(zookeeper: str, topics, partitions: int = 4,
         client.close()
 
 
-def _open_registry(zookeeper: str, security=None):
+def _open_registry(zookeeper: str, security: LabSecurity | None = None):
     """The schema registry in ``zookeeper`` (with the secured lab's
     registry identity, which may write there)."""
     from schemas.registry import SchemaRegistry
@@ -163,14 +167,14 @@ def _open_registry(zookeeper: str, security=None):
         zookeeper_auth_file=security.zookeeper_identity_file(ZK_REGISTRY)))
 
 
-def _admin_options(security) -> dict:
+def _admin_options(security: LabSecurity | None) -> dict:
     if security is None:
         return {}
     from infra.local.lab_security import ADMIN
     return security.admin_options(ADMIN)
 
 
-def prepare_clusters(clusters: dict[str, int], security=None) -> None:
+def prepare_clusters(clusters: dict[str, int], security: LabSecurity | None = None) -> None:
     """For each cluster (a ZooKeeper connect string with chroot -> the
     partitions of its topics, as ``create_topics`` means them): the shipped
     schemas in its registry, and the traffic's topics and the audit topic
@@ -195,7 +199,8 @@ def register_schemas(registry) -> None:
 def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
             now_ms: int | None = None, progress=None,
             first_hour_ms: int | None = None, tolerate_failures: bool = False,
-            result: TrafficResult | None = None, security=None) -> TrafficResult:
+            result: TrafficResult | None = None,
+            security: LabSecurity | None = None) -> TrafficResult:
     """Produce ``config.messages_per_dc`` events into each datacenter:
     ``{name: (load balancer address, ZooKeeper connect string with chroot)}``,
     event times over ``config.hours`` hours from ``first_hour_ms`` (default:

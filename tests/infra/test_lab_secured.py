@@ -10,18 +10,21 @@ import os
 import stat
 
 import pytest
+from cryptography import x509
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from kazoo.security import make_acl
 
 from broker.client.connection import BrokerConnection, parse_address
 from broker.client.producer import Producer
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
+from broker.security.ca import CertificateAuthority
 from broker_helpers import run_module, wait_until
 from infra.local.demo import count_in
-from infra.local.lab import Lab, free_topology
-from infra.local.lab_security import (ADMIN, LAG, MIRROR, PRODUCER, USERS, LabSecurity,
-                                      cluster_acls)
+from infra.local.lab import Lab, LabError, free_topology
+from infra.local.lab_security import (ADMIN, AUDIT_TOPIC, LAG, MIRROR, PRODUCER, USERS,
+                                      LabSecurity, cluster_acls)
 from infra.local.network.runner import missing_requirements
 from infra.topology import NetworkSpec, SecuritySpec, to_toml
 from lab_helpers import small_topology
@@ -52,7 +55,8 @@ def test_each_service_is_given_exactly_what_it_needs():
     t = small_topology(mirror=True)
     granted = {c: {(e.principal, e.operation.value, e.resource_type.value, e.name)
                    for e in cluster_acls(t, c)} for c in ("dc-a", "analysis")}
-    audit = {("User:audit", "read", "topic", "*"), ("User:audit", "read", "group", "*"),
+    audit = {("User:audit", "read", "topic", "*"), ("User:audit", "read", "group", "audit-"),
+             ("User:audit", "read", "group", "samsa-audit-"),
              ("User:audit", "write", "topic", "_audit"), ("User:audit", "create", "topic", "_audit"),
              ("User:lag", "describe", "topic", "*"), ("User:lag", "describe", "group", "*")}
     assert granted["dc-a"] == audit | {
@@ -61,7 +65,6 @@ def test_each_service_is_given_exactly_what_it_needs():
                                                 "mirror-to-analysis")}
     assert granted["analysis"] == audit | {
         ("User:mirror", "write", "topic", "*"), ("User:mirror", "create", "topic", "*"),
-        ("User:mirror", "describe", "topic", "*"),
         ("User:loader", "read", "topic", "*"), ("User:loader", "write", "topic", "_audit"),
         ("User:loader", "create", "topic", "_audit")}
 
@@ -74,9 +77,42 @@ def test_the_secrets_are_private_and_kept_across_a_second_prepare(tmp_path):
         [security.cert_files("dc-a.broker-0")[1], os.path.join(security.directory, "ca", "ca.key")]
     for path in paths:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    for sub in ("", "ca", "certs", "users", "zookeeper", "client"):
+        mode = stat.S_IMODE(os.stat(os.path.join(security.directory, sub)).st_mode)
+        assert mode == 0o700, sub
     before = {p: open(p).read() for p in paths}
     LabSecurity(security.directory).prepare(t)
     assert {p: open(p).read() for p in paths} == before
+
+
+def test_a_certificate_near_its_end_is_issued_again(tmp_path):
+    t = small_topology()
+    security = LabSecurity(str(tmp_path / "security")).prepare(t)
+    cert, _key = security.cert_files("dc-a.broker-0")
+    ca = CertificateAuthority.open(os.path.dirname(security.ca_file))
+    ca.issue("dc-a.broker-0", ["127.0.0.1", "localhost"], os.path.dirname(cert), days=10)
+    ending = x509.load_pem_x509_certificate(open(cert, "rb").read()).not_valid_after_utc
+    security.prepare(t)
+    renewed = x509.load_pem_x509_certificate(open(cert, "rb").read()).not_valid_after_utc
+    assert (renewed - ending).days > 300
+
+
+def test_the_audit_topic_of_the_acls_is_the_audits():
+    from audit.counting import AUDIT_TOPIC as audit_topic
+    assert AUDIT_TOPIC == audit_topic
+
+
+def test_a_lab_does_not_switch_between_open_and_secured_over_its_data(tmp_path):
+    state = tmp_path / "lab"
+    (state / "zookeeper").mkdir(parents=True)           # data a start in the open left
+    secured = dataclasses.replace(free_topology(small_topology()),
+                                  security=SecuritySpec(enabled=True))
+    with pytest.raises(LabError, match="ran open, and its ZooKeeper data is kept"):
+        Lab(secured, str(state)).up(timeout=5)
+    assert not (state / "lab.json").exists() or not Lab.open(str(state)).records
+    (state / "security-mode").write_text("secured\n")
+    with pytest.raises(LabError, match="ran secured"):
+        Lab(free_topology(small_topology()), str(state)).up(timeout=5)
 
 
 @pytest.mark.timeout(300)
@@ -97,10 +133,12 @@ def test_a_secured_lab_serves_its_services_and_refuses_strangers(tmp_path):
         assert f"0={topology.host}:{topology.broker_ports('dc-a')[0]}" in out
 
         lb = lab.lb_address("dc-a")
-        with Producer(bootstrap=lb, acks="flushed", retries=0, partitioner="any") as p:
-            p.send("clicks", b"from a stranger", key=None)
-            p.flush(30)
-            assert p.failed_batches == 1         # no TLS, no user: nothing gets in
+        for tls in ({}, {"tls": True, "tls_ca_file": security.ca_file}):
+            with Producer(bootstrap=lb, acks="flushed", retries=0, partitioner="any",
+                          **tls) as p:
+                p.send("clicks", b"from a stranger", key=None)
+                p.flush(30)
+                assert p.failed_batches == 1     # no user (in clear or over TLS): nothing in
         with Producer(bootstrap=lb, acks="flushed", partitioner="any",
                       **security.client_settings(PRODUCER)) as p:
             for i in range(50):
@@ -139,6 +177,12 @@ def test_a_secured_lab_serves_its_services_and_refuses_strangers(tmp_path):
                 stranger.get_children("/security/users")
             with pytest.raises(NoAuthError):
                 stranger.create("/brokers/ids/7", b"127.0.0.1:1")
+            # the chroot is the cluster's: a stranger cannot delete what it
+            # holds, nor take it over
+            with pytest.raises(NoAuthError):
+                stranger.delete("/brokers", recursive=True)
+            with pytest.raises(NoAuthError):
+                stranger.set_acls("/", [make_acl("world", "anyone", all=True)])
         finally:
             stranger.stop()
             stranger.close()
