@@ -32,15 +32,16 @@ brokers and operators' tools), ``mirror`` (the mirrors' groups and marks),
 
 Invariant: nothing here is ever overwritten once made, except a certificate
 whose host names no longer match the topology (a lab moved to other
-addresses) or that ends within RENEW_DAYS, which is issued again by the
-same authority (the brokers take a renewed certificate without a restart).
+addresses) or that ends within RENEW_DAYS when the lab is brought up, which
+is issued again by the same authority. (A lab left running is not renewed
+while it runs.)
 The directory and each of its subdirectories are the owner's alone (0700),
 so the certificates (0644 like any certificate) are not exposed either.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-import json
 import os
 import secrets
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING
 from broker.security.acl import AclEntry
 from broker.security.ca import CertificateAuthority
 from broker.security.credentials import ServiceCredentials
+from broker.service_kit import settings
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -73,11 +75,6 @@ def _private_dir(path: str) -> None:
     """``path`` and its missing parents made; ``path`` the owner's alone."""
     os.makedirs(path, mode=0o700, exist_ok=True)
     os.chmod(path, 0o700)
-
-
-def _toml_string(text: str) -> str:
-    """``text`` as a TOML basic string (JSON's escapes are TOML's)."""
-    return json.dumps(text)
 
 
 def _write_private(path: str, text: str) -> None:
@@ -192,11 +189,10 @@ class LabSecurity:
         return self
 
     def client_toml(self, user: str) -> str:
-        """``user``'s client settings as TOML."""
+        """``user``'s client settings as TOML (a ClientSecurity's)."""
+        from broker.client.authentication import ClientSecurity
         return (f"# {user}: the TLS listeners of the lab's brokers, SCRAM-SHA-512\n"
-                f"tls = true\ntls_ca_file = {_toml_string(self.ca_file)}\n"
-                f"sasl_username = {_toml_string(user)}\n"
-                f"sasl_password_file = {_toml_string(self.password_file(user))}\n")
+                + settings.to_toml(ClientSecurity(**self.client_settings(user))))
 
     def provision(self, client: KazooClient, topology: Topology, cluster: str) -> None:
         """``cluster``'s users and ACLs, written through ``client`` (a started
@@ -236,22 +232,20 @@ class LabSecurity:
 
     def credential_options(self, user: str, zookeeper_identity: str | None = None
                            ) -> list[str]:
-        """A service command's ``--set credentials.KEY=VALUE`` options for ``user``."""
+        """A service command's ``--set credentials.KEY=VALUE`` options for
+        ``user``: those of ``credentials`` that differ from the defaults."""
+        given, default = self.credentials(user, zookeeper_identity), ServiceCredentials()
         options = []
-        for key, value in (("sasl_username", user),
-                           ("sasl_password_file", self.password_file(user)),
-                           ("tls", "true"), ("tls_ca_file", self.ca_file)):
-            options += ["--set", f"credentials.{key}={value}"]
-        if zookeeper_identity:
-            options += ["--set", "credentials.zookeeper_auth_file="
-                        + self.zookeeper_identity_file(zookeeper_identity)]
+        for f in dataclasses.fields(given):
+            value = getattr(given, f.name)
+            if value != getattr(default, f.name):
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                options += ["--set", f"credentials.{f.name}={text}"]
         return options
 
     def credentials_toml(self, user: str, table: str) -> str:
         """``user``'s credentials as the TOML table ``table``."""
-        return (f"[{table}]\nsasl_username = {_toml_string(user)}\n"
-                f"sasl_password_file = {_toml_string(self.password_file(user))}\n"
-                f"tls = true\ntls_ca_file = {_toml_string(self.ca_file)}\n")
+        return settings.to_toml(self.credentials(user), table)
 
     def client_settings(self, user: str) -> dict:
         """``user``'s settings for a ProducerConfig or ConsumerConfig."""

@@ -97,6 +97,27 @@ def test_a_certificate_near_its_end_is_issued_again(tmp_path):
     assert (renewed - ending).days > 300
 
 
+def test_the_written_credentials_read_back_as_the_services_take_them(tmp_path):
+    from broker.client.authentication import ClientSecurity
+    from broker.service_kit import settings
+    from hadoop_loader.config import LoaderConfig
+    security = LabSecurity(str(tmp_path / "security")).prepare(small_topology())
+    client = settings.load(ClientSecurity, security.client_config(ADMIN))
+    assert client.settings() == {**ClientSecurity().settings(),
+                                 **security.client_settings(ADMIN)}
+    config = tmp_path / "warehouse.toml"
+    config.write_text('[loader]\nzookeeper = "127.0.0.1:2181/analysis"\n\n'
+                      + security.credentials_toml("loader", "loader.credentials"))
+    assert settings.load(LoaderConfig, str(config), table="loader").credentials == \
+        security.credentials("loader")
+    options = security.credential_options("audit", "cluster")
+    assert dict(o.split("=", 1) for o in options[1::2]) == {
+        "credentials.sasl_username": "audit",
+        "credentials.sasl_password_file": security.password_file("audit"),
+        "credentials.tls": "true", "credentials.tls_ca_file": security.ca_file,
+        "credentials.zookeeper_auth_file": security.zookeeper_identity_file("cluster")}
+
+
 def test_the_audit_topic_of_the_acls_is_the_audits():
     from audit.counting import AUDIT_TOPIC as audit_topic
     assert AUDIT_TOPIC == audit_topic
