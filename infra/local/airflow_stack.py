@@ -92,9 +92,11 @@ def settings(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
 
 
 def environment(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
-                address: str = "127.0.0.1") -> dict:
-    """The environment of this checkout's Airflow processes."""
+                address: str = "127.0.0.1", extra: dict[str, str] | None = None) -> dict:
+    """The environment of this checkout's Airflow processes (and so of the
+    tasks they run); ``extra``: more variables for them."""
     env = dict(os.environ)
+    env.update(extra or {})
     env.update(settings(state_dir, port, warehouse_config, db_url, address=address))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     return env
@@ -186,13 +188,15 @@ class _Runner:
 
     def __init__(self, state_dir: str, port: int, warehouse_config: str, db_url: str,
                  docker: Docker | None = None, address: str = "127.0.0.1",
-                 enter: Callable[[list[str]], list[str]] | None = None) -> None:
+                 enter: Callable[[list[str]], list[str]] | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.state_dir, self.docker, self.enter = state_dir, docker, enter
         if docker is None:
-            self.env = environment(state_dir, port, warehouse_config, db_url, address)
+            self.env = environment(state_dir, port, warehouse_config, db_url, address, extra_env)
         else:
             self.env = docker.env               # the docker client's
-            self.container_env = container_environment(state_dir, port, warehouse_config, db_url)
+            self.container_env = {**container_environment(state_dir, port, warehouse_config,
+                                                          db_url), **(extra_env or {})}
             self.mounts = container_mounts(state_dir, warehouse_config)
 
     def container(self, name: str) -> str | None:
@@ -219,13 +223,15 @@ class _Runner:
 def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
        timeout: float = 180.0, say=print, runtime: str = "processes",
        address: str = "127.0.0.1",
-       enter: Callable[[list[str]], list[str]] | None = None) -> dict:
+       enter: Callable[[list[str]], list[str]] | None = None,
+       extra_env: dict[str, str] | None = None) -> dict:
     """Start Airflow (see the module's docstring) and wait until its UI
     answers and the DAGs are parsed; the state file's content (the
     processes' records as dicts). ``address`` and ``enter``: a host of the
     network lab (Lab.start_airflow): every process runs in its network
     namespace (``enter(command)``), the UI binds its address; processes
-    runtime only."""
+    runtime only. ``extra_env``: variables for every Airflow process and
+    the tasks they run (a secured registry's $SAMSA_SCHEMA_REGISTRY_*)."""
     import subprocess
     state_dir = os.path.abspath(state_dir)
     existing = read(state_dir)
@@ -245,7 +251,8 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
         except ContainerError as exc:
             raise AirflowStackError(str(exc)) from None
     os.makedirs(os.path.join(state_dir, "logs"), exist_ok=True)
-    runner = _Runner(state_dir, port, warehouse_config, db_url, docker, address, enter)
+    runner = _Runner(state_dir, port, warehouse_config, db_url, docker, address, enter,
+                     extra_env)
     t0 = time.monotonic()
     try:
         migrate = subprocess.run(runner.command("db-migrate", ["db", "migrate"]),

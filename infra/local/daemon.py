@@ -32,7 +32,6 @@ import os
 import signal
 import sys
 import urllib.parse
-import urllib.request
 from typing import Callable
 
 from broker.service_kit.detached import (DetachedProcess, StateFileError, read_state, stop,
@@ -49,10 +48,12 @@ class DaemonError(RuntimeError):
     pass
 
 
-def answers(url: str) -> bool:
-    """Whether a GET of ``url`` answers 200 now."""
+def answers(url: str, access=None) -> bool:
+    """Whether a GET of ``url`` answers 200 now (asked as ``access``, an
+    infra.local.metrics.HttpAccess, where given: a secured lab's HTTPS)."""
+    from infra.local.metrics import open_url
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with open_url(url, access, timeout=2) as response:
             return response.status == 200
     except OSError:
         return False
@@ -72,7 +73,10 @@ def health_check_env(ready_url: str) -> dict[str, str]:
     if port is None:
         raise DaemonError(f"the ready URL {ready_url} names no port")
     path = url.path.lstrip("/") + (f"?{url.query}" if url.query else "")
-    return {"SAMSA_HEALTH_PORT": str(port), "SAMSA_HEALTH_PATH": path}
+    env = {"SAMSA_HEALTH_PORT": str(port), "SAMSA_HEALTH_PATH": path}
+    if url.scheme == "https":
+        env["SAMSA_HEALTH_SCHEME"] = "https"
+    return env
 
 
 def read(state_dir: str) -> tuple[dict, list[DetachedProcess]] | None:
@@ -94,16 +98,20 @@ def read(state_dir: str) -> tuple[dict, list[DetachedProcess]] | None:
 
 def up(state_dir: str, name: str, command: list[str], ready_url: str = "",
        timeout: float = 60.0, runtime: str = "processes",
-       image: str | None = None) -> DetachedProcess:
+       image: str | None = None, env: dict[str, str] | None = None,
+       access=None) -> DetachedProcess:
     """Start ``command`` (in ``runtime``; see the module's docstring) and wait
-    until ``ready_url`` answers; the record kept in the state file."""
+    until ``ready_url`` answers (asked as ``access``, an
+    infra.local.metrics.HttpAccess, for a secured service); the record kept
+    in the state file. ``env``: variables added to the command's environment."""
     state_dir = os.path.abspath(state_dir)
     old = read(state_dir)
     if old is not None and old[1][0].alive():
         (record,) = old[1]
         raise DaemonError(f"{record.name} already runs from {state_dir} (pid {record.pid})")
     log_path = os.path.join(state_dir, "logs", f"{name}.log")
-    env, container, docker_host = None, None, None
+    extra_env = dict(env or {})
+    env, container, docker_host = ({**os.environ, **extra_env} if extra_env else None), None, None
     if runtime == "containers":
         try:
             docker = Docker(engine_host())
@@ -114,13 +122,15 @@ def up(state_dir: str, name: str, command: list[str], ready_url: str = "",
         container, docker_host, env = container_name("samsa", state_dir, name), docker.host, \
             docker.env
         command = docker.run_command(container, image or IMAGES["samsa"], command,
-                                     state_dir=state_dir, env=health_check_env(ready_url))
+                                     state_dir=state_dir,
+                                     env={**health_check_env(ready_url), **extra_env})
     proc = SupervisedProcess(name, command, log_path, cwd=state_dir, env=env).start()
     record = DetachedProcess.of(proc, container=container)
     write_state(os.path.join(state_dir, STATE_FILE), [record], ready_url=ready_url,
                 docker_host=docker_host)
     if ready_url:
-        answered = wait_until(lambda: proc.poll() is not None or answers(ready_url), timeout,
+        answered = wait_until(lambda: proc.poll() is not None or answers(ready_url, access),
+                              timeout,
                               interval=0.2)
         if proc.poll() is not None:
             raise DaemonError(f"{name} {proc.exit_status()}; the end of {log_path}:\n"

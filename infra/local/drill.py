@@ -22,7 +22,6 @@ duplicates each tier reports (at-least-once), and exits 1 on any loss.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -30,7 +29,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 
 from infra.local import daemon
@@ -171,7 +169,8 @@ class Drill:
         at = self.elapsed()
         proc = subprocess.Popen([sys.executable, "-m", "hadoop_loader.submit", "--config",
                                  self.p.path("warehouse.toml")], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+                                stderr=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **self.p.registry_env})
         time.sleep(self.rng.uniform(4.0, 9.0))
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -202,7 +201,7 @@ class Drill:
         self.report.acked, self.report.failed = self.result.total(), self.result.failed
         out = subprocess.run([sys.executable, "-m", "hadoop_loader.submit", "--config",
                               self.p.path("warehouse.toml")], capture_output=True, text=True,
-                             timeout=900)
+                             timeout=900, env={**os.environ, **self.p.registry_env})
         if out.returncode != 0:
             say("the final load failed:\n" + out.stdout[-3000:] + out.stderr[-3000:])
         self.settle()
@@ -229,9 +228,7 @@ class Drill:
         end = int(time.time() * 1000) + 1
         deadline = time.monotonic() + timeout
         while True:
-            with urllib.request.urlopen(f"{self.p.audit_url}/api/verdicts?from={begin}"
-                                        f"&to={end}", timeout=30) as r:
-                verdicts = json.load(r)["verdicts"]
+            verdicts = self.p.audit_get(f"/api/verdicts?from={begin}&to={end}")["verdicts"]
             tiers = {}
             for tier in TIERS:
                 chosen = [v for v in verdicts if v["tier"] == tier]

@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import shutil
 import signal
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 
 from audit.times import iso
@@ -112,9 +110,7 @@ class LossDrill:
     # ------------------------------------------------------------ the audit
 
     def verdicts(self, begin: int, end: int) -> list[dict]:
-        with urllib.request.urlopen(f"{self.p.audit_url}/api/verdicts?from={begin}&to={end}",
-                                    timeout=30) as r:
-            return json.load(r)["verdicts"]
+        return self.p.audit_get(f"/api/verdicts?from={begin}&to={end}")["verdicts"]
 
     def wait_for(self, what: str, ready, begin: int, end: int, timeout: float = 180.0,
                  must: bool = True) -> list:

@@ -117,9 +117,9 @@ from broker.service_kit.process import SupervisedProcess, tail, wait_until
 from infra.local import airflow_stack, daemon, haproxy, prometheus
 from infra.local.container_runtime import (HAPROXY_CONFIG, IMAGES, RUNTIMES, ContainerError,
                                            Docker, Mount, container_name, engine_host)
-from infra.local.lab_security import (LAG, MIRROR, ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY,
-                                      LabSecurity)
-from infra.local.metrics import scrape
+from infra.local.lab_security import (HTTP_READER, LAG, MIRROR, ZK_CLUSTER, ZK_MIRROR,
+                                      ZK_REGISTRY, LabSecurity)
+from infra.local.metrics import HttpAccess, scheme, scrape
 from infra.local.network import control as network_control
 from infra.local.network import runner as network_runner
 from infra.local.network.control import NetworkLabError
@@ -243,6 +243,18 @@ class Lab:
         #: the secured lab's secrets (None: the lab runs open)
         self.security = LabSecurity(self._security_dir or self.path("security")) \
             if self.topology.security.enabled else None
+
+    @property
+    def http_access(self) -> HttpAccess | None:
+        """How the lab's own checks ask its HTTP ports: as the lab's HTTP
+        admin over HTTPS when it is secured; None (plain HTTP) when open."""
+        return None if self.security is None else self.security.http_access()
+
+    def _secured_health(self) -> dict[str, str]:
+        """A container's health check of a secured metrics port: HTTPS, the
+        open /healthz (none for an open lab: /metrics over HTTP)."""
+        return {} if self.security is None else {"SAMSA_HEALTH_SCHEME": "https",
+                                                 "SAMSA_HEALTH_PATH": "healthz"}
 
     @classmethod
     def open(cls, state_dir: str) -> "Lab":
@@ -843,7 +855,8 @@ class Lab:
             os.makedirs(parent, exist_ok=True)
             mounts.append(Mount(parent, parent))
         metrics = t.broker_metrics_ports(cluster)[index]
-        env = {"SAMSA_HEALTH_PORT": str(metrics)} if metrics != -1 else None
+        env = {"SAMSA_HEALTH_PORT": str(metrics), **self._secured_health()} \
+            if metrics != -1 else None
         return self._in_container(self.broker_name(cluster, index), "samsa",
                                   ["broker", *args], env=env, mounts=mounts)
 
@@ -960,7 +973,9 @@ class Lab:
                 config = mirror_config(self.topology, mirror, i)
                 if self.security is not None:
                     config = dataclasses.replace(
-                        config, credentials=self.security.credentials(MIRROR, ZK_MIRROR))
+                        config, credentials=self.security.credentials(MIRROR, ZK_MIRROR),
+                        metrics_http=self.security.http_security(
+                            f"{mirror.name}.mirror-{i}"))
                 path = self.path("mirror", f"{mirror.name}-{i}.toml")
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w") as f:
@@ -969,8 +984,8 @@ class Lab:
                 ports = {"metrics": config.metrics_port} if config.metrics_port > 0 else {}
                 log.info("starting %s: %s -> %s", name, ", ".join(mirror.sources), mirror.target)
                 if self.runtime == "containers":
-                    env = ({"SAMSA_HEALTH_PORT": str(config.metrics_port)}
-                           if config.metrics_port > 0 else None)
+                    env = ({"SAMSA_HEALTH_PORT": str(config.metrics_port),
+                            **self._secured_health()} if config.metrics_port > 0 else None)
                     command = self._in_container(name, "samsa", ["mirror", "--config", path],
                                                  env=env)
                 else:
@@ -980,7 +995,8 @@ class Lab:
 
         def metrics_answer(name: str) -> bool:
             port = self.records[name].ports.get("metrics")
-            return port is None or scrape(self.topology.address_of(name), port) is not None
+            return port is None or scrape(self.topology.address_of(name), port,
+                                          access=self.http_access) is not None
 
         self._wait_ready("its /metrics", names, metrics_answer, timeout, hint=self._mirror_hint)
 
@@ -1000,15 +1016,17 @@ class Lab:
              + self.security.zookeeper_identity_file(ZK_REGISTRY)]
         for cluster, port in zip(clusters, ports):
             host = f"{cluster}.registry"
+            secured = [] if self.security is None else self.security.http_options(host)
             self._launch(f"registry-{cluster}", "schema-registry",
                          [self.python, "-m", "schemas", "--registry",
                           f"zookeeper://{self.zookeeper_connect(cluster)}", "serve",
-                          "--host", t.address_of(host), "--port", str(port), *identity],
+                          "--host", t.address_of(host), "--port", str(port), *identity,
+                          *secured],
                          {"http": port}, cluster=cluster, host=host)
         self._wait_ready("its REST API (/config)",
                          [f"registry-{c}" for c in clusters],
                          lambda name: daemon.answers(f"{self.schema_registry_url(name[9:])}"
-                                                     f"/config"), timeout)
+                                                     f"/config", self.http_access), timeout)
         if self.security is not None:
             self._register_shipped_schemas()
 
@@ -1158,7 +1176,8 @@ max_retry_delay_s = 30.0
         record = self.records.get(f"registry-{cluster}")
         if record is None:
             return None
-        return f"http://{self.topology.address_of(f'{cluster}.registry')}:{record.ports['http']}"
+        return (f"{scheme(self.http_access)}://"
+                f"{self.topology.address_of(f'{cluster}.registry')}:{record.ports['http']}")
 
     def start_monitoring(self, extra_jobs: tuple[prometheus.ScrapeJob, ...] = (),
                          timeout: float = 60.0) -> str:
@@ -1190,15 +1209,17 @@ max_retry_delay_s = 30.0
         os.makedirs(os.path.dirname(path), exist_ok=True)
         config = dataclasses.replace(lag_config(t, lag_port), http_host=lag_host)
         if self.security is not None:
-            config = dataclasses.replace(config, credentials=self.security.credentials(LAG))
+            config = dataclasses.replace(config, credentials=self.security.credentials(LAG),
+                                         http=self.security.http_security("lag"))
         with open(path, "w") as f:
             f.write(settings.to_toml(config))
         log.info("starting the lag service on http://%s:%d/", lag_host, lag_port)
         self._launch("lag", "lag", [self.python, "-m", "broker.lag", "--config", path],
                      {"http": lag_port})
         self._wait_ready("its /healthz (a first evaluation)", ["lag"],
-                         lambda _: daemon.answers(f"http://{lag_host}:{lag_port}/healthz"),
-                         timeout)
+                         lambda _: daemon.answers(
+                             f"{scheme(self.http_access)}://{lag_host}:{lag_port}/healthz",
+                             self.http_access), timeout)
         jobs = [prometheus.broker_job(t)]
         if any(r.role == "mirror" for r in self.records.values()):
             jobs.append(prometheus.mirror_job(t))
@@ -1206,8 +1227,10 @@ max_retry_delay_s = 30.0
                       for r in self.records.values() if r.role == "schema-registry"]
         if registries:
             jobs.append(prometheus.schema_registry_job(registries))
-        jobs += [prometheus.single_job(prometheus.LAG_JOB, f"{lag_host}:{lag_port}"),
-                 *extra_jobs]
+        jobs.append(prometheus.single_job(prometheus.LAG_JOB, f"{lag_host}:{lag_port}"))
+        # the lab's own services: as its Prometheus user where the lab is secured
+        scraper = None if self.security is None else self.security.http_access(HTTP_READER)
+        jobs = [job.secured(scraper) for job in jobs] + list(extra_jobs)
         directory = self.path("prometheus")
         os.makedirs(os.path.join(directory, "data"), exist_ok=True)
         config = os.path.join(directory, "prometheus.yml")

@@ -6,13 +6,20 @@ docs/security.md, "The secured lab").
 passwords and identities 0600):
 
     ca/ca.crt, ca/ca.key            a certificate authority of the lab's own
-    certs/<host>.crt, .key          a certificate per broker host, valid for
-                                    its address, its load balancer's and localhost
+    certs/<host>.crt, .key          a certificate per host that serves: each
+                                    broker's (valid for its address, its load
+                                    balancer's and localhost), each mirror
+                                    process's, schema registry's, the lag
+                                    service's and the audit's (their HTTP ports)
     users/<user>.password           a random SCRAM-SHA-512 password per user
     zookeeper/<identity>.zk         a random ZooKeeper digest identity
                                     (user:password) per writer
     client/<user>.toml              the client settings of a user (the tools'
                                     --client-config, $SAMSA_CLIENT_CONFIG)
+    http/users                      the users of every HTTP port (broker and
+                                    mirror /metrics, registries, lag, audit):
+                                    ``prometheus`` may read, ``admin`` all
+    http/<user>.password            their passwords (first line)
 
 and, once ZooKeeper runs, ``provision`` writes each cluster's users and
 ACLs there as the cluster's ZooKeeper identity (only the brokers and that
@@ -28,7 +35,10 @@ service: read every topic in their own groups, write the audit topic),
 ``loader`` (the warehouse load: reads the analysis cluster, writes its
 audit topic). ZooKeeper identities: ``cluster`` (the
 brokers and operators' tools), ``mirror`` (the mirrors' groups and marks),
-``registry`` (the schema registries' /schemas).
+``registry`` (the schema registries' /schemas), ``audit`` (the audit's
+counters' and service's groups), ``loader`` (the warehouse load's records). HTTP users (``HTTP_USERS``):
+``prometheus`` (read: Prometheus's scrapes) and ``admin`` (the operators,
+the lab's own checks and the DAGs).
 
 Invariant: nothing here is ever overwritten once made, except a certificate
 whose host names no longer match the topology (a lab moved to other
@@ -51,6 +61,8 @@ from broker.security.acl import AclEntry
 from broker.security.ca import CertificateAuthority
 from broker.security.credentials import ServiceCredentials
 from broker.service_kit import settings
+from broker.service_kit.http_security import HttpSecurity
+from infra.local.metrics import HttpAccess
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -64,7 +76,11 @@ USERS = (BROKER, ADMIN, PRODUCER, MIRROR, LAG, AUDIT, LOADER)
 SUPER_USERS = (f"User:{BROKER}", f"User:{ADMIN}")
 #: the lab's ZooKeeper identities
 ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY = "cluster", "mirror", "registry"
-ZK_IDENTITIES = (ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY)
+ZK_AUDIT, ZK_LOADER = "audit", "loader"
+ZK_IDENTITIES = (ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY, ZK_AUDIT, ZK_LOADER)
+#: the users of the lab's HTTP ports, and their roles
+HTTP_READER, HTTP_ADMIN = "prometheus", "admin"
+HTTP_USERS = ((HTTP_READER, "read"), (HTTP_ADMIN, "admin"))
 #: a certificate that ends within this many days is issued again
 RENEW_DAYS = 30
 #: the consumer groups of the audit's counters (``audit-<cluster>``) and service
@@ -137,7 +153,7 @@ class LabSecurity:
         return os.path.join(self.directory, "ca", "ca.crt")
 
     def cert_files(self, host: str) -> tuple[str, str]:
-        """(certificate, key) of a broker host."""
+        """(certificate, key) of a host that serves (certificate_hosts)."""
         base = os.path.join(self.directory, "certs", host)
         return f"{base}.crt", f"{base}.key"
 
@@ -152,6 +168,15 @@ class LabSecurity:
     def client_config(self, user: str) -> str:
         """``user``'s client settings (the tools' --client-config)."""
         return os.path.join(self.directory, "client", f"{user}.toml")
+
+    @property
+    def http_users_file(self) -> str:
+        """The users of every HTTP port of the lab (http_security)."""
+        return os.path.join(self.directory, "http", "users")
+
+    def http_password_file(self, user: str) -> str:
+        """The file holding HTTP user ``user``'s password (first line)."""
+        return os.path.join(self.directory, "http", f"{user}.password")
 
     def exists(self) -> bool:
         """Whether the secrets were made (the authority's certificate is there)."""
@@ -168,7 +193,7 @@ class LabSecurity:
         ca = CertificateAuthority.open(ca_dir) if os.path.exists(self.ca_file) else \
             CertificateAuthority.create(ca_dir, name=f"{topology.name} lab CA")
         renew_before = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=RENEW_DAYS)
-        for host, names in broker_hosts(topology).items():
+        for host, names in certificate_hosts(topology).items():
             cert, _key = self.cert_files(host)
             _private_dir(os.path.dirname(cert))
             wanted = sorted(set(names))
@@ -186,6 +211,17 @@ class LabSecurity:
             path = self.zookeeper_identity_file(identity)
             if not os.path.exists(path):
                 _write_private(path, f"samsa-{identity}:{secrets.token_urlsafe(24)}\n")
+        if not os.path.exists(self.http_users_file):
+            from broker.service_kit.http_security import HttpUser, hash_password, \
+                write_users_file
+            users = []
+            for user, role in HTTP_USERS:
+                password = secrets.token_urlsafe(24)
+                _write_private(self.http_password_file(user), password + "\n")
+                users.append(HttpUser(user, role, hash_password(password)))
+            _private_dir(os.path.dirname(self.http_users_file))
+            write_users_file(self.http_users_file, users)
+            os.chmod(self.http_users_file, 0o600)
         return self
 
     def client_toml(self, user: str) -> str:
@@ -218,7 +254,32 @@ class LabSecurity:
                 "authentication": "scram", "authorization": "true",
                 "super_users": ",".join(SUPER_USERS), "inter_broker_tls": "true",
                 "sasl_username": BROKER, "sasl_password_file": self.password_file(BROKER),
-                "zookeeper_auth_file": self.zookeeper_identity_file(ZK_CLUSTER)}
+                "zookeeper_auth_file": self.zookeeper_identity_file(ZK_CLUSTER),
+                **{f"metrics_http.{k}": v for k, v in self.http_settings(host).items()}}
+
+    def http_security(self, host: str) -> HttpSecurity:
+        """The ``[http]`` (or ``[metrics_http]``) table of the service on
+        ``host``: HTTPS with the host's certificate, the lab's HTTP users."""
+        cert, key = self.cert_files(host)
+        return HttpSecurity(tls_cert_file=cert, tls_key_file=key,
+                            users_file=self.http_users_file)
+
+    def http_settings(self, host: str) -> dict[str, str]:
+        """http_security as ``--set`` values (keys without the table)."""
+        given = self.http_security(host)
+        return {f.name: getattr(given, f.name) for f in dataclasses.fields(given)
+                if getattr(given, f.name) != getattr(HttpSecurity(), f.name)}
+
+    def http_options(self, host: str, table: str = "http") -> list[str]:
+        """http_settings as a command's ``--set TABLE.KEY=VALUE`` options."""
+        options = []
+        for key, value in self.http_settings(host).items():
+            options += ["--set", f"{table}.{key}={value}"]
+        return options
+
+    def http_access(self, user: str = HTTP_ADMIN) -> HttpAccess:
+        """How a client of the lab's HTTP ports asks as ``user``."""
+        return HttpAccess(self.ca_file, user, self.http_password_file(user))
 
     def credentials(self, user: str, zookeeper_identity: str | None = None
                     ) -> ServiceCredentials:
@@ -243,9 +304,11 @@ class LabSecurity:
                 options += ["--set", f"credentials.{f.name}={text}"]
         return options
 
-    def credentials_toml(self, user: str, table: str) -> str:
-        """``user``'s credentials as the TOML table ``table``."""
-        return settings.to_toml(self.credentials(user), table)
+    def credentials_toml(self, user: str, table: str,
+                         zookeeper_identity: str | None = None) -> str:
+        """``user``'s credentials (with the ZooKeeper identity named, if
+        any) as the TOML table ``table``."""
+        return settings.to_toml(self.credentials(user, zookeeper_identity), table)
 
     def client_settings(self, user: str) -> dict:
         """``user``'s settings for a ProducerConfig or ConsumerConfig."""
@@ -256,15 +319,26 @@ class LabSecurity:
         return self.credentials(user).admin_options()
 
 
-def broker_hosts(topology: Topology) -> dict[str, list[str]]:
-    """Each broker host's names for its certificate: its address, its
-    cluster's load balancer's (clients reach it through it), localhost."""
+def certificate_hosts(topology: Topology) -> dict[str, list[str]]:
+    """Each serving host's names for its certificate: a broker's address,
+    its cluster's load balancer's (clients reach it through it) and
+    localhost; a mirror process's, a schema registry's, the lag service's
+    and the audit's address and localhost (their HTTP ports)."""
+    from infra.topology import ConfigError
     out = {}
+    local = ["localhost", "127.0.0.1"]
     for cluster in topology.clusters():
         lb = [topology.address_of(f"{cluster.name}.haproxy")] if cluster.load_balancer else []
         for i in range(cluster.brokers):
             host = f"{cluster.name}.broker-{i}"
-            out[host] = [topology.address_of(host), *lb, "localhost", "127.0.0.1"]
+            out[host] = [topology.address_of(host), *lb, *local]
+    others = [f"{m.name}.mirror-{i}" for m in topology.mirrors for i in range(m.processes)]
+    others += [f"{c.name}.registry" for c in topology.clusters()] + ["lag", "audit"]
+    for host in others:
+        try:
+            out[host] = [topology.address_of(host), *local]
+        except ConfigError:          # a network lab without that host
+            continue
     return out
 
 

@@ -45,7 +45,8 @@ import urllib.request
 from broker.service_kit import cli
 from infra.local import airflow_stack, daemon, prometheus
 from infra.local.lab import DEFAULT_TOPOLOGY, Lab, LabError, free_topology
-from infra.local.lab_security import AUDIT, LOADER
+from infra.local.lab_security import AUDIT, HTTP_READER, LOADER, ZK_AUDIT, ZK_LOADER
+from infra.local.metrics import open_url, scheme, scrape
 from audit.times import iso
 from infra.local.traffic import HOUR_MS, TrafficConfig, produce, progress_bar
 from infra.topology import load_topology
@@ -84,9 +85,11 @@ class Pipeline:
         self.topology = topology
         self.audit_port = topology.base_port + 500
         self.airflow_port = topology.base_port + 501
-        self.audit_url = f"http://127.0.0.1:{self.audit_port}"
         self.lab = Lab(topology, self.path("lab"))
         self.security = self.lab.security
+        #: how the demo asks the HTTP services (None: plain HTTP, anyone)
+        self.http_access = self.lab.http_access
+        self.audit_url = f"{scheme(self.http_access)}://127.0.0.1:{self.audit_port}"
         #: seconds ``start`` took: "lab" (its Lab.up), "whole" (everything)
         self.timings: dict[str, float] = {}
 
@@ -101,6 +104,30 @@ class Pipeline:
         if url is None:
             raise RuntimeError("the lab serves no schema registry: start it first")
         return url
+
+    @property
+    def registry_client_url(self) -> str:
+        """registry_url as the audit service and the loader name it: as the
+        lab's HTTP admin where secured (the password and the authority in
+        registry_env)."""
+        if self.security is None:
+            return self.registry_url
+        return self.registry_url.replace("https://", f"https://{self.http_access.username}@", 1)
+
+    @property
+    def registry_env(self) -> dict[str, str]:
+        """The environment a client of the secured registry reads its
+        password file and authority from (schemas/stores.py); none when open."""
+        if self.security is None:
+            return {}
+        return {"SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE": self.http_access.password_file,
+                "SAMSA_SCHEMA_REGISTRY_CA_FILE": self.http_access.ca_file}
+
+    def audit_get(self, path: str, timeout: float = 30.0):
+        """The audit service's JSON answer to GET ``path`` (as the lab's HTTP
+        admin where secured)."""
+        with open_url(f"{self.audit_url}{path}", self.http_access, timeout) as response:
+            return json.load(response)
 
     # ------------------------------------------------------------ up
 
@@ -128,7 +155,12 @@ class Pipeline:
         # what was not committed yet
         self.start_mirror(mirror_blacklist)
         python = sys.executable
-        credentials = [] if self.security is None else self.security.credential_options(AUDIT)
+        credentials = [] if self.security is None else \
+            self.security.credential_options(AUDIT, ZK_AUDIT)
+        secured_http = {}         # the audit's HTTP ports: HTTPS, the lab's users
+        if self.security is not None:
+            secured_http = {"count": self.security.http_options("audit", "metrics_http"),
+                            "serve": self.security.http_options("audit", "http")}
         say(f"the analysis cluster's schema registry (Confluent's REST API) at "
             f"{self.registry_url}")
         for cluster in CLUSTERS:
@@ -138,15 +170,17 @@ class Pipeline:
                       [python, "-m", "audit", "count", "--cluster",
                        f"{cluster}={self.lab.zookeeper_connect(cluster)}",
                        "--set", "publish_interval_ms=2000", "--set", f"group=audit-{cluster}",
-                       *metrics, *credentials])
+                       *metrics, *credentials, *secured_http.get("count", [])])
         daemon.up(self.path("audit"), "audit-service",
                   [python, "-m", "audit", "serve", "--zookeeper",
                    self.lab.zookeeper_connect("analysis"), "--http-port", str(self.audit_port),
                    "--set", f"data_dir={self.path('audit')}",
-                   "--set", f"registry={self.registry_url}", *credentials]
+                   "--set", f"registry={self.registry_client_url}", *credentials,
+                   *secured_http.get("serve", [])]
                   + ([] if self.audit_grace_s is None
                      else ["--set", f"grace_ms={int(self.audit_grace_s * 1000)}"]),
-                  ready_url=f"{self.audit_url}/healthz")
+                  ready_url=f"{self.audit_url}/healthz", env=self.registry_env,
+                  access=self.http_access)
         say(f"audit counters in every cluster; the audit service at {self.audit_url}")
         if monitoring:
             self.start_monitoring()
@@ -154,7 +188,7 @@ class Pipeline:
         with open(config, "w") as f:
             f.write(f"""[loader]
 zookeeper = "{self.lab.zookeeper_connect('analysis')}"
-registry = "{self.registry_url}"
+registry = "{self.registry_client_url}"
 output = "{self.path('warehouse')}"
 master = "local[2]"
 cluster_name = "analysis"
@@ -169,10 +203,16 @@ retry_delay_s = 5.0
 max_retry_delay_s = 30.0
 """)
             if self.security is not None:
-                f.write("\n" + self.security.credentials_toml(LOADER, "loader.credentials"))
+                access = self.http_access
+                f.write(f"audit_ca_file = {json.dumps(access.ca_file)}\n"
+                        f"audit_username = {json.dumps(access.username)}\n"
+                        f"audit_password_file = {json.dumps(access.password_file)}\n")
+                f.write("\n" + self.security.credentials_toml(LOADER, "loader.credentials",
+                                                              ZK_LOADER))
         if airflow:
             airflow_stack.up(self.path("airflow"), self.airflow_port, config,
-                             say=lambda text: say(f"airflow: {text}"))
+                             say=lambda text: say(f"airflow: {text}"),
+                             extra_env=self.registry_env)
         if self.security is not None:
             say(f"secured: TLS listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper identities; "
                 f"secrets in {self.security.directory}")
@@ -184,13 +224,16 @@ max_retry_delay_s = 30.0
         lab does not run: the mirror, the audit counters, the audit service and
         the schema registry. Returns Prometheus's URL."""
         host = self.topology.host
-        jobs = (prometheus.mirror_job(self.topology),
-                prometheus.audit_counter_job((c, f"{host}:{self.counter_metrics_port(c)}")
-                                             for c in CLUSTERS),
-                prometheus.single_job(prometheus.AUDIT_JOB, f"{host}:{self.audit_port}"))
+        scraper = None if self.security is None else self.security.http_access(HTTP_READER)
+        jobs = tuple(job.secured(scraper) for job in (
+            prometheus.mirror_job(self.topology),
+            prometheus.audit_counter_job((c, f"{host}:{self.counter_metrics_port(c)}")
+                                         for c in CLUSTERS),
+            prometheus.single_job(prometheus.AUDIT_JOB, f"{host}:{self.audit_port}")))
         url = self.lab.start_monitoring(extra_jobs=jobs, timeout=60)
         say(f"Prometheus at {url}/ scrapes every service (alerts: {url}/alerts); "
-            f"the lag service at http://{host}:{self.lab.records['lag'].ports['http']}/")
+            f"the lag service at {scheme(self.http_access)}://{host}:"
+            f"{self.lab.records['lag'].ports['http']}/")
         return url
 
     def start_mirror(self, blacklist: str | None = None) -> None:
@@ -280,9 +323,8 @@ max_retry_delay_s = 30.0
         for dc in sorted(result.acked):
             lines.append(f"  {dc}: " + ", ".join(f"{t} {result.total(dc, t):,}"
                                                   for t in sorted(result.acked[dc])))
-        with urllib.request.urlopen(f"{self.audit_url}/api/verdicts?from={first_hour_ms}"
-                                    f"&to={first_hour_ms + hours * HOUR_MS}", timeout=30) as r:
-            verdicts = json.load(r)["verdicts"]
+        verdicts = self.audit_get(f"/api/verdicts?from={first_hour_ms}"
+                                  f"&to={first_hour_ms + hours * HOUR_MS}")["verdicts"]
         lines.append("audit completeness per tier (every window of those hours):")
         ok = True
         for tier in TIERS:
@@ -339,14 +381,14 @@ max_retry_delay_s = 30.0
     def fetched_bytes(self) -> tuple[int, int]:
         """Over every broker of the lab: the message bytes fetched on TLS
         listeners, and those sent by sendfile (on plaintext ones)."""
-        from infra.local.metrics import scrape
         t = self.topology
         tls = clear = 0.0
         for cluster in t.clusters():
             for i, port in enumerate(t.broker_metrics_ports(cluster.name)):
                 if port == -1:
                     continue
-                samples = scrape(t.address_of(f"{cluster.name}.broker-{i}"), port) or {}
+                samples = scrape(t.address_of(f"{cluster.name}.broker-{i}"), port,
+                                 access=self.http_access) or {}
                 tls += samples.get(("samsa_tls_fetch_bytes_total", frozenset()), 0.0)
                 clear += samples.get(("samsa_sendfile_bytes_total", frozenset()), 0.0)
         return int(tls), int(clear)

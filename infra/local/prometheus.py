@@ -20,11 +20,15 @@ beside Prometheus's own ``job`` and ``instance`` (the target's host:port)::
     samsa-schema-registry  each schema registry's /metrics   cluster
 
 Every scrape also carries ``lab`` (the topology's name) as an external label.
+A job with ``access`` (a secured lab's) is scraped over HTTPS (``scheme:
+https``, ``tls_config.ca_file`` the lab's authority) as the lab's
+``prometheus`` user (``basic_auth`` with its password file).
 The YAML is written by hand, every string JSON-quoted (a JSON string is a
 YAML double-quoted scalar), so nothing but the standard library is needed.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -34,6 +38,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from infra.local.metrics import HttpAccess
 from infra.topology import Topology
 
 #: The repository's alert rules (checked by `promtool check rules` in the tests).
@@ -70,6 +75,13 @@ class ScrapeJob:
     """The ``job`` label (one of the *_JOB names above for Samsa's services)."""
     targets: tuple[ScrapeTarget, ...]
     metrics_path: str = "/metrics"
+    access: HttpAccess | None = None
+    """Secured targets (a secured lab's): scraped over HTTPS checked against
+    the access's authority, as its user (basic_auth with its password file)."""
+
+    def secured(self, access: HttpAccess | None) -> "ScrapeJob":
+        """This job scraped with ``access`` (None: as it is)."""
+        return self if access is None else dataclasses.replace(self, access=access)
 
 
 # ------------------------------------------------------------------ jobs
@@ -150,8 +162,15 @@ def render(topology: Topology, jobs: Iterable[ScrapeJob],
         if not job.targets:
             continue
         lines += [f"  - job_name: {_q(job.name)}",
-                  f"    metrics_path: {_q(job.metrics_path)}",
-                  "    static_configs:"]
+                  f"    metrics_path: {_q(job.metrics_path)}"]
+        if job.access is not None:
+            lines += ["    scheme: https",
+                      "    tls_config:",
+                      f"      ca_file: {_q(os.path.abspath(job.access.ca_file))}",
+                      "    basic_auth:",
+                      f"      username: {_q(job.access.username)}",
+                      f"      password_file: {_q(os.path.abspath(job.access.password_file))}"]
+        lines.append("    static_configs:")
         for target in job.targets:
             lines.append(f"      - targets: [{_q(target.address)}]")
             if target.labels:

@@ -38,7 +38,7 @@ from infra.local import airflow_stack, daemon, haproxy, prometheus
 from infra.local.container_runtime import ContainerError, Docker, engine_host
 from infra.local.lab import STATE_FILE, TOPOLOGY_FILE, Lab, LabError
 from infra.local.lab_security import ADMIN, LabSecurity
-from infra.local.metrics import scrape
+from infra.local.metrics import scheme, scrape
 from infra.topology import Topology, load_topology
 
 
@@ -200,7 +200,8 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
             r.cluster: f"{lab.schema_registry_url(r.cluster)}/" for r in lab.records.values()
             if r.role == "schema-registry"})
         if "lag" in lab.records:
-            out["lag_service"] = (f"http://{lab.topology.address_of('lag')}:"
+            out["lag_service"] = (f"{scheme(lab.http_access)}://"
+                                  f"{lab.topology.address_of('lag')}:"
                                   f"{lab.records['lag'].ports['http']}/")
         if lab.runtime == "netns" and lab.airflow_url():
             out["airflow"] = lab.airflow_url() + "/"
@@ -292,7 +293,8 @@ def _mirror_status(t: Topology, mirror, records: dict[str, Any], views,
         proc: dict[str, Any] = {"name": name, "started": started, "alive": alive,
                                 "metrics_port": port, "metrics": False}
         if alive and port != -1:
-            samples = scrape(t.address_of(name), port)
+            samples = scrape(t.address_of(name), port,
+                             access=None if security is None else security.http_access())
             if samples is not None:
                 proc["metrics"] = True
                 any_scraped = True

@@ -239,3 +239,81 @@ def test_a_secured_lab_in_network_namespaces(tmp_path):
         assert lab.broker_address("analysis", 0).startswith("10.85.")
     finally:
         lab.down(timeout=20)
+
+
+def _http(url: str, access=None, method: str = "GET", body: bytes | None = None,
+          ca_file: str | None = None) -> int:
+    """The status of a request (an HTTPError's code too)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+    headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+    if access is not None:
+        headers.update(access.headers())
+        ca_file = access.ca_file
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+    context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.timeout(300)
+def test_a_secured_labs_http_ports_serve_https_to_its_users_and_prometheus_scrapes_them(
+        tmp_path):
+    """Every HTTP port of a secured lab (each broker's and mirror's /metrics,
+    the schema registries, the lag service) serves HTTPS alone and asks for
+    one of the lab's HTTP users; Prometheus scrapes each as ``prometheus``
+    (every target up); that reader may not register a schema, the admin may."""
+    from infra.local import prometheus
+    from infra.local.lab_security import HTTP_ADMIN, HTTP_READER
+    topology = dataclasses.replace(
+        free_topology(small_topology(dc_brokers=1, analysis_brokers=1, mirror=True)),
+        security=SecuritySpec(enabled=True))
+    lab = Lab(topology, str(tmp_path / "lab"))
+    lab.up(timeout=90, monitoring=True)
+    try:
+        security = lab.security
+        admin, reader = security.http_access(HTTP_ADMIN), security.http_access(HTTP_READER)
+        host = topology.host
+        ports = {"broker": topology.broker_metrics_ports("dc-a")[0],
+                 "mirror": topology.mirror_metrics_ports("to-analysis")[0],
+                 "lag": lab.records["lag"].ports["http"],
+                 "registry": lab.records["registry-analysis"].ports["http"]}
+        assert -1 not in ports.values()
+        paths = {"broker": "/metrics", "mirror": "/metrics", "lag": "/metrics",
+                 "registry": "/subjects"}
+        for name, port in ports.items():
+            url = f"https://{host}:{port}{paths[name]}"
+            with pytest.raises(OSError):          # no plain HTTP on a secured port
+                _http(f"http://{host}:{port}{paths[name]}")
+            assert _http(url, ca_file=security.ca_file) == 401, name   # no user
+            assert _http(url, reader) == 200, name
+            assert _http(f"https://{host}:{port}/healthz", ca_file=security.ca_file) == 200
+        assert lab.schema_registry_url("analysis").startswith("https://")
+        # the reader may read the registry, not write it; the admin may
+        schema = b'{"schema": "{\\"type\\": \\"string\\"}"}'
+        subject = f"https://{host}:{ports['registry']}/subjects/probe-value/versions"
+        assert _http(subject, reader, "POST", schema) == 403
+        assert _http(subject, admin, "POST", schema) == 200
+
+        # Prometheus scrapes every target over HTTPS as its user
+        found = prometheus.targets(lab.prometheus_url())
+        wait_until(lambda: all(t["health"] == "up" for t in prometheus.targets(
+            lab.prometheus_url())), 60, interval=0.5,
+            what=lambda: f"every target up: {prometheus.targets(lab.prometheus_url())}")
+        scraped = {t["labels"]["job"] for t in found}
+        assert {prometheus.BROKER_JOB, prometheus.MIRROR_JOB, prometheus.LAG_JOB,
+                prometheus.SCHEMA_REGISTRY_JOB} <= scraped
+        assert all(t["scrapeUrl"].startswith("https://") for t in found)
+        # status reads the mirror's metrics as the admin
+        code, out, err = _lab("status", "--dir", lab.state_dir, "--json")
+        assert code == 0, err
+        import json
+        status = json.loads(out)
+        assert status["lag_service"].startswith("https://")
+        assert all(p["metrics"] for m in status["mirrors"] for p in m["processes"]), status
+    finally:
+        lab.down(timeout=20)
