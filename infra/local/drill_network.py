@@ -60,12 +60,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from broker.service_kit import cli
 from broker.service_kit.process import wait_until
+from infra.local.lab_security import ADMIN
 from infra.local.network import control
 from infra.local.traffic import HOUR_MS, TrafficConfig, TrafficResult, produce
 
@@ -87,12 +87,13 @@ def say(text: str) -> None:
 # ------------------------------------------------------------------ the topology
 
 def drill_topology(subnet: str = DEFAULT_SUBNET, rtt_ms: float = 40.0,
-                   overrides: dict[str, str] | None = None):
+                   overrides: dict[str, str] | None = None, secure: bool = False):
     """The default topology (infra/local/topology.toml) in the network lab:
     ``subnet``, every two datacenters joined by a link of ``rtt_ms``; the
-    mirror publishing its tier's counts every 2 s (as the demo's)."""
+    mirror publishing its tier's counts every 2 s (as the demo's);
+    ``secure``: the secured lab (docs/security.md, "The secured lab")."""
     from infra.local.lab import DEFAULT_TOPOLOGY
-    from infra.topology import LinkSpec, NetworkSpec, load_topology
+    from infra.topology import LinkSpec, NetworkSpec, SecuritySpec, load_topology
     topology = load_topology(DEFAULT_TOPOLOGY, {
         "mirrors.to-analysis.settings": "audit_publish_interval_ms=2000",
         **(overrides or {})})
@@ -100,7 +101,8 @@ def drill_topology(subnet: str = DEFAULT_SUBNET, rtt_ms: float = 40.0,
     links = tuple(LinkSpec((a, b), rtt_ms=rtt_ms) for i, a in enumerate(names)
                   for b in names[i + 1:])
     return dataclasses.replace(topology, network=NetworkSpec(subnet=subnet, links=links,
-                                                             namespaces=True))
+                                                             namespaces=True),
+                               security=SecuritySpec(enabled=secure))
 
 
 # ------------------------------------------------------------------ traffic
@@ -119,12 +121,17 @@ def traffic_main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     result = TrafficResult()
     rounds = errors = 0
+    security = None
+    if args.security_dir:
+        from infra.local.lab_security import LabSecurity
+        security = LabSecurity(args.security_dir)
     while not stop.is_set():
         try:
             produce({args.dc: (args.lb, args.zookeeper)},
                     TrafficConfig(messages_per_dc=args.per_round, hours=1, batch_size=200,
                                   seed=args.seed * 100_000 + rounds),
-                    first_hour_ms=args.hour_ms, tolerate_failures=True, result=result)
+                    first_hour_ms=args.hour_ms, tolerate_failures=True, result=result,
+                    security=security)
         except Exception as exc:          # noqa: BLE001 - the round is retried, and counted
             errors += 1
             print(f"round {rounds} stopped early: {type(exc).__name__}: {exc}"[:300],
@@ -145,7 +152,7 @@ class Traffic:
     all with event times in ``hour_ms``."""
 
     def __init__(self, lab, directory: str, hour_ms: int, per_round: int, seed: int) -> None:
-        self.lab = lab
+        self.lab = lab  # a secured lab's traffic is produced as its producer user
         self.directory = directory
         self.hour_ms = hour_ms
         self.per_round = per_round
@@ -167,7 +174,9 @@ class Traffic:
                 "--lb", self.lab.lb_address(dc), "--zookeeper", self.lab.zookeeper_connect(dc),
                 "--hour-ms", str(self.hour_ms), "--per-round", str(self.per_round),
                 "--seed", str(self.seed * 10 + i), "--out", self._path(dc, "json"),
-                "--parent", str(os.getpid())])
+                "--parent", str(os.getpid()),
+                *([] if self.lab.security is None
+                  else ["--security-dir", self.lab.security.directory])])
             with open(self._path(dc, "log"), "w") as log_file:
                 self.procs[dc] = subprocess.Popen(command, stdout=log_file,
                                                   stderr=subprocess.STDOUT, env=env,
@@ -335,7 +344,10 @@ class Watch:
             client = make_client(connect)
             start_client(client, connect, timeout=15.0, what="drill")
             self.clients[spec.name] = client
-            self.views[spec.name] = ClusterView(client)
+            # a secured lab's brokers are asked at their TLS listeners, as its admin
+            self.views[spec.name] = ClusterView(client, tls=lab.security is not None)
+        self.admin_options = {} if lab.security is None else \
+            lab.security.admin_options(ADMIN)
 
     def close(self) -> None:
         for client in self.clients.values():
@@ -355,15 +367,16 @@ class Watch:
                 if source not in sources:
                     continue
                 lag = group_lag(self.clients[source], self.views[source], mirror.mirror_group,
-                                subscription)
+                                subscription, self.admin_options)
                 if lag["errors"]:
                     return None
                 total += lag["lag_bytes"]
         return total
 
     def verdicts(self, begin_ms: int, end_ms: int) -> list[dict]:
-        with urllib.request.urlopen(f"{self.audit_url}/api/verdicts?from={begin_ms}"
-                                    f"&to={end_ms}", timeout=30) as r:
+        from infra.local.metrics import open_url
+        with open_url(f"{self.audit_url}/api/verdicts?from={begin_ms}&to={end_ms}",
+                      self.lab.http_access, timeout=30) as r:
             return json.load(r)["verdicts"]
 
     def pending(self, hour_ms: int) -> tuple[int, int]:
@@ -695,14 +708,14 @@ def up(args: argparse.Namespace):
     from infra.local.lab import Lab
     from infra.local.traffic import prepare_clusters
     overrides = dict(item.split("=", 1) for item in args.set)
-    topology = drill_topology(args.subnet, args.rtt_ms, overrides)
+    topology = drill_topology(args.subnet, args.rtt_ms, overrides, secure=not args.insecure)
     lab = Lab(topology, args.dir, runtime="netns")
     say(f"bringing the lab up in network namespaces ({args.subnet}, {args.rtt_ms:g} ms "
         f"between datacenters)")
     lab.up(timeout=120, mirrors=False)
     try:
         prepare_clusters({lab.zookeeper_connect(c.name): c.topic_partitions()
-                          for c in topology.clusters()})
+                          for c in topology.clusters()}, lab.security)
         lab.start_mirrors(timeout=120)
         url = lab.start_audit(grace_ms=AUDIT_GRACE_MS, timeout=120)
     except BaseException:
@@ -747,6 +760,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a topology override, as `python -m infra.local up --set`")
     p.add_argument("--report", metavar="FILE", help="also write the report as JSON")
     p.add_argument("--keep-up", action="store_true", help="leave the lab running")
+    p.add_argument("--insecure", action="store_true",
+                   help="run the lab open: no TLS, users, ACLs or ZooKeeper identities "
+                        "(default: secured, docs/security.md)")
     p.add_argument("--skip-if-unable", action="store_true",
                    help="where network namespaces cannot be made, say why and exit 0 (make "
                         "drill: the network drill after the process drill, where it can run)")
@@ -763,6 +779,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="where to write what was acknowledged (JSON)")
     t.add_argument("--parent", type=int, required=True,
                    help="the drill's pid: the traffic dies with it")
+    t.add_argument("--security-dir", help="a secured lab's secrets: produce as its producer")
     return p
 
 

@@ -117,8 +117,9 @@ from broker.service_kit.process import SupervisedProcess, tail, wait_until
 from infra.local import airflow_stack, daemon, haproxy, prometheus
 from infra.local.container_runtime import (HAPROXY_CONFIG, IMAGES, RUNTIMES, ContainerError,
                                            Docker, Mount, container_name, engine_host)
-from infra.local.lab_security import (HTTP_READER, LAG, MIRROR, ZK_CLUSTER, ZK_MIRROR,
-                                      ZK_REGISTRY, LabSecurity)
+from infra.local.lab_security import (AUDIT, HTTP_READER, LAG, LOADER, MIRROR, ZK_AUDIT,
+                                      ZK_CLUSTER, ZK_LOADER, ZK_MIRROR, ZK_REGISTRY,
+                                      LabSecurity)
 from infra.local.metrics import HttpAccess, scheme, scrape
 from infra.local.network import control as network_control
 from infra.local.network import runner as network_runner
@@ -1063,14 +1064,16 @@ class Lab:
         if self.runtime != "netns":
             raise LabError("start_audit runs the audit in the netns runtime; the processes "
                            "runtime's pipeline runs it (infra/local/pipeline.py)")
-        if self.security is not None:
-            raise LabError("the audit runs in an open lab only, so far (docs/security.md, "
-                           "\"The secured lab\"): bring the lab up with --insecure")
         if any(r.role == "audit" for r in self.records.values()):
             raise LabError(f"the audit already runs in {self.state_dir}")
         t = self.topology
         if t.analysis is None:
             raise LabError("the audit runs in the analysis datacenter: the topology has none")
+        # a secured lab's: the audit's user and ZooKeeper identity, HTTPS and
+        # the lab's HTTP users on the service's port
+        credentials = [] if self.security is None else \
+            self.security.credential_options(AUDIT, ZK_AUDIT)
+        secured_http = [] if self.security is None else self.security.http_options("audit")
         counters = []
         for cluster in t.clusters():
             name = f"audit-count-{cluster.name}"
@@ -1078,7 +1081,7 @@ class Lab:
                          [self.python, "-m", "audit", "count", "--cluster",
                           f"{cluster.name}={self.zookeeper_connect(cluster.name)}",
                           "--set", f"publish_interval_ms={publish_interval_ms}",
-                          "--set", f"group=audit-{cluster.name}"],
+                          "--set", f"group=audit-{cluster.name}", *credentials],
                          {}, cluster=cluster.name, host="audit")
             counters.append(name)
         address = t.address_of("audit")
@@ -1086,14 +1089,15 @@ class Lab:
         os.makedirs(data_dir, exist_ok=True)
         command = [self.python, "-m", "audit", "serve", "--zookeeper",
                    self.zookeeper_connect(t.analysis.name), "--http-port", str(AUDIT_PORT),
-                   "--set", f"http_host={address}", "--set", f"data_dir={data_dir}"]
+                   "--set", f"http_host={address}", "--set", f"data_dir={data_dir}",
+                   *credentials, *secured_http]
         if grace_ms is not None:
             command += ["--set", f"grace_ms={grace_ms}"]
         self._launch("audit-service", "audit", command, {"http": AUDIT_PORT},
                      cluster=t.analysis.name, host="audit")
-        url = f"http://{address}:{AUDIT_PORT}"
+        url = f"{scheme(self.http_access)}://{address}:{AUDIT_PORT}"
         self._wait_ready("its /healthz", ["audit-service"],
-                         lambda _: daemon.answers(f"{url}/healthz"), timeout)
+                         lambda _: daemon.answers(f"{url}/healthz", self.http_access), timeout)
         # a counter answers nothing this machine reaches (its /metrics binds
         # its host's loopback): ready is still running once the service is
         self._wait_ready("running", counters, lambda _: True, timeout)
@@ -1106,7 +1110,8 @@ class Lab:
         record = self.records.get("audit-service")
         if record is None:
             return None
-        return f"http://{self.topology.address_of('audit')}:{record.ports['http']}"
+        return (f"{scheme(self.http_access)}://{self.topology.address_of('audit')}:"
+                f"{record.ports['http']}")
 
     def start_airflow(self, sensor_poke_s: float = 5.0, sensor_timeout_s: float = 900.0,
                       timeout: float = 300.0) -> str:
@@ -1125,9 +1130,6 @@ class Lab:
         if self.runtime != "netns":
             raise LabError("start_airflow runs Airflow in the netns runtime; in the processes "
                            "runtime `make airflow-up` or the pipeline starts it")
-        if self.security is not None:
-            raise LabError("Airflow runs in an open lab only, so far (docs/security.md, "
-                           "\"The secured lab\"): bring the lab up with --insecure")
         t = self.topology
         if t.analysis is None:
             raise LabError("Airflow runs in the analysis datacenter: the topology has none")
@@ -1153,6 +1155,13 @@ retries = 2
 retry_delay_s = 5.0
 max_retry_delay_s = 30.0
 """)
+            if self.security is not None:       # the audit as the lab's HTTP admin; the loader's
+                access = self.http_access
+                f.write(f"audit_ca_file = {json.dumps(access.ca_file)}\n"
+                        f"audit_username = {json.dumps(access.username)}\n"
+                        f"audit_password_file = {json.dumps(access.password_file)}\n\n"
+                        + self.security.credentials_toml(LOADER, "loader.credentials",
+                                                         ZK_LOADER))
         try:
             state = airflow_stack.up(
                 directory, AIRFLOW_PORT, config, timeout=timeout, address=t.address_of("airflow"),

@@ -36,9 +36,9 @@ service: read every topic in their own groups, write the audit topic),
 audit topic). ZooKeeper identities: ``cluster`` (the
 brokers and operators' tools), ``mirror`` (the mirrors' groups and marks),
 ``registry`` (the schema registries' /schemas), ``audit`` (the audit's
-counters' and service's groups), ``loader`` (the warehouse load's records). HTTP users (``HTTP_USERS``):
-``prometheus`` (read: Prometheus's scrapes) and ``admin`` (the operators,
-the lab's own checks and the DAGs).
+counters' and service's groups), ``loader`` (the warehouse load's
+records). HTTP users (``HTTP_USERS``): ``prometheus`` (read: Prometheus's
+scrapes) and ``admin`` (the operators, the lab's own checks and the DAGs).
 
 Invariant: nothing here is ever overwritten once made, except a certificate
 whose host names no longer match the topology (a lab moved to other

@@ -6,8 +6,10 @@ warehouse_load, triggered over the REST API at that host's address and run
 by the scheduler, waits on the audit across the lab's network, runs the
 loader (spark-submit, its driver bound to the host's address) against the
 analysis cluster at its lab addresses, and the audit's hadoop tier then has
-every acknowledged message. Every Airflow process ran in the host's
-namespace; nothing is left behind. Needs root: skipped, with the reason,
+every acknowledged message. The lab is secured: the audit and the loader
+run with their users and ZooKeeper identities, the audit service serves
+HTTPS to the lab's HTTP users (the DAGs ask it as admin). Every Airflow
+process ran in the host's namespace; nothing is left behind. Needs root: skipped, with the reason,
 where namespaces cannot be made (CI runs as root)."""
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ import datetime as dt
 import json
 import os
 import time
-import urllib.request
 
 import pytest
 
@@ -30,9 +31,10 @@ pytestmark = pytest.mark.skipif(bool(MISSING), reason="the network lab needs "
 SUBNET = "10.91.0.0/16"
 
 
-def _verdicts(audit_url: str, hour_ms: int, hour_len: int) -> list[dict]:
-    with urllib.request.urlopen(f"{audit_url}/api/verdicts?from={hour_ms}"
-                                f"&to={hour_ms + hour_len}", timeout=30) as r:
+def _verdicts(audit_url: str, hour_ms: int, hour_len: int, access=None) -> list[dict]:
+    from infra.local.metrics import open_url
+    with open_url(f"{audit_url}/api/verdicts?from={hour_ms}&to={hour_ms + hour_len}",
+                  access, timeout=30) as r:
         return json.load(r)["verdicts"]
 
 
@@ -53,18 +55,21 @@ def test_warehouse_load_runs_in_the_airflow_host(tmp_path):
     from infra.local.traffic import HOUR_MS, prepare_clusters
 
     state = str(tmp_path / "lab")
-    topology = drill_topology(SUBNET, rtt_ms=10.0)
+    # secured: the audit's and the loader's users, identities and HTTPS too
+    topology = drill_topology(SUBNET, rtt_ms=10.0, secure=True)
     lab = Lab(topology, state, runtime="netns")
     lab.up(timeout=120, mirrors=False)
     try:
         prepare_clusters({lab.zookeeper_connect(c.name): c.topic_partitions()
-                          for c in topology.clusters()})
+                          for c in topology.clusters()}, lab.security)
         lab.start_mirrors(timeout=120)
         # unpausing the DAG makes the scheduler run the hour just ended as
         # well, before the triggered one (one run at a time); that empty hour
         # is waited on until the audit's grace for it runs out, so a short
         # grace: started just after the hour, a 10-minute one cost 7 minutes
         audit_url = lab.start_audit(grace_ms=60_000, timeout=120)
+        assert audit_url.startswith("https://")
+        access = lab.http_access
         now = int(time.time() * 1000)
         hour = now - now % HOUR_MS - 2 * HOUR_MS
         traffic = Traffic(lab, str(tmp_path / "traffic"), hour, per_round=300, seed=29)
@@ -77,11 +82,11 @@ def test_warehouse_load_runs_in_the_airflow_host(tmp_path):
         assert acked > 0 and result.failed == 0
 
         def upstream_complete() -> bool:
-            verdicts = _verdicts(audit_url, hour, HOUR_MS)
+            verdicts = _verdicts(audit_url, hour, HOUR_MS, access)
             return all(_tier(verdicts, t) == (acked, 0) for t in ("producer", "mirror"))
         wait_until(upstream_complete, 180, interval=2,
                    what=lambda: f"the audit to have all {acked} messages at the producer and "
-                                f"mirror tiers: {_verdicts(audit_url, hour, HOUR_MS)}")
+                                f"mirror tiers: {_verdicts(audit_url, hour, HOUR_MS, access)}")
 
         url = lab.start_airflow(sensor_poke_s=2.0, sensor_timeout_s=300.0, timeout=300)
         address = topology.address_of("airflow")
@@ -116,10 +121,11 @@ def test_warehouse_load_runs_in_the_airflow_host(tmp_path):
         outcome = wait_until(finished, 480, interval=3, what=where_the_run_is)
         assert outcome == "success", f"the run {outcome}; logs in {lab.path('airflow')}"
         # the loader's own tier: every acknowledged message reached the warehouse
-        wait_until(lambda: _tier(_verdicts(audit_url, hour, HOUR_MS), "hadoop") == (acked, 0),
-                   120, interval=2,
+        def hadoop_tier() -> tuple[int, int]:
+            return _tier(_verdicts(audit_url, hour, HOUR_MS, access), "hadoop")
+        wait_until(lambda: hadoop_tier() == (acked, 0), 120, interval=2,
                    what=lambda: f"the audit's hadoop tier to have all {acked} messages: "
-                                f"{_tier(_verdicts(audit_url, hour, HOUR_MS), 'hadoop')}")
+                                f"{hadoop_tier()}")
         assert os.path.isdir(lab.path("warehouse"))
     finally:
         lab.down(timeout=20)
