@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 #: a fetch reply on the TLS listener is read and encrypted this much at a
 #: time, and no more is written while the transport holds this much unsent:
 #: a client that reads slowly costs the broker about that, not its fetch size
-TLS_CHUNK_BYTES = 256 << 10
+TLS_CHUNK_BYTES = 64 << 10
 TLS_WRITE_HIGH_WATER = 1 << 20
 # a client can send bad frames at will: a few lines a minute, then a count
 limited_log = RateLimitedLog(log)

@@ -174,7 +174,7 @@ def test_a_client_that_never_finishes_its_handshake_is_closed(pki, broker_factor
 
 def test_a_client_that_reads_slowly_costs_the_broker_little(pki, broker_factory, topic):
     # A fetch of 64 MiB on the TLS port, not read: the broker reads and
-    # encrypts 256 KiB at a time and stops at 1 MiB unsent, so its resident
+    # encrypts 64 KiB at a time and stops at 1 MiB unsent, so its resident
     # size does not grow by the fetch's size; read at last, every byte is there.
     ca, cert, key, _ = pki
     broker = tls_broker(broker_factory, cert, key)
