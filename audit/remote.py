@@ -38,7 +38,7 @@ class HttpCredentials:
     def headers(self) -> dict[str, str]:
         if not self.username:
             return {}
-        password = read_password_file(self.password_file, "the audit's password file")
+        password = read_password_file(self.password_file, "the HTTP password file")
         token = base64.b64encode(f"{self.username}:{password}".encode()).decode()
         return {"Authorization": f"Basic {token}"}
 

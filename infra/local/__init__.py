@@ -6,7 +6,8 @@
   users, ACLs and ZooKeeper identities, made on the spot;
 * status.py: what an environment runs and how it is doing (a lab's, or
   Terraform's local environment's), and its text;
-* metrics.py: reading a process's Prometheus /metrics;
+* metrics.py: asking the lab's HTTP ports (a process's Prometheus /metrics;
+  HTTPS as a user of a secured lab: HttpAccess);
 * prometheus.py: the lab's Prometheus: its configuration from the topology,
   its command, its HTTP API (targets, alerts);
 * command.py: how the local services' commands end (errors, exit status);

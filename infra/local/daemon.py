@@ -38,6 +38,7 @@ from broker.service_kit.detached import (DetachedProcess, StateFileError, read_s
                                          wait_gone, write_state)
 from broker.service_kit.process import SupervisedProcess, tail, wait_until
 from infra.local.command import exit_status
+from infra.local.metrics import HttpAccess, open_url
 from infra.local.container_runtime import (IMAGES, RUNTIMES, ContainerError, Docker,
                                            container_name, engine_host)
 
@@ -48,10 +49,9 @@ class DaemonError(RuntimeError):
     pass
 
 
-def answers(url: str, access=None) -> bool:
-    """Whether a GET of ``url`` answers 200 now (asked as ``access``, an
-    infra.local.metrics.HttpAccess, where given: a secured lab's HTTPS)."""
-    from infra.local.metrics import open_url
+def answers(url: str, access: HttpAccess | None = None) -> bool:
+    """Whether a GET of ``url`` answers 200 now (asked as ``access`` where
+    given: a secured lab's HTTPS)."""
     try:
         with open_url(url, access, timeout=2) as response:
             return response.status == 200
@@ -99,10 +99,10 @@ def read(state_dir: str) -> tuple[dict, list[DetachedProcess]] | None:
 def up(state_dir: str, name: str, command: list[str], ready_url: str = "",
        timeout: float = 60.0, runtime: str = "processes",
        image: str | None = None, env: dict[str, str] | None = None,
-       access=None) -> DetachedProcess:
+       access: HttpAccess | None = None) -> DetachedProcess:
     """Start ``command`` (in ``runtime``; see the module's docstring) and wait
-    until ``ready_url`` answers (asked as ``access``, an
-    infra.local.metrics.HttpAccess, for a secured service); the record kept
+    until ``ready_url`` answers (asked as ``access``
+    for a secured service); the record kept
     in the state file. ``env``: variables added to the command's environment."""
     state_dir = os.path.abspath(state_dir)
     old = read(state_dir)

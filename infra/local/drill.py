@@ -228,7 +228,7 @@ class Drill:
         end = int(time.time() * 1000) + 1
         deadline = time.monotonic() + timeout
         while True:
-            verdicts = self.p.audit_get(f"/api/verdicts?from={begin}&to={end}")["verdicts"]
+            verdicts = self.p.verdicts(begin, end)
             tiers = {}
             for tier in TIERS:
                 chosen = [v for v in verdicts if v["tier"] == tier]

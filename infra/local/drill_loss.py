@@ -110,7 +110,7 @@ class LossDrill:
     # ------------------------------------------------------------ the audit
 
     def verdicts(self, begin: int, end: int) -> list[dict]:
-        return self.p.audit_get(f"/api/verdicts?from={begin}&to={end}")["verdicts"]
+        return self.p.verdicts(begin, end)
 
     def wait_for(self, what: str, ready, begin: int, end: int, timeout: float = 180.0,
                  must: bool = True) -> list:

@@ -374,10 +374,9 @@ class Watch:
         return total
 
     def verdicts(self, begin_ms: int, end_ms: int) -> list[dict]:
-        from infra.local.metrics import open_url
-        with open_url(f"{self.audit_url}/api/verdicts?from={begin_ms}&to={end_ms}",
-                      self.lab.http_access, timeout=30) as r:
-            return json.load(r)["verdicts"]
+        from audit.remote import fetch_verdicts
+        return fetch_verdicts(self.audit_url, begin_ms, end_ms,
+                              credentials=self.lab.http_access)["verdicts"]
 
     def pending(self, hour_ms: int) -> tuple[int, int]:
         """(windows pending, messages of dc-a's producers the audit has

@@ -74,7 +74,10 @@ registries their identity (the shipped schemas are registered with it).
 Every runtime (the containers mount the state directory, secrets included);
 not with ``only`` unless ``security_dir`` names the secrets of the lab the
 component joins; the audit and Airflow that ``start_audit`` and
-``start_airflow`` add run open (refused in a secured lab).
+``start_airflow`` add run with the ``audit`` and ``loader`` users and
+identities, the audit service on HTTPS. Every HTTP port of the lab serves
+HTTPS with its host's certificate to the lab's HTTP users (Prometheus
+scrapes as ``prometheus``; the lab's checks ask as ``admin``).
 
 In the containers runtime, ZooKeeper's output goes to ``logs/zookeeper-<id>.log``
 itself (its ``zoo.cfg`` is written by the image into ``zookeeper/zk-<id>/conf``);
@@ -117,9 +120,8 @@ from broker.service_kit.process import SupervisedProcess, tail, wait_until
 from infra.local import airflow_stack, daemon, haproxy, prometheus
 from infra.local.container_runtime import (HAPROXY_CONFIG, IMAGES, RUNTIMES, ContainerError,
                                            Docker, Mount, container_name, engine_host)
-from infra.local.lab_security import (AUDIT, HTTP_READER, LAG, LOADER, MIRROR, ZK_AUDIT,
-                                      ZK_CLUSTER, ZK_LOADER, ZK_MIRROR, ZK_REGISTRY,
-                                      LabSecurity)
+from infra.local.lab_security import (AUDIT, HTTP_READER, LAG, MIRROR, ZK_AUDIT, ZK_CLUSTER,
+                                      ZK_MIRROR, ZK_REGISTRY, LabSecurity)
 from infra.local.metrics import HttpAccess, scheme, scrape
 from infra.local.network import control as network_control
 from infra.local.network import runner as network_runner
@@ -1155,13 +1157,8 @@ retries = 2
 retry_delay_s = 5.0
 max_retry_delay_s = 30.0
 """)
-            if self.security is not None:       # the audit as the lab's HTTP admin; the loader's
-                access = self.http_access
-                f.write(f"audit_ca_file = {json.dumps(access.ca_file)}\n"
-                        f"audit_username = {json.dumps(access.username)}\n"
-                        f"audit_password_file = {json.dumps(access.password_file)}\n\n"
-                        + self.security.credentials_toml(LOADER, "loader.credentials",
-                                                         ZK_LOADER))
+            if self.security is not None:
+                f.write(self.security.warehouse_toml())
         try:
             state = airflow_stack.up(
                 directory, AIRFLOW_PORT, config, timeout=timeout, address=t.address_of("airflow"),
@@ -1222,7 +1219,8 @@ max_retry_delay_s = 30.0
                                          http=self.security.http_security("lag"))
         with open(path, "w") as f:
             f.write(settings.to_toml(config))
-        log.info("starting the lag service on http://%s:%d/", lag_host, lag_port)
+        log.info("starting the lag service on %s://%s:%d/", scheme(self.http_access), lag_host,
+                 lag_port)
         self._launch("lag", "lag", [self.python, "-m", "broker.lag", "--config", path],
                      {"http": lag_port})
         self._wait_ready("its /healthz (a first evaluation)", ["lag"],

@@ -18,7 +18,8 @@ passwords and identities 0600):
                                     --client-config, $SAMSA_CLIENT_CONFIG)
     http/users                      the users of every HTTP port (broker and
                                     mirror /metrics, registries, lag, audit):
-                                    ``prometheus`` may read, ``admin`` all
+                                    ``prometheus`` and ``airflow`` may read,
+                                    ``admin`` all
     http/<user>.password            their passwords (first line)
 
 and, once ZooKeeper runs, ``provision`` writes each cluster's users and
@@ -36,9 +37,11 @@ service: read every topic in their own groups, write the audit topic),
 audit topic). ZooKeeper identities: ``cluster`` (the
 brokers and operators' tools), ``mirror`` (the mirrors' groups and marks),
 ``registry`` (the schema registries' /schemas), ``audit`` (the audit's
-counters' and service's groups), ``loader`` (the warehouse load's
-records). HTTP users (``HTTP_USERS``): ``prometheus`` (read: Prometheus's
-scrapes) and ``admin`` (the operators, the lab's own checks and the DAGs).
+counters' and service's groups), ``loader`` (the warehouse load
+authenticates with it; it only reads ZooKeeper, its offsets are kept with
+its output). HTTP users (``HTTP_USERS``): ``prometheus`` (read: Prometheus's
+scrapes), ``airflow`` (read: the DAGs' audit sensor) and ``admin`` (the
+operators, the lab's own checks, the registry's clients that register).
 
 Invariant: nothing here is ever overwritten once made, except a certificate
 whose host names no longer match the topology (a lab moved to other
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import os
 import secrets
 from dataclasses import dataclass
@@ -78,9 +82,11 @@ SUPER_USERS = (f"User:{BROKER}", f"User:{ADMIN}")
 ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY = "cluster", "mirror", "registry"
 ZK_AUDIT, ZK_LOADER = "audit", "loader"
 ZK_IDENTITIES = (ZK_CLUSTER, ZK_MIRROR, ZK_REGISTRY, ZK_AUDIT, ZK_LOADER)
-#: the users of the lab's HTTP ports, and their roles
-HTTP_READER, HTTP_ADMIN = "prometheus", "admin"
-HTTP_USERS = ((HTTP_READER, "read"), (HTTP_ADMIN, "admin"))
+#: the users of the lab's HTTP ports, and their roles: Prometheus's scrapes,
+#: the DAGs' audit sensor (reads), the operators and the services that
+#: register schemas
+HTTP_READER, HTTP_DAGS, HTTP_ADMIN = "prometheus", "airflow", "admin"
+HTTP_USERS = ((HTTP_READER, "read"), (HTTP_DAGS, "read"), (HTTP_ADMIN, "admin"))
 #: a certificate that ends within this many days is issued again
 RENEW_DAYS = 30
 #: the consumer groups of the audit's counters (``audit-<cluster>``) and service
@@ -211,7 +217,9 @@ class LabSecurity:
             path = self.zookeeper_identity_file(identity)
             if not os.path.exists(path):
                 _write_private(path, f"samsa-{identity}:{secrets.token_urlsafe(24)}\n")
-        if not os.path.exists(self.http_users_file):
+        http_files = [self.http_users_file] + [self.http_password_file(u) for u, _ in HTTP_USERS]
+        if not all(os.path.exists(path) for path in http_files):
+            # made whole again (a lab made before a user was added, a file lost)
             from broker.service_kit.http_security import HttpUser, hash_password, \
                 write_users_file
             users = []
@@ -309,6 +317,17 @@ class LabSecurity:
         """``user``'s credentials (with the ZooKeeper identity named, if
         any) as the TOML table ``table``."""
         return settings.to_toml(self.credentials(user, zookeeper_identity), table)
+
+    def warehouse_toml(self) -> str:
+        """What a secured lab adds to the DAGs' settings file, after its
+        ``[warehouse]`` table's own lines: the audit asked over HTTPS as the
+        ``airflow`` reader, and ``[loader.credentials]`` (the ``loader`` user
+        and ZooKeeper identity)."""
+        access = self.http_access(HTTP_DAGS)
+        lines = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (
+            ("audit_ca_file", access.ca_file), ("audit_username", access.username),
+            ("audit_password_file", access.password_file)))
+        return lines + "\n" + self.credentials_toml(LOADER, "loader.credentials", ZK_LOADER)
 
     def client_settings(self, user: str) -> dict:
         """``user``'s settings for a ProducerConfig or ConsumerConfig."""

@@ -1,47 +1,40 @@
-"""Reading a process's Prometheus ``/metrics`` (the brokers', the mirrors'):
-the lab's readiness check of a mirror and its status. In a secured lab
-those ports serve HTTPS to the lab's HTTP users only: ``HttpAccess`` says
-how to ask (the lab's authority, a user and its password file)."""
+"""Asking the lab's HTTP ports: a process's Prometheus ``/metrics`` (the
+brokers', the mirrors': the lab's readiness check of a mirror and its
+status), and any GET of a secured lab's services. In a secured lab those
+ports serve HTTPS to the lab's HTTP users only: ``HttpAccess`` says how to
+ask (the lab's authority, a user and its password file)."""
 from __future__ import annotations
 
-import base64
-import ssl
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+
+from audit.remote import HttpCredentials
+from schemas.stores import NoRedirects
 
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, frozenset], float]
 
 
-@dataclass(frozen=True)
-class HttpAccess:
+class HttpAccess(HttpCredentials):
     """How to ask a secured lab's HTTP ports: HTTPS checked against
     ``ca_file``, as ``username`` (HTTP Basic) with the password in
-    ``password_file``."""
-    ca_file: str
-    username: str
-    password_file: str
+    ``password_file`` (an audit.remote.HttpCredentials: the audit's client
+    takes it as it is)."""
 
     scheme = "https"
 
-    def headers(self) -> dict[str, str]:
-        with open(self.password_file, encoding="utf-8") as f:
-            password = f.readline().strip()
-        token = base64.b64encode(f"{self.username}:{password}".encode()).decode()
-        return {"Authorization": f"Basic {token}"}
-
-    def context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=self.ca_file)
-
 
 def open_url(url: str, access: HttpAccess | None = None, timeout: float = 2.0):
-    """urlopen of ``url``, as ``access`` says where it is given."""
+    """urlopen of ``url``, as ``access`` says where it is given (a redirect
+    is then an error: the Authorization header would follow it). ValueError
+    naming the file when the password file cannot be read."""
     if access is None:
         return urllib.request.urlopen(url, timeout=timeout)
     request = urllib.request.Request(url, headers=access.headers())
-    return urllib.request.urlopen(request, timeout=timeout, context=access.context())
+    opener = urllib.request.build_opener(NoRedirects(),
+                                         urllib.request.HTTPSHandler(context=access.context()))
+    return opener.open(request, timeout=timeout)
 
 
 def scheme(access: HttpAccess | None) -> str:

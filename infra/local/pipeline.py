@@ -29,7 +29,10 @@ The lab runs secured unless ``--insecure`` (docs/security.md, "The secured
 lab"): the traffic is produced as its ``producer`` user, the audit's
 counters and service read as ``audit``, the loader (its ``[loader.credentials]``
 in warehouse.toml) as ``loader``, the mirror as ``mirror``, all over TLS.
-The audit service's and Airflow's HTTP stay plain, on this machine.
+Every HTTP port the lab and the pipeline run serves HTTPS to the lab's HTTP
+users (the audit service, its counters' /metrics, the registry, the lag
+service); Airflow's and Prometheus's own web servers stay plain, on this
+machine.
 """
 from __future__ import annotations
 
@@ -45,8 +48,8 @@ import urllib.request
 from broker.service_kit import cli
 from infra.local import airflow_stack, daemon, prometheus
 from infra.local.lab import DEFAULT_TOPOLOGY, Lab, LabError, free_topology
-from infra.local.lab_security import AUDIT, HTTP_READER, LOADER, ZK_AUDIT, ZK_LOADER
-from infra.local.metrics import open_url, scheme, scrape
+from infra.local.lab_security import AUDIT, HTTP_READER, ZK_AUDIT
+from infra.local.metrics import scheme, scrape
 from audit.times import iso
 from infra.local.traffic import HOUR_MS, TrafficConfig, produce, progress_bar
 from infra.topology import load_topology
@@ -123,11 +126,12 @@ class Pipeline:
         return {"SAMSA_SCHEMA_REGISTRY_PASSWORD_FILE": self.http_access.password_file,
                 "SAMSA_SCHEMA_REGISTRY_CA_FILE": self.http_access.ca_file}
 
-    def audit_get(self, path: str, timeout: float = 30.0):
-        """The audit service's JSON answer to GET ``path`` (as the lab's HTTP
-        admin where secured)."""
-        with open_url(f"{self.audit_url}{path}", self.http_access, timeout) as response:
-            return json.load(response)
+    def verdicts(self, begin_ms: int, end_ms: int) -> list[dict]:
+        """The audit's verdicts of the windows beginning in [begin_ms, end_ms)
+        (asked as the lab's HTTP admin where secured)."""
+        from audit.remote import fetch_verdicts
+        return fetch_verdicts(self.audit_url, begin_ms, end_ms,
+                              credentials=self.http_access)["verdicts"]
 
     # ------------------------------------------------------------ up
 
@@ -203,12 +207,7 @@ retry_delay_s = 5.0
 max_retry_delay_s = 30.0
 """)
             if self.security is not None:
-                access = self.http_access
-                f.write(f"audit_ca_file = {json.dumps(access.ca_file)}\n"
-                        f"audit_username = {json.dumps(access.username)}\n"
-                        f"audit_password_file = {json.dumps(access.password_file)}\n")
-                f.write("\n" + self.security.credentials_toml(LOADER, "loader.credentials",
-                                                              ZK_LOADER))
+                f.write(self.security.warehouse_toml())
         if airflow:
             airflow_stack.up(self.path("airflow"), self.airflow_port, config,
                              say=lambda text: say(f"airflow: {text}"),
@@ -323,8 +322,7 @@ max_retry_delay_s = 30.0
         for dc in sorted(result.acked):
             lines.append(f"  {dc}: " + ", ".join(f"{t} {result.total(dc, t):,}"
                                                   for t in sorted(result.acked[dc])))
-        verdicts = self.audit_get(f"/api/verdicts?from={first_hour_ms}"
-                                  f"&to={first_hour_ms + hours * HOUR_MS}")["verdicts"]
+        verdicts = self.verdicts(first_hour_ms, first_hour_ms + hours * HOUR_MS)
         lines.append("audit completeness per tier (every window of those hours):")
         ok = True
         for tier in TIERS:
@@ -366,6 +364,9 @@ max_retry_delay_s = 30.0
             ".to_table().group_by('hour').aggregate([('member_id', 'count')]))\"",
             f"the audit report: {self.audit_url}/",
             f"the schema registry (Confluent's REST API): {self.registry_url}/subjects",
+            *([f"their HTTPS: the lab's authority {self.http_access.ca_file}; user admin, "
+               f"password in {self.http_access.password_file} (curl --cacert CA -u admin:...)"]
+              if self.http_access is not None else []),
             *([f"Prometheus: {self.lab.prometheus_url()}/ (alerts: "
                f"{self.lab.prometheus_url()}/alerts; rules: infra/prometheus/alerts.yml)"]
               if self.lab.prometheus_url() else []),

@@ -14,7 +14,6 @@ where namespaces cannot be made (CI runs as root)."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import time
 
@@ -32,10 +31,9 @@ SUBNET = "10.91.0.0/16"
 
 
 def _verdicts(audit_url: str, hour_ms: int, hour_len: int, access=None) -> list[dict]:
-    from infra.local.metrics import open_url
-    with open_url(f"{audit_url}/api/verdicts?from={hour_ms}&to={hour_ms + hour_len}",
-                  access, timeout=30) as r:
-        return json.load(r)["verdicts"]
+    from audit.remote import fetch_verdicts
+    return fetch_verdicts(audit_url, hour_ms, hour_ms + hour_len,
+                          credentials=access)["verdicts"]
 
 
 def _tier(verdicts: list[dict], tier: str) -> tuple[int, int]:

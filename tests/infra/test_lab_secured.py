@@ -100,7 +100,7 @@ def test_a_certificate_near_its_end_is_issued_again(tmp_path):
 def test_the_written_credentials_read_back_as_the_services_take_them(tmp_path):
     from broker.client.authentication import ClientSecurity
     from broker.service_kit import settings
-    from hadoop_loader.config import LoaderConfig
+    from hadoop_loader.config import LoaderConfig, read_settings
     security = LabSecurity(str(tmp_path / "security")).prepare(small_topology())
     client = settings.load(ClientSecurity, security.client_config(ADMIN))
     assert client.settings() == {**ClientSecurity().settings(),
@@ -110,6 +110,16 @@ def test_the_written_credentials_read_back_as_the_services_take_them(tmp_path):
                       + security.credentials_toml("loader", "loader.credentials"))
     assert settings.load(LoaderConfig, str(config), table="loader").credentials == \
         security.credentials("loader")
+    # what a secured lab adds to the DAGs' settings: the audit asked as the
+    # reader airflow, the loader's user and ZooKeeper identity
+    config.write_text('[loader]\nzookeeper = "127.0.0.1:2181/analysis"\n\n'
+                      '[warehouse]\naudit_url = "https://127.0.0.1:8090"\n'
+                      + security.warehouse_toml())
+    loader, warehouse = read_settings(str(config))
+    assert loader.credentials == security.credentials("loader", "loader")
+    assert (warehouse.audit_ca_file, warehouse.audit_username, warehouse.audit_password_file) \
+        == (security.ca_file, "airflow", security.http_password_file("airflow"))
+    assert warehouse.audit_credentials.headers()["Authorization"].startswith("Basic ")
     options = security.credential_options("audit", "cluster")
     assert dict(o.split("=", 1) for o in options[1::2]) == {
         "credentials.sasl_username": "audit",
@@ -317,3 +327,24 @@ def test_a_secured_labs_http_ports_serve_https_to_its_users_and_prometheus_scrap
         assert all(p["metrics"] for m in status["mirrors"] for p in m["processes"]), status
     finally:
         lab.down(timeout=20)
+
+
+def test_the_http_users_are_made_whole_again_when_a_file_is_missing(tmp_path):
+    """A lab made before a user was added, or a password file lost: the next
+    prepare makes the users file and every password again, and a client
+    that lost its password file gets an error naming it (not "no answer")."""
+    from infra.local.lab_security import HTTP_USERS
+    from infra.local.metrics import open_url
+    security = LabSecurity(str(tmp_path / "security")).prepare(small_topology())
+    lost = security.http_password_file("airflow")
+    os.remove(lost)
+    with pytest.raises(ValueError, match=f"the HTTP password file {lost}: No such file"):
+        open_url("https://127.0.0.1:1/", security.http_access("airflow"))
+    users_before = (tmp_path / "security" / "http" / "users").read_text()
+    security.prepare(small_topology())
+    assert os.path.exists(lost)
+    users = (tmp_path / "security" / "http" / "users").read_text()
+    assert users != users_before
+    assert sorted(tuple(line.split()[:2]) for line in users.splitlines()
+                  if line.strip() and not line.startswith("#")) == sorted(HTTP_USERS)
+    assert stat.S_IMODE(os.stat(lost).st_mode) == 0o600
