@@ -38,9 +38,9 @@ from broker.service_kit.detached import (DetachedProcess, StateFileError, read_s
                                          wait_gone, write_state)
 from broker.service_kit.process import SupervisedProcess, tail, wait_until
 from infra.local.command import exit_status
-from infra.local.metrics import HttpAccess, open_url
 from infra.local.container_runtime import (IMAGES, RUNTIMES, ContainerError, Docker,
                                            container_name, engine_host)
+from infra.local.metrics import HttpAccess, open_url
 
 STATE_FILE = "daemon.json"
 

@@ -253,11 +253,11 @@ class Lab:
         admin over HTTPS when it is secured; None (plain HTTP) when open."""
         return None if self.security is None else self.security.http_access()
 
-    def _secured_health(self) -> dict[str, str]:
-        """A container's health check of a secured metrics port: HTTPS, the
-        open /healthz (none for an open lab: /metrics over HTTP)."""
-        return {} if self.security is None else {"SAMSA_HEALTH_SCHEME": "https",
-                                                 "SAMSA_HEALTH_PATH": "healthz"}
+    def _metrics_health(self, port: int) -> dict[str, str]:
+        """A container's health check of its metrics port: /metrics over
+        HTTP, or in a secured lab the open /healthz over HTTPS."""
+        path = "metrics" if self.security is None else "healthz"
+        return daemon.health_check_env(f"{scheme(self.http_access)}://127.0.0.1:{port}/{path}")
 
     @classmethod
     def open(cls, state_dir: str) -> "Lab":
@@ -858,8 +858,7 @@ class Lab:
             os.makedirs(parent, exist_ok=True)
             mounts.append(Mount(parent, parent))
         metrics = t.broker_metrics_ports(cluster)[index]
-        env = {"SAMSA_HEALTH_PORT": str(metrics), **self._secured_health()} \
-            if metrics != -1 else None
+        env = self._metrics_health(metrics) if metrics != -1 else None
         return self._in_container(self.broker_name(cluster, index), "samsa",
                                   ["broker", *args], env=env, mounts=mounts)
 
@@ -987,8 +986,8 @@ class Lab:
                 ports = {"metrics": config.metrics_port} if config.metrics_port > 0 else {}
                 log.info("starting %s: %s -> %s", name, ", ".join(mirror.sources), mirror.target)
                 if self.runtime == "containers":
-                    env = ({"SAMSA_HEALTH_PORT": str(config.metrics_port),
-                            **self._secured_health()} if config.metrics_port > 0 else None)
+                    env = (self._metrics_health(config.metrics_port)
+                           if config.metrics_port > 0 else None)
                     command = self._in_container(name, "samsa", ["mirror", "--config", path],
                                                  env=env)
                 else:

@@ -274,16 +274,11 @@ class LabSecurity:
 
     def http_settings(self, host: str) -> dict[str, str]:
         """http_security as ``--set`` values (keys without the table)."""
-        given = self.http_security(host)
-        return {f.name: getattr(given, f.name) for f in dataclasses.fields(given)
-                if getattr(given, f.name) != getattr(HttpSecurity(), f.name)}
+        return _changed(self.http_security(host))
 
     def http_options(self, host: str, table: str = "http") -> list[str]:
         """http_settings as a command's ``--set TABLE.KEY=VALUE`` options."""
-        options = []
-        for key, value in self.http_settings(host).items():
-            options += ["--set", f"{table}.{key}={value}"]
-        return options
+        return _set_options(self.http_security(host), table)
 
     def http_access(self, user: str = HTTP_ADMIN) -> HttpAccess:
         """How a client of the lab's HTTP ports asks as ``user``."""
@@ -303,14 +298,7 @@ class LabSecurity:
                            ) -> list[str]:
         """A service command's ``--set credentials.KEY=VALUE`` options for
         ``user``: those of ``credentials`` that differ from the defaults."""
-        given, default = self.credentials(user, zookeeper_identity), ServiceCredentials()
-        options = []
-        for f in dataclasses.fields(given):
-            value = getattr(given, f.name)
-            if value != getattr(default, f.name):
-                text = str(value).lower() if isinstance(value, bool) else str(value)
-                options += ["--set", f"credentials.{f.name}={text}"]
-        return options
+        return _set_options(self.credentials(user, zookeeper_identity), "credentials")
 
     def credentials_toml(self, user: str, table: str,
                          zookeeper_identity: str | None = None) -> str:
@@ -336,6 +324,22 @@ class LabSecurity:
     def admin_options(self, user: str) -> dict:
         """``user``'s keyword arguments of an AdminClient or BrokerConnection."""
         return self.credentials(user).admin_options()
+
+
+def _changed(given) -> dict[str, object]:
+    """The fields of the dataclass ``given`` that differ from its defaults."""
+    default = type(given)()
+    return {f.name: getattr(given, f.name) for f in dataclasses.fields(given)
+            if getattr(given, f.name) != getattr(default, f.name)}
+
+
+def _set_options(given, table: str) -> list[str]:
+    """``given``'s changed fields as ``--set TABLE.KEY=VALUE`` options."""
+    options = []
+    for key, value in _changed(given).items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        options += ["--set", f"{table}.{key}={text}"]
+    return options
 
 
 def certificate_hosts(topology: Topology) -> dict[str, list[str]]:

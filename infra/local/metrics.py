@@ -8,10 +8,10 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from audit.remote import HttpCredentials
 from schemas.stores import NoRedirects
-
-from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, frozenset], float]
 
@@ -29,12 +29,18 @@ def open_url(url: str, access: HttpAccess | None = None, timeout: float = 2.0):
     """urlopen of ``url``, as ``access`` says where it is given (a redirect
     is then an error: the Authorization header would follow it). ValueError
     naming the file when the password file cannot be read."""
+    return _opener(url, access)(timeout)
+
+
+def _opener(url: str, access: HttpAccess | None):
+    """A function of the timeout that opens ``url`` as ``access`` says; the
+    password file read here (ValueError naming it), before any request."""
     if access is None:
-        return urllib.request.urlopen(url, timeout=timeout)
+        return lambda timeout: urllib.request.urlopen(url, timeout=timeout)
     request = urllib.request.Request(url, headers=access.headers())
     opener = urllib.request.build_opener(NoRedirects(),
                                          urllib.request.HTTPSHandler(context=access.context()))
-    return opener.open(request, timeout=timeout)
+    return lambda timeout: opener.open(request, timeout=timeout)
 
 
 def scheme(access: HttpAccess | None) -> str:
@@ -45,9 +51,11 @@ def scheme(access: HttpAccess | None) -> str:
 def scrape(host: str, port: int, timeout: float = 2.0,
            access: HttpAccess | None = None) -> Samples | None:
     """/metrics as {(sample, labels): value}; None when it does not answer,
-    {} when what it answers is no metrics text."""
+    {} when what it answers is no metrics text; ValueError naming the file
+    when ``access``'s password file cannot be read."""
+    open_metrics = _opener(f"{scheme(access)}://{host}:{port}/metrics", access)
     try:
-        with open_url(f"{scheme(access)}://{host}:{port}/metrics", access, timeout) as resp:
+        with open_metrics(timeout) as resp:
             text = resp.read().decode(errors="replace")
     except (OSError, urllib.error.URLError, ValueError):
         return None

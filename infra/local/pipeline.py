@@ -161,10 +161,10 @@ class Pipeline:
         python = sys.executable
         credentials = [] if self.security is None else \
             self.security.credential_options(AUDIT, ZK_AUDIT)
-        secured_http = {}         # the audit's HTTP ports: HTTPS, the lab's users
-        if self.security is not None:
-            secured_http = {"count": self.security.http_options("audit", "metrics_http"),
-                            "serve": self.security.http_options("audit", "http")}
+        # the audit's HTTP ports: HTTPS, the lab's users
+        count_http = [] if self.security is None else \
+            self.security.http_options("audit", "metrics_http")
+        serve_http = [] if self.security is None else self.security.http_options("audit")
         say(f"the analysis cluster's schema registry (Confluent's REST API) at "
             f"{self.registry_url}")
         for cluster in CLUSTERS:
@@ -174,13 +174,13 @@ class Pipeline:
                       [python, "-m", "audit", "count", "--cluster",
                        f"{cluster}={self.lab.zookeeper_connect(cluster)}",
                        "--set", "publish_interval_ms=2000", "--set", f"group=audit-{cluster}",
-                       *metrics, *credentials, *secured_http.get("count", [])])
+                       *metrics, *credentials, *count_http])
         daemon.up(self.path("audit"), "audit-service",
                   [python, "-m", "audit", "serve", "--zookeeper",
                    self.lab.zookeeper_connect("analysis"), "--http-port", str(self.audit_port),
                    "--set", f"data_dir={self.path('audit')}",
                    "--set", f"registry={self.registry_client_url}", *credentials,
-                   *secured_http.get("serve", [])]
+                   *serve_http]
                   + ([] if self.audit_grace_s is None
                      else ["--set", f"grace_ms={int(self.audit_grace_s * 1000)}"]),
                   ready_url=f"{self.audit_url}/healthz", env=self.registry_env,

@@ -334,12 +334,14 @@ def test_the_http_users_are_made_whole_again_when_a_file_is_missing(tmp_path):
     prepare makes the users file and every password again, and a client
     that lost its password file gets an error naming it (not "no answer")."""
     from infra.local.lab_security import HTTP_USERS
-    from infra.local.metrics import open_url
+    from infra.local.metrics import open_url, scrape
     security = LabSecurity(str(tmp_path / "security")).prepare(small_topology())
     lost = security.http_password_file("airflow")
     os.remove(lost)
     with pytest.raises(ValueError, match=f"the HTTP password file {lost}: No such file"):
         open_url("https://127.0.0.1:1/", security.http_access("airflow"))
+    with pytest.raises(ValueError, match=f"the HTTP password file {lost}"):
+        scrape("127.0.0.1", 1, access=security.http_access("airflow"))
     users_before = (tmp_path / "security" / "http" / "users").read_text()
     security.prepare(small_topology())
     assert os.path.exists(lost)
