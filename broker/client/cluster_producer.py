@@ -12,7 +12,8 @@ accumulator, then goes to the next one, round-robin
 holding the topic, which picks its partition. One
 ``Producer`` per broker does the batching and sending; producers of brokers
 that left are flushed and closed, new brokers are used as soon as they
-register.
+register. A send that finds no broker registered at all waits up to
+``broker_wait_ms`` for one (a cluster still starting).
 
 A topic not yet known in ZooKeeper is sent to a random live broker with
 "any partition" (auto-created there), as Kafka 0.7 did.
@@ -222,8 +223,13 @@ class ClusterProducer:
             return (*paths.parse_broker_partition(partitions[index]), sticky)
         brokers = sorted(self.cluster.brokers())
         if not brokers:
+            wait_s = self.config.broker_wait_ms / 1000
+            if wait_s > 0:
+                self.cluster.wait_for(lambda view: view.brokers(), wait_s)
+            brokers = sorted(self.cluster.brokers())
+        if not brokers:
             raise SamsaError(ErrorCode.UNKNOWN, f"no broker is registered in ZooKeeper at "
-                                                f"{self.zookeeper}")
+                                                f"{self.zookeeper} (waited {wait_s:g} s)")
         if key is not None:
             raise SamsaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"topic {topic!r} has no partitions in the cluster: create it "

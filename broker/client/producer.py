@@ -126,6 +126,11 @@ class ProducerConfig(TlsClientSettings, SaslClientSettings):
     throughput of 5 in flight; acks=none is not affected (nothing waits)."""
     buffer_messages: int = 200_000
     """send() blocks while this many messages wait to be sent (back-pressure)."""
+    broker_wait_ms: int = 10_000
+    """A cluster producer (found through ZooKeeper) whose send finds no broker
+    registered waits this long for one (a cluster still starting, a broker
+    restarting), then fails saying so; as Kafka's max.block.ms for metadata.
+    0: fail at once."""
     reconnect_interval_ms: int = 600_000
     """Close and reopen the connection this often, between requests (as Kafka
     0.7's reconnect.time.interval.ms): producers behind a load balancer spread

@@ -6,6 +6,8 @@ test_cluster_membership.py.)"""
 from __future__ import annotations
 
 import collections
+import threading
+import time
 import zlib
 
 import pytest
@@ -100,3 +102,33 @@ def test_a_topic_unknown_to_zookeeper(shared_cluster, cluster_producers, topic):
     producer.send(topic, b"first").result(timeout=30)
     assert producer.cluster.wait_for(lambda view: len(view.partitions(topic)) == 2, timeout=10)
     producer.send(topic, b"keyed now", key=b"k").result(timeout=30)
+
+
+def test_a_send_before_any_broker_registered_waits_for_one(cluster, cluster_producers, topic):
+    """A cluster starting: a send that finds no broker waits up to
+    ``broker_wait_ms`` for one to register (the loader's CI failure: its
+    producer started between the broker's listening and its registering)."""
+    impatient = cluster_producers(cluster.connect, acks="written", broker_wait_ms=200)
+    with pytest.raises(SamsaError, match=r"no broker is registered .*waited 0\.2 s"):
+        impatient.send(topic, b"nowhere")
+
+    producer = cluster_producers(cluster.connect, acks="flushed")       # waits up to 10 s
+    sent: dict[str, object] = {}
+
+    def send() -> None:
+        sent["asked_at_ms"] = time.time() * 1000
+        try:
+            sent["offset"] = producer.send(topic, b"waited").result(timeout=30)
+        except Exception as exc:     # noqa: BLE001 - reported by the assertion below
+            sent["error"] = exc
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    cluster.add_broker(0)
+    sender.join(timeout=30)
+    assert not sender.is_alive() and "error" not in sent, sent
+    registered_at_ms = cluster.zk.exists(paths.broker_id_path(0)).ctime
+    assert sent["asked_at_ms"] < registered_at_ms      # it was asked before there was a broker
+    assert producer.cluster.wait_for(lambda view: view.partitions(topic), timeout=10)
+    assert [v for values in _stored(cluster, topic, producer.cluster.partitions(topic)).values()
+            for v in values] == [b"waited"]
