@@ -19,4 +19,5 @@ def test_the_lab_demo_copies_every_page_view():
     assert "secured: TLS listeners asking for SCRAM-SHA-512" in text
     assert "a producer without credentials: refused" in text
     assert "lag from dc-a: 0 bytes" in text and "lag from dc-b: 0 bytes" in text
+    assert text.count("/metrics says 0\n") == 2       # the mirror measured it too
     assert "\nprometheus http://127.0.0.1:" in text      # the lab's monitoring, in its status
