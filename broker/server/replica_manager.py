@@ -39,6 +39,12 @@ Invariants:
     succeeded (until then the larger set holds the watermark back): a leader
     deposed meanwhile (its write fails) never acknowledges acks=all on a
     set that the new leader's followers are not in;
+  * an expansion holds the watermark back from the moment its write is
+    sent (Kafka's "maximal ISR"): the watermark counts the joining follower
+    until the write's outcome, or the state read after a failed one, is
+    known. ZooKeeper may name the follower in sync (and the controller
+    elect it) before this broker hears that its write succeeded; nothing
+    acknowledged meanwhile may be missing from it;
   * at most one in-sync write per partition is in flight.
 
 Threads: everything here runs on the broker's event loop, except the
@@ -126,6 +132,7 @@ class PartitionReplica:
     zk_version: int = -1
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
     isr_write_in_flight: bool = False
+    isr_joining: tuple[int, ...] = ()   # an expansion's followers, its write not settled
     needs_truncation: bool = True     # follower: agree with the leader before fetching
     epoch_start: int = 0              # leader: the log end when this epoch began
     state: PartitionState | None = None   # the last state read of ZooKeeper
@@ -449,6 +456,8 @@ class ReplicaManager:
             return                        # older than what we know (our own write's outcome)
         rep.zk_version = version
         rep.state, rep.state_mzxid = state, max(mzxid, rep.state_mzxid)
+        if not rep.isr_write_in_flight:
+            rep.isr_joining = ()          # the set ZooKeeper holds is known now
         self._apply(rep)
 
     def _apply(self, rep: PartitionReplica) -> None:
@@ -649,7 +658,7 @@ class ReplicaManager:
             return
         lg = rep.log
         hw = lg.written_end
-        for broker in rep.isr:
+        for broker in set(rep.isr) | set(rep.isr_joining):
             if broker != self.broker_id:
                 progress = rep.followers.get(broker)
                 hw = min(hw, progress.log_end if progress is not None else -1)
@@ -685,6 +694,8 @@ class ReplicaManager:
         if rep.isr_write_in_flight or self.client is None or self.stopping:
             return
         rep.isr_write_in_flight = True
+        if kind == "expand":
+            rep.isr_joining = tuple(b for b in isr if b not in rep.isr)
         state = PartitionState(self.broker_id, rep.leader_epoch, isr, rep.controller_epoch)
         path = paths.partition_state_path(rep.topic, rep.partition)
         version, epoch = rep.zk_version, rep.leader_epoch
@@ -702,9 +713,14 @@ class ReplicaManager:
             rep.isr_write_in_flight = False
             outcome = future.result()
             if isinstance(outcome, Exception):
+                # perhaps written after all (a timeout): the joining followers
+                # hold the watermark back until the state is read again
                 log.warning("replication: %s: in-sync %s not written (%s); trying again later",
                             rep.name, kind, type(outcome).__name__)
+                if rep.isr_joining:
+                    self._reread_state(rep)
                 return
+            rep.isr_joining = ()
             if outcome is None:
                 # overtaken (the controller or a new leader wrote): the watch
                 # brings what they wrote; until then nothing changes here
