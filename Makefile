@@ -31,7 +31,8 @@ help:
 	@echo "             one-way loss; fails on any loss (root; NETWORK_DRILL_ARGS=--cut-seconds 20)"
 	@echo "make drill-loss  a segment deleted before the mirror copied it: the audit must report"
 	@echo "             exactly that loss, and warehouse_load must refuse that hour"
-	@echo "make test    build the container images (cached), run the whole test suite, stop the"
+	@echo "make test    build the container images (cached), run the whole test suite (two tests at"
+	@echo "             a time, then the serial ones alone; TEST_WORKERS=0: one at a time), stop the"
 	@echo "             project's dockerd (SAMSA_CONTAINERS=0: no images, container tests opted out)"
 	@echo "make test-images  build the container images make test runs (SAMSA_CONTAINERS=0: none)"
 	@echo "make test-fast  the suite without the tests marked slow"
@@ -132,10 +133,21 @@ demo-lab: setup
 # checkout's). At the end, pass, fail or Ctrl-C, the project's own dockerd is
 # stopped unless containers still run on it (a lab or a Terraform environment
 # started as containers): make test leaves no daemon of its own running.
+#
+# The suite runs in two passes (tests/conftest.py marks the second's):
+# the tests not marked serial, TEST_WORKERS at a time (pytest-xdist), then
+# the serial ones (slow, or using the machine's Docker engine, network
+# namespaces, Airflow) one at a time. Both passes always run; make test
+# fails if either failed.
+TEST_WORKERS ?= 2
+
 test: setup
 	@trap '$(PY) -m infra.docker.engine down-if-idle' EXIT; \
 	  $(MAKE) --no-print-directory test-images; \
-	  SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q --durations=40
+	  export SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS); status=0; \
+	  $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not serial" --durations=20 || status=$$?; \
+	  $(PY) -m pytest -q -m serial --durations=40 || status=$$?; \
+	  exit $$status
 
 test-images:
 	@if [ "$${SAMSA_CONTAINERS:-1}" = 0 ]; then \
@@ -156,7 +168,10 @@ images-down:
 test-fast: setup
 	@trap '$(PY) -m infra.docker.engine down-if-idle' EXIT; \
 	  $(MAKE) --no-print-directory test-images; \
-	  SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS) $(PY) -m pytest -q -m "not slow"
+	  export SAMSA_REQUIRE_SPEEDUPS=$(REQUIRE_SPEEDUPS); status=0; \
+	  $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not serial" || status=$$?; \
+	  $(PY) -m pytest -q -m "serial and not slow" || status=$$?; \
+	  exit $$status
 
 # A copy of the sources with the accelerator built under AddressSanitizer and
 # UBSan (-Werror too); the codec's tests and fuzzers run against it. CPython

@@ -77,6 +77,25 @@ def pytest_unconfigure(config):
     watchdog.start()
 
 
+# `make test` runs the suite in two passes: first every test not marked
+# ``serial``, two at a time (pytest-xdist workers, each with its own
+# ZooKeeper; most of these tests wait on brokers, so two workers on two cores
+# take about half the time); then the ``serial`` ones, one at a time, as
+# they always ran: the slow ones (whole pipelines, timed faults) and those
+# that use what the machine has once (its Docker engine, network
+# namespaces and addresses, Airflow stacks, the lab's port ranges).
+SERIAL_DIRECTORIES = ("containers", "dags", "infra", "network")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    tests = pathlib.Path(__file__).parent
+    serial = {tests / name for name in SERIAL_DIRECTORIES}
+    for item in items:
+        if item.get_closest_marker("slow") or serial & set(item.path.parents):
+            item.add_marker(pytest.mark.serial)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     # Keep each phase's report on the item, so fixtures can tell at teardown
