@@ -225,11 +225,16 @@ class Docker:
             raise ContainerError(f"containers still there after docker rm -f: {', '.join(left)}")
         return names
 
-    def check_haproxy_config(self, path: str) -> None:
-        """``haproxy -c`` of the file ``path`` in the haproxy image."""
+    def check_haproxy_config(self, path: str, state_dir: str | None = None) -> None:
+        """``haproxy -c`` of the file ``path`` in the haproxy image; the files
+        it names (a secured stats page's certificate) in ``state_dir``,
+        mounted read-only where they are."""
         path = os.path.abspath(path)
+        visible = ["-v", f"{os.path.abspath(state_dir)}:{os.path.abspath(state_dir)}:ro"] \
+            if state_dir else []
         done = self._run("run", "--rm", "--network", "host", "--user",
-                         f"{os.getuid()}:{os.getgid()}", "-v", f"{path}:{HAPROXY_CONFIG}:ro",
+                         f"{os.getuid()}:{os.getgid()}", *visible,
+                         "-v", f"{path}:{HAPROXY_CONFIG}:ro",
                          "--entrypoint", "haproxy", IMAGES["haproxy"], "-c", "-f",
                          HAPROXY_CONFIG, check=False)
         if done.returncode != 0:

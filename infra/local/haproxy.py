@@ -17,7 +17,10 @@ reach, so a plain TCP proxy is enough. The rendered configuration:
 * client and server timeouts above the brokers' longest long-poll fetch;
 * a stats socket (``show stat``, relative to HAProxy's working directory, so
   a long state directory never exceeds the 108-byte socket path limit) and,
-  optionally, the HTTP stats page.
+  optionally, the HTTP stats page: read-only (no ``stats admin``); in a
+  secured lab (``StatsSecurity``) on HTTPS alone, asking for a user (HTTP
+  basic authentication). Its users' passwords are then in the rendered
+  file, which the lab writes for its owner alone (0600).
 
 It is run in the foreground (``haproxy -db -f cfg``), so the lab holds its
 pid and stops it with a signal; this module never daemonises it and never
@@ -30,6 +33,7 @@ import os
 import shutil
 import socket
 import subprocess
+from dataclasses import dataclass
 
 from infra.topology import Topology
 
@@ -41,6 +45,25 @@ STATS_SOCKET = "haproxy.sock"
 
 class HAProxyError(RuntimeError):
     """HAProxy is missing, refused its configuration, or did not answer."""
+
+
+@dataclass(frozen=True)
+class StatsSecurity:
+    """The stats page on HTTPS with users: ``pem_file`` holds the
+    certificate, its chain and its key (HAProxy's ``crt``); ``users`` are
+    (name, password) pairs that may read the page."""
+    pem_file: str
+    users: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        if any(c.isspace() for c in self.pem_file):
+            raise ValueError(f"HAProxy's crt path may hold no space: {self.pem_file!r}")
+        if not self.users:
+            raise ValueError("a secured stats page needs at least one user")
+        for name, password in self.users:
+            if not name or not password or any(c in name + password for c in ": \t#\"'\\"):
+                raise ValueError(f"HAProxy stats user {name!r}: a name and password without "
+                                 f"spaces, quotes, '#', '\\' or ':'")
 
 
 def find_haproxy() -> str:
@@ -62,8 +85,9 @@ def server_name(index: int) -> str:
     return f"broker-{index}"
 
 
-def render(topology: Topology, cluster: str) -> str:
-    """The HAProxy configuration of ``cluster``'s load balancer."""
+def render(topology: Topology, cluster: str, stats_security: StatsSecurity | None = None) -> str:
+    """The HAProxy configuration of ``cluster``'s load balancer; its stats
+    page on HTTPS with users when ``stats_security`` says so."""
     spec = topology.cluster(cluster)
     lb = spec.load_balancer
     if lb is None:
@@ -106,10 +130,11 @@ def render(topology: Topology, cluster: str) -> str:
         lines.append(f"    server {server_name(i)} {broker}:{port}")
     stats_port = topology.lb_stats_port(cluster)
     if stats_port is not None:
+        tls = f" ssl crt {stats_security.pem_file}" if stats_security else ""
         lines += [
             "",
             "listen stats",
-            f"    bind {host}:{stats_port}",
+            f"    bind {host}:{stats_port}{tls}",
             "    mode http",
             "    option dontlog-normal",
             "    stats enable",
@@ -118,6 +143,10 @@ def render(topology: Topology, cluster: str) -> str:
             "    timeout client 10s",
             "    timeout server 10s",
         ]
+        if stats_security:
+            lines.append("    stats realm samsa-lab")
+            lines += [f"    stats auth {name}:{password}"
+                      for name, password in stats_security.users]
     return "\n".join(lines) + "\n"
 
 

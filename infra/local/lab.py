@@ -924,12 +924,19 @@ class Lab:
             directory = self.path("haproxy", cluster.name)
             os.makedirs(directory, exist_ok=True)
             config = os.path.join(directory, "haproxy.cfg")
-            with open(config, "w") as f:
-                f.write(haproxy.render(self.topology, cluster.name))
             name = f"{cluster.name}.haproxy"
+            stats_security = None
+            if self.security is not None and \
+                    self.topology.lb_stats_port(cluster.name) is not None:
+                stats_security = self.security.stats_security(name)
+            # its owner's alone: a secured stats page's passwords are in it
+            fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(haproxy.render(self.topology, cluster.name, stats_security))
+            os.chmod(config, 0o600)
             try:
                 if self.runtime == "containers":
-                    self._docker().check_haproxy_config(config)
+                    self._docker().check_haproxy_config(config, self.state_dir)
                     # the stats socket is made relative to the working directory
                     command = self._in_container(
                         name, "haproxy", [], mounts=[Mount(config, HAPROXY_CONFIG, True)],

@@ -10,14 +10,19 @@ passwords and identities 0600):
                                     broker's (valid for its address, its load
                                     balancer's and localhost), each mirror
                                     process's, schema registry's, the lag
-                                    service's and the audit's (their HTTP ports)
+                                    service's and the audit's (their HTTP
+                                    ports), each load balancer's (its stats page)
+    certs/<host>.pem                a load balancer's certificate and key in
+                                    one file, as HAProxy reads them (written
+                                    at every start, from the two)
     users/<user>.password           a random SCRAM-SHA-512 password per user
     zookeeper/<identity>.zk         a random ZooKeeper digest identity
                                     (user:password) per writer
     client/<user>.toml              the client settings of a user (the tools'
                                     --client-config, $SAMSA_CLIENT_CONFIG)
     http/users                      the users of every HTTP port (broker and
-                                    mirror /metrics, registries, lag, audit):
+                                    mirror /metrics, registries, lag, audit;
+                                    the load balancers' stats pages too):
                                     ``prometheus`` and ``airflow`` may read,
                                     ``admin`` all
     http/<user>.password            their passwords (first line)
@@ -66,6 +71,7 @@ from broker.security.ca import CertificateAuthority
 from broker.security.credentials import ServiceCredentials
 from broker.service_kit import settings
 from broker.service_kit.http_security import HttpSecurity
+from infra.local.haproxy import StatsSecurity
 from infra.local.metrics import HttpAccess
 
 if TYPE_CHECKING:
@@ -280,6 +286,18 @@ class LabSecurity:
         """http_settings as a command's ``--set TABLE.KEY=VALUE`` options."""
         return _set_options(self.http_security(host), table)
 
+    def stats_security(self, host: str) -> StatsSecurity:
+        """The stats page of the load balancer ``host`` (``<cluster>.haproxy``):
+        HTTPS with its certificate (written here as the one PEM file HAProxy
+        reads), every HTTP user of the lab may read it."""
+        from broker.security.password_file import read_password_file
+        cert, key = self.cert_files(host)
+        pem = os.path.join(self.directory, "certs", f"{host}.pem")
+        with open(cert) as c, open(key) as k:
+            _write_private(pem, c.read() + k.read())
+        return StatsSecurity(pem, tuple((user, read_password_file(self.http_password_file(user)))
+                                        for user, _role in HTTP_USERS))
+
     def http_access(self, user: str = HTTP_ADMIN) -> HttpAccess:
         """How a client of the lab's HTTP ports asks as ``user``."""
         return HttpAccess(self.ca_file, user, self.http_password_file(user))
@@ -346,7 +364,8 @@ def certificate_hosts(topology: Topology) -> dict[str, list[str]]:
     """Each serving host's names for its certificate: a broker's address,
     its cluster's load balancer's (clients reach it through it) and
     localhost; a mirror process's, a schema registry's, the lag service's
-    and the audit's address and localhost (their HTTP ports)."""
+    and the audit's address and localhost (their HTTP ports); a load
+    balancer's with a stats page, its address and localhost."""
     from infra.topology import ConfigError
     out = {}
     local = ["localhost", "127.0.0.1"]
@@ -357,6 +376,8 @@ def certificate_hosts(topology: Topology) -> dict[str, list[str]]:
             out[host] = [topology.address_of(host), *lb, *local]
     others = [f"{m.name}.mirror-{i}" for m in topology.mirrors for i in range(m.processes)]
     others += [f"{c.name}.registry" for c in topology.clusters()] + ["lag", "audit"]
+    others += [f"{c.name}.haproxy" for c in topology.clusters()
+               if c.load_balancer and topology.lb_stats_port(c.name) is not None]
     for host in others:
         try:
             out[host] = [topology.address_of(host), *local]

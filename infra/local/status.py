@@ -247,7 +247,8 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
                 entry["load_balancer"] = _load_balancer(
                     t, cluster.name,
                     haproxy_dirs.get(cluster.name,
-                                     os.path.join(env.state_dir, "haproxy", cluster.name)))
+                                     os.path.join(env.state_dir, "haproxy", cluster.name)),
+                    secured=security is not None)
             out["clusters"].append(entry)
         for mirror in t.mirrors:
             out["mirrors"].append(_mirror_status(t, mirror, records, views, alive, security))
@@ -258,14 +259,16 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
     return out
 
 
-def _load_balancer(t: Topology, cluster: str, directory: str) -> dict[str, Any]:
-    """The load balancer of ``cluster``: its address, stats URL and backends
-    as its HAProxy's stats socket (in ``directory``) tells them."""
+def _load_balancer(t: Topology, cluster: str, directory: str, secured: bool = False
+                   ) -> dict[str, Any]:
+    """The load balancer of ``cluster``: its address, stats URL (HTTPS in a
+    secured lab) and backends as its HAProxy's stats socket (in
+    ``directory``) tells them."""
     host = t.address_of(f"{cluster}.haproxy")
     lb: dict[str, Any] = {"address": f"{host}:{t.lb_port(cluster)}"}
     stats_port = t.lb_stats_port(cluster)
     if stats_port is not None:
-        lb["stats_url"] = f"http://{host}:{stats_port}/"
+        lb["stats_url"] = f"{'https' if secured else 'http'}://{host}:{stats_port}/"
     try:
         lb["backends"] = haproxy.backend_servers(directory, cluster)
     except OSError as exc:

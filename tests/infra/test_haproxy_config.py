@@ -70,3 +70,35 @@ def test_check_config_reports_what_haproxy_refuses(tmp_path):
 def test_a_cluster_without_a_load_balancer_has_no_config():
     with pytest.raises(ValueError, match="no load balancer"):
         haproxy.render(load_topology(DEFAULT), "analysis")
+
+
+def test_a_secured_stats_page_is_https_with_users_and_haproxy_accepts_it(tmp_path):
+    """The secured lab's stats page: ``bind ... ssl crt`` with the load
+    balancer's certificate and key in one file, read-only, a user asked for;
+    haproxy -c loads the certificate."""
+    from infra.local.lab_security import LabSecurity
+    t = load_topology(DEFAULT)
+    security = LabSecurity(str(tmp_path / "security")).prepare(t)
+    stats = security.stats_security("dc-a.haproxy")
+    with open(stats.pem_file) as f:
+        pem = f.read()
+    assert "BEGIN CERTIFICATE" in pem and "PRIVATE KEY" in pem
+    assert os.stat(stats.pem_file).st_mode & 0o077 == 0
+    assert [user for user, _ in stats.users] == ["prometheus", "airflow", "admin"]
+    text = haproxy.render(t, "dc-a", stats)
+    path = tmp_path / "haproxy.cfg"
+    path.write_text(text)
+    haproxy.check_config(str(path))
+    assert f"bind 127.0.0.1:{t.lb_stats_port('dc-a')} ssl crt {stats.pem_file}" in text
+    assert all(f"stats auth {user}:{password}" in text for user, password in stats.users)
+    assert "stats admin" not in text                     # read-only
+
+
+@pytest.mark.parametrize("users, complaint", [
+    ((), "at least one user"),
+    ((("admin", "pass word"),), "without spaces"),
+    ((("ad:min", "x"),), "without spaces"),
+])
+def test_stats_users_haproxy_could_misread_are_refused(users, complaint):
+    with pytest.raises(ValueError, match=complaint):
+        haproxy.StatsSecurity("/lab/certs/dc-a.haproxy.pem", users)

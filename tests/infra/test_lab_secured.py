@@ -274,9 +274,10 @@ def _http(url: str, access=None, method: str = "GET", body: bytes | None = None,
 def test_a_secured_labs_http_ports_serve_https_to_its_users_and_prometheus_scrapes_them(
         tmp_path):
     """Every HTTP port of a secured lab (each broker's and mirror's /metrics,
-    the schema registries, the lag service) serves HTTPS alone and asks for
-    one of the lab's HTTP users; Prometheus scrapes each as ``prometheus``
-    (every target up); that reader may not register a schema, the admin may."""
+    the schema registries, the lag service, the load balancer's stats page)
+    serves HTTPS alone and asks for one of the lab's HTTP users; Prometheus
+    scrapes each as ``prometheus`` (every target up); that reader may not
+    register a schema, the admin may."""
     from infra.local import prometheus
     from infra.local.lab_security import HTTP_ADMIN, HTTP_READER
     topology = dataclasses.replace(
@@ -303,6 +304,16 @@ def test_a_secured_labs_http_ports_serve_https_to_its_users_and_prometheus_scrap
             assert _http(url, reader) == 200, name
             assert _http(f"https://{host}:{port}/healthz", ca_file=security.ca_file) == 200
         assert lab.schema_registry_url("analysis").startswith("https://")
+        # HAProxy's stats page (no /healthz of its own): HTTPS, a user
+        stats_host = topology.address_of("dc-a.haproxy")
+        stats = f"{stats_host}:{topology.lb_stats_port('dc-a')}/"
+        with pytest.raises(OSError):
+            _http(f"http://{stats}")
+        assert _http(f"https://{stats}", ca_file=security.ca_file) == 401
+        assert _http(f"https://{stats}", reader) == 200
+        assert _http(f"https://{stats}", admin) == 200
+        config = os.path.join(lab.state_dir, "haproxy", "dc-a", "haproxy.cfg")
+        assert os.stat(config).st_mode & 0o077 == 0        # its passwords: the owner's alone
         # the reader may read the registry, not write it; the admin may
         schema = b'{"schema": "{\\"type\\": \\"string\\"}"}'
         subject = f"https://{host}:{ports['registry']}/subjects/probe-value/versions"
@@ -324,6 +335,8 @@ def test_a_secured_labs_http_ports_serve_https_to_its_users_and_prometheus_scrap
         import json
         status = json.loads(out)
         assert status["lag_service"].startswith("https://")
+        dc_a = next(c for c in status["clusters"] if c["name"] == "dc-a")
+        assert dc_a["load_balancer"]["stats_url"] == f"https://{stats}"
         assert all(p["metrics"] for m in status["mirrors"] for p in m["processes"]), status
     finally:
         lab.down(timeout=20)
