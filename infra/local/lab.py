@@ -1249,24 +1249,29 @@ max_retry_delay_s = 30.0
         config = os.path.join(directory, "prometheus.yml")
         with open(config, "w") as f:
             f.write(prometheus.render(t, jobs))
+        # a secured lab's: its web server on HTTPS, asking for the lab's HTTP users
+        web_config = None if self.security is None else \
+            self.security.write_prometheus_web_config(os.path.join(directory, "web.yml"))
         try:
             prometheus.check_config(config)
+            if web_config:
+                prometheus.check_web_config(web_config)
         except prometheus.PrometheusError as exc:
             raise LabError(str(exc)) from None
-        url = f"http://{web_host}:{web_port}"
+        url = f"{scheme(self.http_access)}://{web_host}:{web_port}"
         log.info("starting Prometheus on %s/", url)
         self._launch("prometheus", "prometheus",
                      prometheus.command(config, os.path.join(directory, "data"),
-                                        f"{web_host}:{web_port}"),
+                                        f"{web_host}:{web_port}", web_config),
                      {"web": web_port}, cwd=directory)
         expected = sum(len(job.targets) for job in jobs)
 
         def ready(_name: str) -> bool:
             # ready answers before the first discovery: wait for every target in view
-            if not daemon.answers(f"{url}/-/ready"):
+            if not daemon.answers(f"{url}/-/ready", self.http_access):
                 return False
             try:
-                return len(prometheus.targets(url)) == expected
+                return len(prometheus.targets(url, self.http_access)) == expected
             except prometheus.PrometheusError:
                 return False
 
@@ -1275,10 +1280,11 @@ max_retry_delay_s = 30.0
         return url
 
     def prometheus_url(self) -> str | None:
-        """The URL of the lab's Prometheus, None when the lab runs none."""
+        """The URL of the lab's Prometheus (HTTPS in a secured lab, asking for
+        its HTTP users: http_access), None when the lab runs none."""
         record = self.records.get("prometheus")
-        return (f"http://{self.topology.address_of('prometheus')}:{record.ports['web']}"
-                if record else None)
+        return (f"{scheme(self.http_access)}://{self.topology.address_of('prometheus')}:"
+                f"{record.ports['web']}" if record else None)
 
     def _mirror_hint(self, name: str) -> str:
         if "No module named mirror.__main__" in tail(self.records[name].log, 200):

@@ -10,8 +10,9 @@ passwords and identities 0600):
                                     broker's (valid for its address, its load
                                     balancer's and localhost), each mirror
                                     process's, schema registry's, the lag
-                                    service's and the audit's (their HTTP
-                                    ports), each load balancer's (its stats page)
+                                    service's, the audit's and Prometheus's
+                                    (their HTTP ports), each load balancer's
+                                    (its stats page)
     certs/<host>.pem                a load balancer's certificate and key in
                                     one file, as HAProxy reads them (written
                                     at every start, from the two)
@@ -298,6 +299,19 @@ class LabSecurity:
         return StatsSecurity(pem, tuple((user, read_password_file(self.http_password_file(user)))
                                         for user, _role in HTTP_USERS))
 
+    def write_prometheus_web_config(self, path: str) -> str:
+        """Prometheus's web configuration (``--web.config.file``) written to
+        ``path`` (0600): HTTPS with the certificate of host ``prometheus``,
+        every HTTP user of the lab by a bcrypt hash of its password. Made
+        anew at every start (a password changed is taken); returns ``path``."""
+        from broker.security.password_file import read_password_file
+        from infra.local import prometheus
+        cert, key = self.cert_files("prometheus")
+        users = [(user, prometheus.hash_password(read_password_file(
+            self.http_password_file(user)))) for user, _role in HTTP_USERS]
+        _write_private(path, prometheus.web_config(cert, key, users))
+        return path
+
     def http_access(self, user: str = HTTP_ADMIN) -> HttpAccess:
         """How a client of the lab's HTTP ports asks as ``user``."""
         return HttpAccess(self.ca_file, user, self.http_password_file(user))
@@ -363,9 +377,9 @@ def _set_options(given, table: str) -> list[str]:
 def certificate_hosts(topology: Topology) -> dict[str, list[str]]:
     """Each serving host's names for its certificate: a broker's address,
     its cluster's load balancer's (clients reach it through it) and
-    localhost; a mirror process's, a schema registry's, the lag service's
-    and the audit's address and localhost (their HTTP ports); a load
-    balancer's with a stats page, its address and localhost."""
+    localhost; a mirror process's, a schema registry's, the lag service's,
+    the audit's and Prometheus's address and localhost (their HTTP ports); a
+    load balancer's with a stats page, its address and localhost."""
     from infra.topology import ConfigError
     out = {}
     local = ["localhost", "127.0.0.1"]
@@ -375,7 +389,8 @@ def certificate_hosts(topology: Topology) -> dict[str, list[str]]:
             host = f"{cluster.name}.broker-{i}"
             out[host] = [topology.address_of(host), *lb, *local]
     others = [f"{m.name}.mirror-{i}" for m in topology.mirrors for i in range(m.processes)]
-    others += [f"{c.name}.registry" for c in topology.clusters()] + ["lag", "audit"]
+    others += [f"{c.name}.registry" for c in topology.clusters()] + ["lag", "audit",
+                                                                      "prometheus"]
     others += [f"{c.name}.haproxy" for c in topology.clusters()
                if c.load_balancer and topology.lb_stats_port(c.name) is not None]
     for host in others:

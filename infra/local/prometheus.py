@@ -23,6 +23,12 @@ Every scrape also carries ``lab`` (the topology's name) as an external label.
 A job with ``access`` (a secured lab's) is scraped over HTTPS (``scheme:
 https``, ``tls_config.ca_file`` the lab's authority) as the lab's
 ``prometheus`` user (``basic_auth`` with its password file).
+
+Prometheus's own web server (UI and API) in a secured lab: ``web_config``
+renders its ``--web.config.file`` (HTTPS with its host's certificate, HTTP
+basic authentication with bcrypt hashes of the lab's HTTP users'
+passwords, ``hash_password``); the API readers here then take an
+``access``.
 The YAML is written by hand, every string JSON-quoted (a JSON string is a
 YAML double-quoted scalar), so nothing but the standard library is needed.
 """
@@ -33,12 +39,10 @@ import json
 import os
 import shutil
 import subprocess
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from infra.local.metrics import HttpAccess
+from infra.local.metrics import HttpAccess, open_url
 from infra.topology import Topology
 
 #: The repository's alert rules (checked by `promtool check rules` in the tests).
@@ -211,22 +215,49 @@ def check_config(path: str) -> str:
     return promtool("check", "config", path)
 
 
-def command(config_path: str, data_dir: str, address: str) -> list[str]:
+def command(config_path: str, data_dir: str, address: str,
+            web_config_path: str | None = None) -> list[str]:
     """Prometheus in the foreground (SIGTERM stops it cleanly), listening on
-    ``address`` (host:port), its TSDB in ``data_dir``."""
+    ``address`` (host:port), its TSDB in ``data_dir``; its web server as
+    ``web_config_path`` says where given (web_config)."""
     return [find("prometheus"), f"--config.file={config_path}",
             f"--storage.tsdb.path={data_dir}", f"--storage.tsdb.retention.time={RETENTION}",
-            f"--web.listen-address={address}", "--log.format=json"]
+            f"--web.listen-address={address}", "--log.format=json",
+            *([f"--web.config.file={web_config_path}"] if web_config_path else [])]
+
+
+def hash_password(password: str) -> str:
+    """The bcrypt hash of ``password``, as Prometheus's basic_auth_users takes it."""
+    import bcrypt
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=10)).decode()
+
+
+def web_config(cert_file: str, key_file: str, users: Iterable[tuple[str, str]]) -> str:
+    """Prometheus's web configuration: HTTPS alone with ``cert_file`` and
+    ``key_file``, HTTP basic authentication for ``users`` ((name, bcrypt
+    hash) pairs: hash_password)."""
+    lines = ["# Prometheus's web server: rendered by infra/local/prometheus.py for a secured lab.",
+             "tls_server_config:",
+             f"  cert_file: {_q(os.path.abspath(cert_file))}",
+             f"  key_file: {_q(os.path.abspath(key_file))}",
+             "basic_auth_users:"]
+    lines += [f"  {_q(name)}: {_q(hashed)}" for name, hashed in users]
+    return "\n".join(lines) + "\n"
+
+
+def check_web_config(path: str) -> str:
+    """``promtool check web-config``; PrometheusError when it refuses."""
+    return promtool("check", "web-config", path)
 
 
 # ------------------------------------------------------------------ the HTTP API
 
-def api(url: str, path: str, timeout: float = 5.0) -> Any:
+def api(url: str, path: str, timeout: float = 5.0, access: HttpAccess | None = None) -> Any:
     """The ``data`` of a GET of Prometheus's API (``url`` its base, ``path``
-    e.g. "/api/v1/alerts"); PrometheusError when it does not answer or says
-    it failed."""
+    e.g. "/api/v1/alerts"), asked as ``access`` says where given (a secured
+    lab's); PrometheusError when it does not answer or says it failed."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + path, timeout=timeout) as response:
+        with open_url(url.rstrip("/") + path, access, timeout) as response:
             body = json.load(response)
     except (OSError, ValueError) as exc:
         raise PrometheusError(f"Prometheus at {url} did not answer {path}: {exc}") from None
@@ -235,27 +266,27 @@ def api(url: str, path: str, timeout: float = 5.0) -> Any:
     return body["data"]
 
 
-def alerts(url: str) -> list[dict[str, Any]]:
+def alerts(url: str, access: HttpAccess | None = None) -> list[dict[str, Any]]:
     """The alerts pending or firing now: each with ``labels`` (alertname
     among them), ``annotations``, ``state`` ("pending", "firing") and
     ``activeAt``."""
-    return api(url, "/api/v1/alerts")["alerts"]
+    return api(url, "/api/v1/alerts", access=access)["alerts"]
 
 
-def targets(url: str) -> list[dict[str, Any]]:
+def targets(url: str, access: HttpAccess | None = None) -> list[dict[str, Any]]:
     """The active scrape targets: each with ``labels`` (job, instance, ...),
     ``health`` ("up", "down", "unknown") and ``lastError``."""
-    return api(url, "/api/v1/targets")["activeTargets"]
+    return api(url, "/api/v1/targets", access=access)["activeTargets"]
 
 
-def summary(url: str) -> dict[str, Any]:
+def summary(url: str, access: HttpAccess | None = None) -> dict[str, Any]:
     """What ``status`` shows of a Prometheus: its URL, its targets up of all,
     the targets down, and the alerts firing and pending (by name and labels);
     ``error`` instead when it does not answer."""
     out: dict[str, Any] = {"url": url}
     try:
-        found = targets(url)
-        active = alerts(url)
+        found = targets(url, access)
+        active = alerts(url, access)
     except PrometheusError as exc:
         out["error"] = str(exc)
         return out
@@ -271,6 +302,6 @@ def summary(url: str) -> dict[str, Any]:
 
 __all__ = ["ALERT_RULES", "AUDIT_COUNTER_JOB", "AUDIT_JOB", "BROKER_JOB", "LAG_JOB", "MIRROR_JOB",
            "PrometheusError", "SCHEMA_REGISTRY_JOB", "ScrapeJob", "ScrapeTarget", "alerts", "api",
-           "audit_counter_job", "broker_job", "check_config", "command", "duration", "find",
-           "mirror_job", "promtool", "render", "schema_registry_job", "single_job", "summary",
-           "targets"]
+           "audit_counter_job", "broker_job", "check_config", "check_web_config", "command",
+           "duration", "find", "hash_password", "mirror_job", "promtool", "render",
+           "schema_registry_job", "single_job", "summary", "targets", "web_config"]

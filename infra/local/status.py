@@ -206,7 +206,7 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
         if lab.runtime == "netns" and lab.airflow_url():
             out["airflow"] = lab.airflow_url() + "/"
         if lab.prometheus_url():
-            out["prometheus"] = prometheus.summary(lab.prometheus_url())
+            out["prometheus"] = prometheus.summary(lab.prometheus_url(), lab.http_access)
     for service in env.services:
         out["processes"] += _processes(((r, r.alive(), {"role": service.role})
                                         for r in service.processes), service.docker_host)

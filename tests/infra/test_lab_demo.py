@@ -20,4 +20,4 @@ def test_the_lab_demo_copies_every_page_view():
     assert "a producer without credentials: refused" in text
     assert "lag from dc-a: 0 bytes" in text and "lag from dc-b: 0 bytes" in text
     assert text.count("/metrics says 0\n") == 2       # the mirror measured it too
-    assert "\nprometheus http://127.0.0.1:" in text      # the lab's monitoring, in its status
+    assert "\nprometheus https://127.0.0.1:" in text     # the lab's monitoring, in its status

@@ -320,11 +320,20 @@ def test_a_secured_labs_http_ports_serve_https_to_its_users_and_prometheus_scrap
         assert _http(subject, reader, "POST", schema) == 403
         assert _http(subject, admin, "POST", schema) == 200
 
+        # Prometheus's own web server: HTTPS, a user asked for
+        url = lab.prometheus_url()
+        assert url.startswith("https://")
+        # plain HTTP: Go's TLS server answers 400 ("an HTTP request to an HTTPS server")
+        assert _http(url.replace("https://", "http://") + "/-/ready") == 400
+        assert _http(f"{url}/-/ready", ca_file=security.ca_file) == 401
+        assert _http(f"{url}/api/v1/targets", reader) == 200
+        with pytest.raises(prometheus.PrometheusError, match="did not answer"):
+            prometheus.targets(url)
         # Prometheus scrapes every target over HTTPS as its user
-        found = prometheus.targets(lab.prometheus_url())
-        wait_until(lambda: all(t["health"] == "up" for t in prometheus.targets(
-            lab.prometheus_url())), 60, interval=0.5,
-            what=lambda: f"every target up: {prometheus.targets(lab.prometheus_url())}")
+        found = prometheus.targets(url, admin)
+        wait_until(lambda: all(t["health"] == "up" for t in prometheus.targets(url, admin)),
+                   60, interval=0.5,
+                   what=lambda: f"every target up: {prometheus.targets(url, admin)}")
         scraped = {t["labels"]["job"] for t in found}
         assert {prometheus.BROKER_JOB, prometheus.MIRROR_JOB, prometheus.LAG_JOB,
                 prometheus.SCHEMA_REGISTRY_JOB} <= scraped
@@ -335,6 +344,8 @@ def test_a_secured_labs_http_ports_serve_https_to_its_users_and_prometheus_scrap
         import json
         status = json.loads(out)
         assert status["lag_service"].startswith("https://")
+        assert status["prometheus"]["url"] == url and \
+            status["prometheus"]["targets_up"] == len(found), status["prometheus"]
         dc_a = next(c for c in status["clusters"] if c["name"] == "dc-a")
         assert dc_a["load_balancer"]["stats_url"] == f"https://{stats}"
         assert all(p["metrics"] for m in status["mirrors"] for p in m["processes"]), status

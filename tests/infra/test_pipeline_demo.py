@@ -32,7 +32,7 @@ def test_the_demo_loses_nothing_and_loads_every_hour(tmp_path):
     assert len(rows) == 9                    # 3 topics x 3 hours, each marked done
     assert all(loaded == produced for _topic, loaded, produced in rows)
     assert sum(int(p.replace(",", "")) for _t, _l, p in rows) == 3000
-    assert re.search(r"Prometheus: http://127\.0\.0\.1:\d+/ \(alerts: ", text), text[-4000:]
+    assert re.search(r"Prometheus: https://127\.0\.0\.1:\d+/ \(alerts: ", text), text[-4000:]
     secured = re.search(r"secured: every fetch on the brokers' TLS listeners \(([\d,]+) bytes "
                         r"encrypted, 0 sent in clear by sendfile\)", text)
     assert secured and int(secured.group(1).replace(",", "")) > 0, text[-4000:]

@@ -6,6 +6,7 @@ serves, and the configuration rendered for the default lab with every job
 passes `promtool check config` (which loads the rules it names, too)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -120,3 +121,30 @@ def test_monitoring_settings_are_checked_when_the_topology_is_built():
     assert [c.name for c in config.clusters] == ["dc-a", "dc-b", "analysis"]
     assert config.clusters[0].zookeeper == topology.zookeeper_connect("dc-a")
     assert "  scrape_interval: 2s\n" in prometheus.render(topology, [])
+
+
+def test_a_secured_labs_web_config_passes_promtool_and_holds_bcrypt_hashes(tmp_path):
+    """Prometheus's own web server in a secured lab: HTTPS with the
+    certificate of host ``prometheus``, the lab's HTTP users by bcrypt hashes
+    of their passwords (never the passwords); the command names the file."""
+    import bcrypt
+
+    from broker.security.password_file import read_password_file
+    from infra.local.lab_security import HTTP_USERS, LabSecurity
+    security = LabSecurity(str(tmp_path / "security")).prepare(load_topology(DEFAULT_TOPOLOGY))
+    path = security.write_prometheus_web_config(str(tmp_path / "web.yml"))
+    prometheus.check_web_config(path)
+    text = open(path).read()
+    assert os.stat(path).st_mode & 0o077 == 0
+    cert, key = security.cert_files("prometheus")
+    assert f"cert_file: {json.dumps(cert)}" in text and f"key_file: {json.dumps(key)}" in text
+    hashes = dict(re.findall(r'^  "(\w+)": "(\$2b\$[^"]+)"$', text, re.MULTILINE))
+    assert sorted(hashes) == sorted(user for user, _ in HTTP_USERS)
+    for user, hashed in hashes.items():
+        password = read_password_file(security.http_password_file(user))
+        assert password not in text
+        assert bcrypt.checkpw(password.encode(), hashed.encode())
+    assert prometheus.command("p.yml", "data", "127.0.0.1:9090", path)[-1] == \
+        f"--web.config.file={path}"
+    assert not any(a.startswith("--web.config.file")
+                   for a in prometheus.command("p.yml", "data", "127.0.0.1:9090"))
