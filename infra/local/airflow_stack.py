@@ -26,15 +26,23 @@ settings hold inside; a task's spark-submit runs in the scheduler's
 container. The DAGs are the image's, not this checkout's: rebuild the image
 after changing them. ``down`` also removes the containers a SIGKILLed docker
 client would leave.
+
+With ``tls`` (``AirflowTls``: a secured lab's, ``make demo``) the API server
+serves HTTPS alone (Airflow's ``[api] ssl_cert``/``ssl_key``): the UI, the
+REST API and the execution API its task runners call, which trust the
+authority of ``[api] ssl_ca_file``; the state file keeps the authority, so
+``status`` and the readiness check verify the server too.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import ssl
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from typing import Callable
 
 from broker.service_kit import detached
@@ -57,17 +65,37 @@ class AirflowStackError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class AirflowTls:
+    """The API server on HTTPS: its certificate and key, and the authority
+    that issued it (trusted by Airflow's own processes and this module)."""
+    cert_file: str
+    key_file: str
+    ca_file: str
+
+    def settings(self) -> dict[str, str]:
+        return {"AIRFLOW__API__SSL_CERT": os.path.abspath(self.cert_file),
+                "AIRFLOW__API__SSL_KEY": os.path.abspath(self.key_file),
+                "AIRFLOW__API__SSL_CA_FILE": os.path.abspath(self.ca_file)}
+
+
+def url_context(ca_file: str | None) -> ssl.SSLContext | None:
+    """The TLS context of a client of an API server on HTTPS (None: plain)."""
+    return ssl.create_default_context(cafile=ca_file) if ca_file else None
+
+
 def airflow_bin() -> str:
     return os.path.join(os.path.dirname(sys.executable), "airflow")
 
 
 def settings(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
              dags_folder: str = os.path.join(ROOT, "dags"),
-             address: str = "127.0.0.1") -> dict[str, str]:
+             address: str = "127.0.0.1", tls: AirflowTls | None = None) -> dict[str, str]:
     """Airflow's and the DAGs' settings (environment variables), the same in
     both runtimes but for where the DAGs are; ``address``: where the API
     server binds and is reached, and Spark's driver binds (a host of the
-    network lab: its own address)."""
+    network lab: its own address); ``tls``: the API server on HTTPS."""
+    scheme = "https" if tls else "http"
     values = {
         "AIRFLOW_HOME": os.path.join(state_dir, "home"),
         "AIRFLOW__CORE__DAGS_FOLDER": dags_folder,
@@ -76,11 +104,12 @@ def settings(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__API__HOST": address,
         "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://{address}:{port}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{address}:{port}/execution/",
+        "AIRFLOW__API__BASE_URL": f"{scheme}://{address}:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{scheme}://{address}:{port}/execution/",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "SAMSA_WAREHOUSE_CONFIG": os.path.abspath(warehouse_config),
         "SPARK_LOCAL_IP": address,
+        **(tls.settings() if tls else {}),
     }
     if db_url:
         values["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = db_url
@@ -92,23 +121,25 @@ def settings(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
 
 
 def environment(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
-                address: str = "127.0.0.1", extra: dict[str, str] | None = None) -> dict:
+                address: str = "127.0.0.1", extra: dict[str, str] | None = None,
+                tls: AirflowTls | None = None) -> dict:
     """The environment of this checkout's Airflow processes (and so of the
     tasks they run); ``extra``: more variables for them."""
     env = dict(os.environ)
     env.update(extra or {})
-    env.update(settings(state_dir, port, warehouse_config, db_url, address=address))
+    env.update(settings(state_dir, port, warehouse_config, db_url, address=address, tls=tls))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     return env
 
 
 def container_environment(state_dir: str, port: int, warehouse_config: str,
-                          db_url: str = "") -> dict[str, str]:
+                          db_url: str = "", tls: AirflowTls | None = None) -> dict[str, str]:
     """The environment of the Airflow containers: the caller's own
     ``AIRFLOW__*`` (as a process inherits them: log server ports, ...), then
     the settings, with the image's DAGs."""
     env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW__")}
-    env.update(settings(state_dir, port, warehouse_config, db_url, dags_folder=IMAGE_DAGS))
+    env.update(settings(state_dir, port, warehouse_config, db_url, dags_folder=IMAGE_DAGS,
+                        tls=tls))
     return env
 
 
@@ -156,9 +187,10 @@ def password(state_dir: str) -> str | None:
         return None
 
 
-def _get(url: str, timeout: float = 2.0) -> bytes | None:
+def _get(url: str, ca_file: str | None = None, timeout: float = 2.0) -> bytes | None:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout,
+                                    context=url_context(ca_file)) as response:
             return response.read()
     except OSError:
         return None
@@ -189,14 +221,15 @@ class _Runner:
     def __init__(self, state_dir: str, port: int, warehouse_config: str, db_url: str,
                  docker: Docker | None = None, address: str = "127.0.0.1",
                  enter: Callable[[list[str]], list[str]] | None = None,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, tls: AirflowTls | None = None) -> None:
         self.state_dir, self.docker, self.enter = state_dir, docker, enter
         if docker is None:
-            self.env = environment(state_dir, port, warehouse_config, db_url, address, extra_env)
+            self.env = environment(state_dir, port, warehouse_config, db_url, address, extra_env,
+                                   tls)
         else:
             self.env = docker.env               # the docker client's
             self.container_env = {**container_environment(state_dir, port, warehouse_config,
-                                                          db_url), **(extra_env or {})}
+                                                          db_url, tls), **(extra_env or {})}
             self.mounts = container_mounts(state_dir, warehouse_config)
 
     def container(self, name: str) -> str | None:
@@ -224,14 +257,16 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
        timeout: float = 180.0, say=print, runtime: str = "processes",
        address: str = "127.0.0.1",
        enter: Callable[[list[str]], list[str]] | None = None,
-       extra_env: dict[str, str] | None = None) -> dict:
+       extra_env: dict[str, str] | None = None, tls: AirflowTls | None = None) -> dict:
     """Start Airflow (see the module's docstring) and wait until its UI
     answers and the DAGs are parsed; the state file's content (the
     processes' records as dicts). ``address`` and ``enter``: a host of the
     network lab (Lab.start_airflow): every process runs in its network
     namespace (``enter(command)``), the UI binds its address; processes
     runtime only. ``extra_env``: variables for every Airflow process and
-    the tasks they run (a secured registry's $SAMSA_SCHEMA_REGISTRY_*)."""
+    the tasks they run (a secured registry's $SAMSA_SCHEMA_REGISTRY_*);
+    ``tls``: the API server on HTTPS (its files must be visible to the
+    containers: in the state directory)."""
     import subprocess
     state_dir = os.path.abspath(state_dir)
     existing = read(state_dir)
@@ -252,7 +287,7 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
             raise AirflowStackError(str(exc)) from None
     os.makedirs(os.path.join(state_dir, "logs"), exist_ok=True)
     runner = _Runner(state_dir, port, warehouse_config, db_url, docker, address, enter,
-                     extra_env)
+                     extra_env, tls)
     t0 = time.monotonic()
     try:
         migrate = subprocess.run(runner.command("db-migrate", ["db", "migrate"]),
@@ -273,7 +308,8 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
                                                  if name == "api-server" else []))
         proc = SupervisedProcess(name, command, log_path, cwd=state_dir, env=runner.env).start()
         records.append(DetachedProcess.of(proc, container=runner.container(name)))
-    fields = {"url": f"http://{address}:{port}", "port": port,
+    fields = {"url": f"{'https' if tls else 'http'}://{address}:{port}", "port": port,
+              "ca_file": os.path.abspath(tls.ca_file) if tls else None,
               "warehouse_config": os.path.abspath(warehouse_config), "runtime": runtime,
               "docker_host": docker.host if docker else None}
     detached.write_state(os.path.join(state_dir, STATE_FILE), records, **fields)
@@ -293,7 +329,8 @@ def up(state_dir: str, port: int, warehouse_config: str, db_url: str = "",
             raise AirflowStackError(f"{what} in {timeout:.0f} s")
 
     try:
-        until(lambda: _get(f"{fields['url']}/api/v2/monitor/health") is not None,
+        until(lambda: _get(f"{fields['url']}/api/v2/monitor/health",
+                           fields["ca_file"]) is not None,
               "the Airflow UI did not answer", 0.5)
         say(f"Airflow UI answering at {fields['url']} ({time.monotonic() - t0:.1f} s)")
         until(lambda: _dags_parsed(runner.cli(), runner.env),
@@ -345,7 +382,8 @@ def status(state_dir: str) -> dict:
             "runtime": fields.get("runtime", "processes"),
             "login": {"user": "admin", "password": password(state_dir)},
             "processes": {r.name: ("running" if r.alive() else "stopped") for r in records},
-            "healthy": _get(f"{fields['url']}/api/v2/monitor/health") is not None}
+            "healthy": _get(f"{fields['url']}/api/v2/monitor/health",
+                            fields.get("ca_file")) is not None}
 
 
 def main(argv: list[str] | None = None) -> int:

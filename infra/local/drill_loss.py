@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from audit.times import iso
 from infra.local.lab_security import ADMIN
-from infra.local.pipeline import Pipeline, call_airflow, say, stop
+from infra.local.pipeline import Pipeline, say, stop
 from infra.local.traffic import HOUR_MS, TrafficResult
 
 VICTIM_TOPIC = "page_views"
@@ -224,12 +224,12 @@ class LossDrill:
         from hadoop_loader.outputfs import OutputFS
         states = self.p.load_hours(first_hour_ms, hours)
         token = self.p.airflow_token()
-        url = f"http://127.0.0.1:{self.p.airflow_port}/api/v2/dags/warehouse_load/dagRuns"
+        runs = "/api/v2/dags/warehouse_load/dagRuns"
         out = OutputFS(self.p.path("warehouse"))
         for k, (run_id, state) in enumerate(sorted(states.items())):
             hour = first_hour_ms + k * HOUR_MS
-            tasks = {t["task_id"]: t["state"] for t in
-                     call_airflow(f"{url}/{run_id}/taskInstances", token)["task_instances"]}
+            tasks = {t["task_id"]: t["state"] for t in self.p.airflow_api(
+                f"{runs}/{run_id}/taskInstances", token)["task_instances"]}
             self.report.runs[hour] = {
                 "state": state, "tasks": tasks,
                 "success": out.exists(hour_partition(VICTIM_TOPIC, hour), "_SUCCESS")}

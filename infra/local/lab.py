@@ -1170,10 +1170,19 @@ max_retry_delay_s = 30.0
                 directory, AIRFLOW_PORT, config, timeout=timeout, address=t.address_of("airflow"),
                 enter=lambda command: network_control.enter_command(self.state_dir, "airflow",
                                                                     command),
-                say=lambda text: log.info("airflow: %s", text))
+                say=lambda text: log.info("airflow: %s", text), tls=self.airflow_tls)
         except airflow_stack.AirflowStackError as exc:
             raise LabError(f"Airflow in host airflow: {exc}") from None
         return state["url"]
+
+    @property
+    def airflow_tls(self) -> airflow_stack.AirflowTls | None:
+        """A secured lab's Airflow API server on HTTPS with the certificate of
+        host ``airflow`` (start_airflow, make demo's); None when open."""
+        if self.security is None:
+            return None
+        return airflow_stack.AirflowTls(*self.security.cert_files("airflow"),
+                                        self.security.ca_file)
 
     def airflow_url(self) -> str | None:
         """The URL of the Airflow the lab runs (start_airflow), None when none runs."""

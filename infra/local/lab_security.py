@@ -10,9 +10,9 @@ passwords and identities 0600):
                                     broker's (valid for its address, its load
                                     balancer's and localhost), each mirror
                                     process's, schema registry's, the lag
-                                    service's, the audit's and Prometheus's
-                                    (their HTTP ports), each load balancer's
-                                    (its stats page)
+                                    service's, the audit's, Prometheus's and
+                                    Airflow's (their HTTP ports), each load
+                                    balancer's (its stats page)
     certs/<host>.pem                a load balancer's certificate and key in
                                     one file, as HAProxy reads them (written
                                     at every start, from the two)
@@ -378,8 +378,9 @@ def certificate_hosts(topology: Topology) -> dict[str, list[str]]:
     """Each serving host's names for its certificate: a broker's address,
     its cluster's load balancer's (clients reach it through it) and
     localhost; a mirror process's, a schema registry's, the lag service's,
-    the audit's and Prometheus's address and localhost (their HTTP ports); a
-    load balancer's with a stats page, its address and localhost."""
+    the audit's, Prometheus's and Airflow's address and localhost (their
+    HTTP ports); a load balancer's with a stats page, its address and
+    localhost."""
     from infra.topology import ConfigError
     out = {}
     local = ["localhost", "127.0.0.1"]
@@ -390,7 +391,7 @@ def certificate_hosts(topology: Topology) -> dict[str, list[str]]:
             out[host] = [topology.address_of(host), *lb, *local]
     others = [f"{m.name}.mirror-{i}" for m in topology.mirrors for i in range(m.processes)]
     others += [f"{c.name}.registry" for c in topology.clusters()] + ["lag", "audit",
-                                                                      "prometheus"]
+                                                                      "prometheus", "airflow"]
     others += [f"{c.name}.haproxy" for c in topology.clusters()
                if c.load_balancer and topology.lb_stats_port(c.name) is not None]
     for host in others:

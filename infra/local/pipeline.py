@@ -93,6 +93,10 @@ class Pipeline:
         #: how the demo asks the HTTP services (None: plain HTTP, anyone)
         self.http_access = self.lab.http_access
         self.audit_url = f"{scheme(self.http_access)}://127.0.0.1:{self.audit_port}"
+        #: Airflow's API server: HTTPS with a certificate of its own where secured
+        self.airflow_tls = self.lab.airflow_tls
+        self.airflow_url = (f"{'https' if self.airflow_tls else 'http'}://127.0.0.1:"
+                            f"{self.airflow_port}")
         #: seconds ``start`` took: "lab" (its Lab.up), "whole" (everything)
         self.timings: dict[str, float] = {}
 
@@ -147,7 +151,7 @@ class Pipeline:
         os.makedirs(self.state_dir, exist_ok=True)
         with open(self.path("demo.json"), "w") as f:
             json.dump({"base_port": self.topology.base_port, "audit_url": self.audit_url,
-                       "airflow_url": f"http://127.0.0.1:{self.airflow_port}"}, f)
+                       "airflow_url": self.airflow_url}, f)
         t0 = time.monotonic()
         say(f"starting the lab (ZooKeeper, dc-a and dc-b behind HAProxy, analysis, the mirror) "
             f"on ports from {self.topology.base_port}")
@@ -211,7 +215,7 @@ max_retry_delay_s = 30.0
         if airflow:
             airflow_stack.up(self.path("airflow"), self.airflow_port, config,
                              say=lambda text: say(f"airflow: {text}"),
-                             extra_env=self.registry_env)
+                             extra_env=self.registry_env, tls=self.airflow_tls)
         if self.security is not None:
             say(f"secured: TLS listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper identities; "
                 f"secrets in {self.security.directory}")
@@ -281,24 +285,25 @@ max_retry_delay_s = 30.0
             grace = ServeConfig.grace_ms / 1000 if self.audit_grace_s is None \
                 else self.audit_grace_s
             timeout = max(self.sensor_timeout_s, grace) + 600.0
-        url = f"http://127.0.0.1:{self.airflow_port}"
         token = self.airflow_token()
         runs = []
         for k in range(hours):
             start = first_hour_ms + k * HOUR_MS     # a run by hand loads the hour starting here
             run_id = f"demo-{iso(start).replace(' ', 'T').replace(':', '')}"
-            call_airflow(f"{url}/api/v2/dags/warehouse_load/dagRuns", token,
-                  {"logical_date": dt.datetime.fromtimestamp(start / 1000, dt.timezone.utc)
-                   .isoformat(), "dag_run_id": run_id})
+            self.airflow_api("/api/v2/dags/warehouse_load/dagRuns", token,
+                             {"logical_date": dt.datetime.fromtimestamp(
+                                 start / 1000, dt.timezone.utc).isoformat(),
+                              "dag_run_id": run_id})
             runs.append(run_id)
-        call_airflow(f"{url}/api/v2/dags/warehouse_load", token, {"is_paused": False}, method="PATCH")
+        self.airflow_api("/api/v2/dags/warehouse_load", token, {"is_paused": False},
+                         method="PATCH")
         say(f"warehouse_load triggered for {hours} hours; Airflow's scheduler runs them "
             f"(sensor on the audit, spark-submit of the loader, validation, _SUCCESS)")
         deadline = time.monotonic() + timeout
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
-            states = {r: call_airflow(f"{url}/api/v2/dags/warehouse_load/dagRuns/{r}", token)["state"]
-                      for r in runs}
+            states = {r: self.airflow_api(f"/api/v2/dags/warehouse_load/dagRuns/{r}",
+                                          token)["state"] for r in runs}
             if all(s in ("success", "failed") for s in states.values()):
                 break
             time.sleep(3)
@@ -308,9 +313,16 @@ max_retry_delay_s = 30.0
 
     def airflow_token(self) -> str:
         """A bearer token of the REST API (the demo's admin user)."""
-        return call_airflow(f"http://127.0.0.1:{self.airflow_port}/auth/token", body={
+        return self.airflow_api("/auth/token", body={
             "username": "admin", "password": airflow_stack.password(self.path("airflow"))})[
             "access_token"]
+
+    def airflow_api(self, path: str, token: str | None = None, body: dict | None = None,
+                    method: str | None = None) -> dict:
+        """One call of the demo's Airflow's REST API (over HTTPS, checked
+        against the lab's authority, where secured)."""
+        return call_airflow(self.airflow_url + path, token, body, method,
+                            ca_file=self.airflow_tls.ca_file if self.airflow_tls else None)
 
     # ------------------------------------------------------------ summary
 
@@ -370,7 +382,7 @@ max_retry_delay_s = 30.0
             *([f"Prometheus: {self.lab.prometheus_url()}/ (alerts: "
                f"{self.lab.prometheus_url()}/alerts; rules: infra/prometheus/alerts.yml)"]
               if self.lab.prometheus_url() else []),
-            f"Airflow: http://127.0.0.1:{self.airflow_port}/ (login admin / "
+            f"Airflow: {self.airflow_url}/ (login admin / "
             f"{airflow_stack.password(self.path('airflow'))})",
             f"stop it: make demo-down (or python -m infra.local.pipeline down --dir "
             f"{self.state_dir})",
@@ -418,14 +430,16 @@ def stop(state_dir: str) -> int:
 
 
 def call_airflow(url: str, token: str | None = None, body: dict | None = None,
-                 method: str | None = None) -> dict:
-    """One call of Airflow's REST API (JSON in and out; POST when there is a body)."""
+                 method: str | None = None, ca_file: str | None = None) -> dict:
+    """One call of Airflow's REST API (JSON in and out; POST when there is a
+    body); ``ca_file``: the authority of an API server on HTTPS."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method or ("POST" if data else "GET"),
                                      headers={"Content-Type": "application/json"})
     if token:
         request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=30) as response:
+    with urllib.request.urlopen(request, timeout=30,
+                                context=airflow_stack.url_context(ca_file)) as response:
         return json.load(response)
 
 

@@ -49,7 +49,7 @@ def test_warehouse_load_runs_in_the_airflow_host(tmp_path):
     from infra.local.drill_network import Traffic, drill_topology
     from infra.local.lab import Lab
     from infra.local.network import control
-    from infra.local.pipeline import call_airflow
+    from infra.local.pipeline import call_airflow as airflow_api
     from infra.local.traffic import HOUR_MS, prepare_clusters
 
     state = str(tmp_path / "lab")
@@ -88,8 +88,12 @@ def test_warehouse_load_runs_in_the_airflow_host(tmp_path):
 
         url = lab.start_airflow(sensor_poke_s=2.0, sensor_timeout_s=300.0, timeout=300)
         address = topology.address_of("airflow")
-        assert url == f"http://{address}:8080"
+        assert url == f"https://{address}:8080"            # secured: HTTPS of its own
         assert lab.airflow_url() == url
+        ca_file = lab.airflow_tls.ca_file
+
+        def call_airflow(url, token=None, body=None, method=None):
+            return airflow_api(url, token, body, method, ca_file=ca_file)
         fields, records = airflow_stack.read(lab.path("airflow"))
         # every Airflow process runs in the airflow host's network namespace
         host_ns = os.readlink(f"/proc/{control.host_pid(state, 'airflow')}/ns/net")

@@ -39,6 +39,9 @@ def test_the_demo_loses_nothing_and_loads_every_hour(tmp_path):
     assert not any(str(state).encode() in b" ".join(a) for _, a in command_lines())
     # Airflow's processes do not name the state directory: its port is closed
     import socket
-    for url in re.findall(r"http://127\.0\.0\.1:(\d+)/", text):
+    ports = re.findall(r"https?://127\.0\.0\.1:(\d+)/", text)
+    assert re.search(r"Airflow: https://127\.0\.0\.1:\d+/ \(login admin / ", text)
+    assert len(ports) >= 5                   # audit, registry, Prometheus, Airflow, lag
+    for url in ports:
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", int(url))) != 0, f"port {url} still open"
