@@ -41,10 +41,11 @@ Invariants:
     set that the new leader's followers are not in;
   * an expansion holds the watermark back from the moment its write is
     sent (Kafka's "maximal ISR"): the watermark counts the joining follower
-    until the write's outcome, or the state read after a failed one, is
-    known. ZooKeeper may name the follower in sync (and the controller
-    elect it) before this broker hears that its write succeeded; nothing
-    acknowledged meanwhile may be missing from it;
+    until the write succeeded, or, after a failed or refused write, until
+    the state is read again (synced first; read at every in-sync check
+    until a read succeeds). ZooKeeper may name the follower in sync (and
+    the controller elect it) before this broker hears that its write
+    succeeded; nothing acknowledged meanwhile may be missing from it;
   * at most one in-sync write per partition is in flight.
 
 Threads: everything here runs on the broker's event loop, except the
@@ -382,6 +383,7 @@ class ReplicaManager:
                 rep.min_insync = min_insync
                 for gone in set(rep.followers) - set(replicas):
                     del rep.followers[gone]
+                rep.isr_joining = tuple(b for b in rep.isr_joining if b in replicas)
                 stray = [b for b in rep.isr if b not in replicas]
                 if rep.role is Role.LEADER and stray:
                     # a follower moved away that this leader took back in
@@ -681,6 +683,11 @@ class ReplicaManager:
         for rep in list(self.partitions.values()):
             if rep.role is not Role.LEADER or rep.isr_write_in_flight:
                 continue
+            if rep.isr_joining:
+                # an expansion whose outcome is unknown (its write and the read
+                # after it failed): read the state again until it is known
+                self._reread_state(rep)
+                continue
             lagging = [b for b in rep.isr if b != self.broker_id and
                        now - rep.followers.get(b, FollowerProgress()).caught_up_ms > lag_max]
             if lagging:
@@ -720,14 +727,15 @@ class ReplicaManager:
                 if rep.isr_joining:
                     self._reread_state(rep)
                 return
-            rep.isr_joining = ()
             if outcome is None:
-                # overtaken (the controller or a new leader wrote): the watch
-                # brings what they wrote; until then nothing changes here
+                # overtaken (the controller, a new leader, or an earlier write
+                # of ours thought failed): the state read brings what is
+                # there, and only then do the joining followers stop counting
                 log.info("replication: %s: in-sync %s refused (the state changed); reading it "
                          "again", rep.name, kind)
                 self._reread_state(rep)
                 return
+            rep.isr_joining = ()
             if rep.role is Role.LEADER and rep.leader_epoch == epoch and \
                     outcome.version > rep.zk_version:
                 old, rep.isr, rep.zk_version = rep.isr, isr, outcome.version
@@ -749,6 +757,8 @@ class ReplicaManager:
 
         def read():
             try:
+                # synced: the server answering has every write of this session
+                self.client.sync_async(path).get(timeout=5)
                 data, stat = self.client.get_async(path).get(timeout=5)
                 return PartitionState.from_json(data), stat.version, stat.mzxid
             except (KazooException, KazooTimeoutError, ValueError):

@@ -931,9 +931,9 @@ class Lab:
                 stats_security = self.security.stats_security(name)
             # its owner's alone: a secured stats page's passwords are in it
             fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.fchmod(fd, 0o600)          # a file of an older lab: private before it is written
             with os.fdopen(fd, "w") as f:
                 f.write(haproxy.render(self.topology, cluster.name, stats_security))
-            os.chmod(config, 0o600)
             try:
                 if self.runtime == "containers":
                     self._docker().check_haproxy_config(config, self.state_dir)

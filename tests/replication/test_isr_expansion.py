@@ -56,7 +56,10 @@ class ZooKeeperGate:
     def release(self) -> None:
         with self._lock:
             for destination, data in self._pending:
-                destination.sendall(data)
+                try:
+                    destination.sendall(data)
+                except OSError:         # that connection closed meanwhile
+                    pass
             self._pending.clear()
             self._holding = False
 
