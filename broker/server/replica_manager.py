@@ -660,7 +660,8 @@ class ReplicaManager:
             return
         lg = rep.log
         hw = lg.written_end
-        for broker in set(rep.isr) | set(rep.isr_joining):
+        # the joining followers count too (maximal ISR); one in both counts twice, harmlessly
+        for broker in rep.isr + rep.isr_joining:
             if broker != self.broker_id:
                 progress = rep.followers.get(broker)
                 hw = min(hw, progress.log_end if progress is not None else -1)

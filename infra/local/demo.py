@@ -139,11 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         # the status reads the lag from the offsets the mirror commits (every
         # second); a partition without a commit counts from its earliest
         # offset, so an empty one (no page view went there) lags 0 bytes;
-        # the mirror's /metrics measures its lag every second too
+        # the mirror's /metrics measures its lag every second too (a source
+        # it has not measured yet is not 0; None: its metrics are off)
         status = lab.status()
         while time.monotonic() < deadline and not all(
                 lag.get("lag_bytes") == 0 and not lag.get("errors")
-                and not (mirror["metrics_lag_bytes"] or {}).get(source)
+                and (mirror["metrics_lag_bytes"] is None
+                     or mirror["metrics_lag_bytes"].get(source) == 0)
                 for mirror in status["mirrors"] for source, lag in mirror["lag"].items()):
             time.sleep(0.2)
             status = lab.status()
