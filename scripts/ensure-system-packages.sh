@@ -32,6 +32,9 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=("postgre
 # the tests check the alert rules with promtool and fire one in a real Prometheus.
 # (Debian's package also installs a systemd unit on port 9090: nothing here uses it.)
 [ -x /usr/bin/prometheus ] || missing+=("prometheus")
+# iptables: the network lab's router cuts and drops packets with it (root;
+# infra/local/network/runner.py names what else it needs)
+command -v iptables-restore >/dev/null 2>&1 || [ -x /usr/sbin/iptables-restore ] || missing+=("iptables")
 # fincore: the drop-behind test asks the kernel which pages of a file are cached
 command -v fincore >/dev/null 2>&1 || missing+=("util-linux-extra")
 

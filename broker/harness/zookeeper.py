@@ -220,6 +220,17 @@ class ZooKeeperServerTls:
             context.load_cert_chain(self.probe_cert_file, self.probe_key_file)
         return context
 
+    def write_key_store(self, path: str) -> str:
+        """The key and certificate joined into the PEM key store ZooKeeper
+        reads, written to ``path`` (the owner's alone); returns ``path``."""
+        with open(self.key_file) as key, open(self.cert_file) as cert:
+            text = key.read() + cert.read()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(path, 0o600)          # an older file's mode
+        return path
+
     def settings(self, key_store: str, host: str, port: int) -> dict[str, object]:
         """The zoo.cfg lines of a member's TLS port (ZooKeeper makes its
         unknown keys system properties ``zookeeper.<key>``)."""
@@ -306,12 +317,7 @@ class ZooKeeperServer:
         if self.tls is None or self.tls.plaintext:
             lines += [f"clientPort={self.client_port}", f"clientPortAddress={self.host}"]
         if self.tls is not None:
-            key_store = os.path.join(self.directory, "key-store.pem")
-            with open(self.tls.key_file) as key, open(self.tls.cert_file) as cert:
-                text = key.read() + cert.read()
-            fd = os.open(key_store, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
+            key_store = self.tls.write_key_store(os.path.join(self.directory, "key-store.pem"))
             lines += [f"{key}={value}" for key, value in
                       self.tls.settings(key_store, self.host, self.secure_port).items()]
         lines += server_lines
@@ -401,8 +407,8 @@ class ZooKeeperEnsemble:
     * ``settings`` ({}): extra or overriding zoo.cfg lines, e.g.
       {"syncLimit": 5}; ``jvm_args`` ([]): extra JVM options, after ours.
     * ``tls`` (None): a TLS client port on every member (ZooKeeperServerTls),
-      beside the plaintext one or alone; ``connect_string(tls=True)`` names
-      them.
+      beside the plaintext one (a port of its own) or alone (on the client
+      port); ``connect_string(tls=True)`` names them.
 
     Not thread-safe: drive an ensemble from one thread.
     """
@@ -465,9 +471,12 @@ class ZooKeeperEnsemble:
         if quorum and peer_ports is not None and len(peer_ports) != self.size:
             raise ValueError(f"{self.size} members need {self.size} (quorum, election) "
                              f"port pairs, not {list(peer_ports)}")
+        # a TLS-only member serves TLS on its client port; one with both,
+        # TLS on a port of its own
+        tls_port_apart = self.tls is not None and self.tls.plaintext
         wanted = ((0 if client_ports is not None else self.size)
                   + (2 * self.size if quorum and peer_ports is None else 0)
-                  + (self.size if self.tls is not None else 0))
+                  + (self.size if tls_port_apart else 0))
         try:
             free = iter(free_ports(wanted, self.host) if wanted else [])
         except NoFreePorts as exc:
@@ -476,7 +485,8 @@ class ZooKeeperEnsemble:
             [next(free) for _ in range(self.size)]
         peers = (list(peer_ports) if peer_ports is not None else
                  [(next(free), next(free)) for _ in range(self.size)]) if quorum else []
-        secure = [next(free) for _ in range(self.size)] if self.tls is not None else []
+        secure = ([next(free) for _ in range(self.size)] if tls_port_apart else
+                  clients if self.tls is not None else [])
         servers = []
         for i in range(self.size):
             servers.append(ZooKeeperServer(

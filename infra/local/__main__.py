@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--insecure", action="store_true",
                     help="run the lab open: plaintext listeners, no users, no ACLs, no "
                          "ZooKeeper identities. Without it the lab runs secured (TLS "
-                         "listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper identities, "
+                         "listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper on TLS alone "
+                         "with identities, "
                          "a certificate authority and secrets made in STATE_DIR/security; "
                          "docs/security.md) unless the topology's [security] table or "
                          "--set security.enabled says otherwise")

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         security = lab.security
         if security is not None:
             print(f"[lab demo] secured: TLS listeners asking for SCRAM-SHA-512, ACLs, "
-                  f"ZooKeeper identities; secrets in {security.directory}")
+                  f"ZooKeeper over TLS with identities; secrets in {security.directory}")
             refused = stranger_refused(lab.lb_address(topology.datacenters[0].name),
                                        security.ca_file)
             print(f"[lab demo] a producer without credentials: "

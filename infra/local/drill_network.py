@@ -341,7 +341,7 @@ class Watch:
         self.views = {}
         for spec in lab.topology.clusters():
             connect = lab.zookeeper_connect(spec.name)
-            client = make_client(connect)
+            client = make_client(connect, tls=lab.zookeeper_tls())
             start_client(client, connect, timeout=15.0, what="drill")
             self.clients[spec.name] = client
             # a secured lab's brokers are asked at their TLS listeners, as its admin

@@ -111,6 +111,7 @@ from kazoo.security import make_acl
 
 from broker.coordination import paths
 from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_client
+from broker.coordination.zk_tls import ZooKeeperTls
 from broker.coordination.zk_acls import Identity
 from broker.harness.zookeeper import SERVING_MODES, ZooKeeperEnsemble, ZooKeeperError, server_mode
 from broker.service_kit import detached, settings
@@ -727,7 +728,8 @@ class Lab:
             try:
                 ensemble = ZooKeeperEnsemble(1, self.path("zookeeper", cluster.name),
                                              host=address, client_ports=[port],
-                                             keep_directory=True)
+                                             keep_directory=True,
+                                             tls=self._zookeeper_server_tls(name))
             except (ZooKeeperError, ValueError) as exc:
                 raise LabError(f"cannot run ZooKeeper: {exc}") from None
             (server,) = ensemble.servers
@@ -742,8 +744,8 @@ class Lab:
                          cwd=server.directory)
             names.append(name)
         self._wait_ready("answers ruok and serves", names, lambda name: server_mode(
-            self.topology.address_of(name), self.records[name].ports["client"])
-            in SERVING_MODES, timeout)
+            self.topology.address_of(name), self.records[name].ports["client"],
+            tls=self.zookeeper_probe_context()) in SERVING_MODES, timeout)
 
     def _start_zookeeper_containers(self, timeout: float) -> None:
         """Each member a samsa/zookeeper container (its settings by
@@ -763,9 +765,14 @@ class Lab:
             ports = {"client": port}
             if peers:
                 ports.update(quorum=peers[i][0], election=peers[i][1])
+            env = {"ZOO_PORT": str(port), "ZOO_MY_ID": str(server_id), "ZOO_SERVERS": servers}
+            tls = self._zookeeper_server_tls("zookeeper")
+            if tls is not None:          # TLS alone on the client port
+                env.update(ZOO_TLS_KEY_STORE=tls.write_key_store(
+                    os.path.join(directory, "key-store.pem")),
+                    ZOO_TLS_TRUST_STORE=tls.ca_file, ZOO_TLS_CLIENT_AUTH=tls.client_auth)
             command = self._in_container(
-                name, "zookeeper", [],
-                env={"ZOO_PORT": str(port), "ZOO_MY_ID": str(server_id), "ZOO_SERVERS": servers},
+                name, "zookeeper", [], env=env,
                 mounts=[Mount(os.path.join(directory, "data"), "/data"),
                         Mount(os.path.join(directory, "conf"), "/conf")],
                 workdir=directory)
@@ -775,7 +782,8 @@ class Lab:
             names.append(name)
         # a member serves (srvr names a mode) only once it has a leader
         self._wait_ready("answers ruok and serves", names, lambda name: server_mode(
-            t.host, self.records[name].ports["client"]) in SERVING_MODES, timeout)
+            t.host, self.records[name].ports["client"], tls=self.zookeeper_probe_context())
+            in SERVING_MODES, timeout)
 
     def _start_zookeeper_processes(self, timeout: float) -> None:
         t = self.topology
@@ -783,7 +791,8 @@ class Lab:
             ensemble = ZooKeeperEnsemble(t.zookeeper.size, self.path("zookeeper"), host=t.host,
                                          client_ports=t.zookeeper_client_ports(),
                                          peer_ports=t.zookeeper_peer_ports() or None,
-                                         keep_directory=True)
+                                         keep_directory=True,
+                                         tls=self._zookeeper_server_tls("zookeeper"))
         except (ZooKeeperError, ValueError) as exc:
             raise LabError(f"cannot run ZooKeeper: {exc}") from None
         try:
@@ -807,6 +816,22 @@ class Lab:
                                                   cwd=server.directory)
             self._children[name] = server.process
 
+    def _zookeeper_server_tls(self, host: str):
+        """The secured lab: the TLS client port of the member on ``host``
+        (its only client port); None in the open lab."""
+        return None if self.security is None else self.security.zookeeper_server_tls(host)
+
+    def zookeeper_tls(self) -> ZooKeeperTls:
+        """How a client reaches this lab's ZooKeeper (make_client's ``tls``,
+        ``.kazoo_options()`` for a KazooClient): over TLS, trusting the lab's
+        authority, in a secured lab; plaintext (disabled) in the open one."""
+        return ZooKeeperTls() if self.security is None else self.security.zookeeper_tls()
+
+    def zookeeper_probe_context(self):
+        """The TLS context of a four-letter-word probe of this lab's
+        ZooKeeper (server_mode's ``tls``); None in the open lab."""
+        return None if self.security is None else self.security.zookeeper_probe_context()
+
     @contextlib.contextmanager
     def _zookeeper(self, timeout: float = 10.0, cluster: str | None = None,
                    chroot: bool = True, identity: str | None = None) -> Iterator[Any]:
@@ -818,7 +843,8 @@ class Lab:
         if not chroot and cluster is not None:
             connect = connect[:-len(self.topology.cluster(cluster).zk_chroot)]
         client = make_client(connect, identity=Identity.from_file(
-            self.security.zookeeper_identity_file(identity)) if identity else None)
+            self.security.zookeeper_identity_file(identity)) if identity else None,
+                             tls=self.zookeeper_tls())
         try:
             start_client(client, connect, timeout=timeout, what="lab")
         except ZooKeeperUnavailable as exc:
@@ -1022,7 +1048,8 @@ class Lab:
             free_ports(len(clusters), t.host)
         identity = [] if self.security is None else \
             ["--set", "zookeeper_auth_file="
-             + self.security.zookeeper_identity_file(ZK_REGISTRY)]
+             + self.security.zookeeper_identity_file(ZK_REGISTRY),
+             "--set", f"zookeeper_tls_ca_file={self.security.ca_file}"]
         for cluster, port in zip(clusters, ports):
             host = f"{cluster}.registry"
             secured = [] if self.security is None else self.security.http_options(host)
@@ -1049,7 +1076,8 @@ class Lab:
         identity = self.security.zookeeper_identity_file(ZK_REGISTRY)
         for cluster in self.topology.clusters():
             store = open_store(f"zookeeper://{self.zookeeper_connect(cluster.name)}",
-                               zookeeper_auth_file=identity)
+                               zookeeper_auth_file=identity,
+                               zookeeper_tls=self.zookeeper_tls().kazoo_options())
             with SchemaRegistry(store) as registry:
                 catalog.register_defaults(registry)
         log.info("the shipped schemas registered in every cluster's registry")
@@ -1499,7 +1527,8 @@ max_retry_delay_s = 30.0
         port = self.records[name].ports["client"]
         self._relaunch(name)
         self._wait_ready("answers ruok and serves", [name],
-                         lambda _: server_mode(self.topology.address_of(name), port)
+                         lambda _: server_mode(self.topology.address_of(name), port,
+                                               tls=self.zookeeper_probe_context())
                          is not None, timeout)
 
     # ---------------------------------------------------------------- status

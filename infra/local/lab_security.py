@@ -12,7 +12,8 @@ passwords and identities 0600):
                                     process's, schema registry's, the lag
                                     service's, the audit's, Prometheus's and
                                     Airflow's (their HTTP ports), each load
-                                    balancer's (its stats page)
+                                    balancer's (its stats page), each
+                                    ZooKeeper member's (its TLS client port)
     certs/<host>.pem                a load balancer's certificate and key in
                                     one file, as HAProxy reads them (written
                                     at every start, from the two)
@@ -67,6 +68,8 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker.coordination.zk_tls import ZooKeeperTls
+from broker.harness.zookeeper import ZooKeeperServerTls
 from broker.security.acl import AclEntry
 from broker.security.ca import CertificateAuthority
 from broker.security.credentials import ServiceCredentials
@@ -270,7 +273,28 @@ class LabSecurity:
                 "super_users": ",".join(SUPER_USERS), "inter_broker_tls": "true",
                 "sasl_username": BROKER, "sasl_password_file": self.password_file(BROKER),
                 "zookeeper_auth_file": self.zookeeper_identity_file(ZK_CLUSTER),
+                "zookeeper_tls": "true", "zookeeper_tls_ca_file": self.ca_file,
                 **{f"metrics_http.{k}": v for k, v in self.http_settings(host).items()}}
+
+    def zookeeper_server_tls(self, host: str) -> ZooKeeperServerTls:
+        """The TLS client port of the ZooKeeper member on ``host`` (its
+        only client port: no plaintext beside it), with that host's
+        certificate. No client certificate is asked for: clients prove who
+        they are by their digest identities, and the certificate proves the
+        server to them."""
+        cert, key = self.cert_files(host)
+        return ZooKeeperServerTls(cert, key, self.ca_file, client_auth="none", plaintext=False)
+
+    def zookeeper_tls(self) -> ZooKeeperTls:
+        """How every client of the lab reaches ZooKeeper: over TLS,
+        trusting the lab's authority, the member's address checked."""
+        return ZooKeeperTls(True, self.ca_file)
+
+    def zookeeper_probe_context(self):
+        """The client context of a four-letter-word probe (``ruok``, ``srvr``)
+        of the lab's ZooKeeper, which answers them on its TLS port."""
+        import ssl
+        return ssl.create_default_context(cafile=self.ca_file)
 
     def http_security(self, host: str) -> HttpSecurity:
         """The ``[http]`` (or ``[metrics_http]``) table of the service on
@@ -319,12 +343,13 @@ class LabSecurity:
     def credentials(self, user: str, zookeeper_identity: str | None = None
                     ) -> ServiceCredentials:
         """A service's ``[credentials]``: ``user`` at the brokers' TLS
-        listeners, and the ZooKeeper identity named (if any)."""
+        listeners, the ZooKeeper identity named (if any), ZooKeeper over TLS."""
         return ServiceCredentials(
             sasl_username=user, sasl_password_file=self.password_file(user), tls=True,
             tls_ca_file=self.ca_file,
             zookeeper_auth_file=self.zookeeper_identity_file(zookeeper_identity)
-            if zookeeper_identity else "")
+            if zookeeper_identity else "",
+            zookeeper_tls=True, zookeeper_tls_ca_file=self.ca_file)
 
     def credential_options(self, user: str, zookeeper_identity: str | None = None
                            ) -> list[str]:
@@ -380,7 +405,9 @@ def certificate_hosts(topology: Topology) -> dict[str, list[str]]:
     localhost; a mirror process's, a schema registry's, the lag service's,
     the audit's, Prometheus's and Airflow's address and localhost (their
     HTTP ports); a load balancer's with a stats page, its address and
-    localhost."""
+    localhost; ZooKeeper's (``zookeeper``, every member's; in the network
+    lab each member's, ``<cluster>.zookeeper-<i>``), its address and
+    localhost (its TLS client port)."""
     from infra.topology import ConfigError
     out = {}
     local = ["localhost", "127.0.0.1"]
@@ -399,6 +426,12 @@ def certificate_hosts(topology: Topology) -> dict[str, list[str]]:
             out[host] = [topology.address_of(host), *local]
         except ConfigError:          # a network lab without that host
             continue
+    if topology.network.namespaces:
+        for cluster in topology.clusters():
+            for host, address, _port in topology.zookeeper_members(cluster.name):
+                out[host] = [address, *local]
+    else:
+        out["zookeeper"] = [topology.host, *local]   # every member on the one address
     return out
 
 

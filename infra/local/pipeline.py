@@ -217,7 +217,7 @@ max_retry_delay_s = 30.0
                              say=lambda text: say(f"airflow: {text}"),
                              extra_env=self.registry_env, tls=self.airflow_tls)
         if self.security is not None:
-            say(f"secured: TLS listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper identities; "
+            say(f"secured: TLS listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper over TLS with identities; "
                 f"secrets in {self.security.directory}")
         self.timings["whole"] = time.monotonic() - t0
         say(f"everything is up in {self.timings['whole']:.0f} s")

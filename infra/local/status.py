@@ -214,9 +214,10 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
     out["running"] = bool(out["processes"]) and all(alive.values())
     # one ensemble for every cluster; one per datacenter in the network lab
     ensembles = [c.name for c in t.clusters()] if t.network.namespaces else [None]
+    probe_tls = None if security is None else security.zookeeper_probe_context()
     out["zookeeper"] = {"connect": "; ".join(t.zookeeper_connect(e) for e in ensembles),
                         "servers": [{"address": f"{address}:{port}",
-                                     "mode": server_mode(address, port)}
+                                     "mode": server_mode(address, port, tls=probe_tls)}
                                     for e in ensembles
                                     for _host, address, port in t.zookeeper_members(e)]}
     reachable = any(s["mode"] for s in out["zookeeper"]["servers"])
@@ -230,7 +231,8 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
                 "load_balancer": None}
             if reachable:
                 try:
-                    client = make_client(entry["zookeeper"])
+                    client = make_client(entry["zookeeper"], tls=None if security is None
+                                         else security.zookeeper_tls())
                     start_client(client, entry["zookeeper"], timeout=zookeeper_timeout,
                                  what="lab status")
                     view = ClusterView(client, tls=security is not None)
@@ -362,8 +364,8 @@ def render(status: dict[str, Any]) -> str:
     if not status["processes"]:
         out.append("  (none)")
     if status.get("security"):
-        out += ["", f"secured: TLS listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper "
-                    f"identities; secrets in {status['security']['directory']} (the tools: "
+        out += ["", f"secured: TLS listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper over "
+                    f"TLS with identities; secrets in {status['security']['directory']} (the tools: "
                     f"--client-config {status['security']['admin_client_config']})"]
     zk = status["zookeeper"]
     out += ["", f"zookeeper {zk['connect']}: " + ", ".join(

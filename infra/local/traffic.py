@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from infra.local.lab_security import LabSecurity
+    from broker.coordination.zk_tls import ZooKeeperTls
 
 HOUR_MS = 3_600_000
 TOPIC_WEIGHTS = (("page_views", 6), ("searches", 3), ("logins", 1))
@@ -116,7 +117,8 @@ def make_event(topic: str, rng: random.Random, t: int, v2: bool,
 
 
 def create_topics(zookeeper: str, topics, partitions: int = 4,
-                  admin_options: dict | None = None) -> bool:
+                  admin_options: dict | None = None,
+                  zookeeper_tls: ZooKeeperTls | None = None) -> bool:
     """Create ``topics`` on every broker of the cluster (keyed messages need
     their topic's partition count; through a load balancer the producer may
     reach any broker). An existing topic is left as it is. On a replicated
@@ -124,13 +126,14 @@ def create_topics(zookeeper: str, topics, partitions: int = 4,
     creates each topic cluster-wide with ``partitions`` partitions in all.
     Returns whether the topics are replicated. ``admin_options``: the
     AdminClient's ``tls`` and ``sasl`` for brokers that ask for them (with
-    ``tls``, the brokers' TLS listeners are used)."""
+    ``tls``, the brokers' TLS listeners are used); ``zookeeper_tls``: how
+    ZooKeeper is reached (None: plaintext)."""
     from broker.client.admin import AdminClient
     from broker.coordination.cluster import ClusterView
     from broker.coordination.zk import make_client, start_client
     from broker.protocol.errors import ErrorCode, SamsaError
     admin_options = admin_options or {}
-    client = make_client(zookeeper)
+    client = make_client(zookeeper, tls=zookeeper_tls)
     start_client(client, zookeeper, timeout=10.0, what="traffic")
     try:
         view = ClusterView(client, tls=admin_options.get("tls") is not None)
@@ -164,7 +167,13 @@ def _open_registry(zookeeper: str, security: LabSecurity | None = None):
     from infra.local.lab_security import ZK_REGISTRY
     return SchemaRegistry(open_store(
         f"zookeeper://{zookeeper}",
-        zookeeper_auth_file=security.zookeeper_identity_file(ZK_REGISTRY)))
+        zookeeper_auth_file=security.zookeeper_identity_file(ZK_REGISTRY),
+        zookeeper_tls=security.zookeeper_tls().kazoo_options()))
+
+
+def _zookeeper_tls(security: LabSecurity | None) -> ZooKeeperTls | None:
+    """How the secured lab's ZooKeeper is reached (over TLS); None: plaintext."""
+    return None if security is None else security.zookeeper_tls()
 
 
 def _admin_options(security: LabSecurity | None) -> dict:
@@ -187,7 +196,8 @@ def prepare_clusters(clusters: dict[str, int], security: LabSecurity | None = No
     for connect, partitions in clusters.items():
         with _open_registry(connect, security) as registry:
             register_schemas(registry)
-        create_topics(connect, topics, partitions, _admin_options(security))
+        create_topics(connect, topics, partitions, _admin_options(security),
+                      _zookeeper_tls(security))
 
 
 def register_schemas(registry) -> None:
@@ -234,12 +244,14 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
         try:
             register_schemas(registry)
             replicated = create_topics(zookeeper, [t for t, _ in TOPIC_WEIGHTS],
-                                       config.partitions, _admin_options(security))
+                                       config.partitions, _admin_options(security),
+                                       _zookeeper_tls(security))
             writers = {(t, v): ValueWriter(registry, t, version=v)
                        for t in ("page_views", "searches", "logins") for v in (1, 2)
                        if v == 1 or t == "page_views"}
             producer = AuditedProducer.publishing(
-                _producer(lb, zookeeper, replicated, config.batch_size, client),
+                _producer(lb, zookeeper, replicated, config.batch_size, client,
+                          _zookeeper_tls(security)),
                 ValueWriter(registry, AUDIT_TOPIC), datacenter=dc, cluster=dc,
                 interval_s=5.0, window_ms=config.window_ms, service="demo-traffic",
                 clock=clock)
@@ -274,18 +286,20 @@ def produce(datacenters: dict[str, tuple[str, str]], config: TrafficConfig,
 
 
 def _producer(lb: str, zookeeper: str, replicated: bool, batch_size: int,
-              client: dict | None = None):
+              client: dict | None = None, zookeeper_tls: ZooKeeperTls | None = None):
     """Through the load balancer with acks="flushed"; on a replicated
     cluster a ClusterProducer with acks="all" instead, which sends each
     partition's batches to its leader, found in ZooKeeper (a load balancer
     reaches any broker, and only the leader takes a partition's writes).
-    ``client``: the producer's security settings (tls, sasl_*)."""
+    ``client``: the producer's security settings (tls, sasl_*);
+    ``zookeeper_tls``: how the ClusterProducer reaches ZooKeeper."""
     from broker.client.cluster_producer import ClusterProducer
     from broker.client.producer import Producer, ProducerConfig
     client = client or {}
     if replicated:
         return ClusterProducer(zookeeper, ProducerConfig(acks="all", batch_size=batch_size,
-                                                         client_id="demo-traffic", **client))
+                                                         client_id="demo-traffic", **client),
+                               zookeeper_tls=zookeeper_tls)
     return Producer(bootstrap=lb, acks="flushed", batch_size=batch_size, **client)
 
 

@@ -31,6 +31,7 @@ import docker
 import pytest
 
 from broker.client.producer import Producer
+from broker.harness.zookeeper import server_mode
 from broker.service_kit.process import proc_stat
 from broker_helpers import run_module, topic_values, wait_until
 from container_helpers import health
@@ -190,6 +191,15 @@ def test_a_secured_lab_runs_as_containers_with_its_mounted_secrets(docker_host, 
         assert "(as containers)" in out and "secured: TLS listeners" in out
         lab = Lab.open(str(state))
         security = lab.security
+        # ZooKeeper's container serves TLS alone on its client port, and its
+        # own health check asks there over TLS
+        port = lab.records["zookeeper-1"].ports["client"]
+        assert server_mode(lab.topology.host, port) is None
+        assert server_mode(lab.topology.host, port,
+                           tls=lab.zookeeper_probe_context()) == "standalone"
+        zookeeper = containers_of(state)[lab.container("zookeeper-1")]
+        wait_until(lambda: health(zookeeper) == "healthy", 30, interval=0.5,
+                   what="the ZooKeeper container's health check over TLS")
         with Producer(bootstrap=lab.lb_address("dc-a"), acks="flushed", retries=0) as stranger:
             stranger.send("page-views", b"a stranger's view")
             stranger.flush(30)

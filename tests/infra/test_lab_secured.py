@@ -13,10 +13,12 @@ import pytest
 from cryptography import x509
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import make_acl
 
 from broker.client.connection import BrokerConnection, parse_address
 from broker.client.producer import Producer
+from broker.harness.zookeeper import server_mode
 from broker.protocol import api
 from broker.protocol.errors import ErrorCode, SamsaError
 from broker.security.ca import CertificateAuthority
@@ -125,7 +127,8 @@ def test_the_written_credentials_read_back_as_the_services_take_them(tmp_path):
         "credentials.sasl_username": "audit",
         "credentials.sasl_password_file": security.password_file("audit"),
         "credentials.tls": "true", "credentials.tls_ca_file": security.ca_file,
-        "credentials.zookeeper_auth_file": security.zookeeper_identity_file("cluster")}
+        "credentials.zookeeper_auth_file": security.zookeeper_identity_file("cluster"),
+        "credentials.zookeeper_tls": "true", "credentials.zookeeper_tls_ca_file": security.ca_file}
 
 
 def test_the_audit_topic_of_the_acls_is_the_audits():
@@ -198,9 +201,19 @@ def test_a_secured_lab_serves_its_services_and_refuses_strangers(tmp_path):
             assert p.failed_batches == 1
         assert count_in(analysis, "clicks", security) == 50
 
-        # ZooKeeper: a stranger reads the registry, cannot read the users or
-        # register a broker
-        stranger = KazooClient(hosts=lab.zookeeper_connect("dc-a"), timeout=10)
+        # ZooKeeper serves TLS alone on its client port: a plaintext client,
+        # or one that does not trust the lab's authority, gets no session
+        for options in ({}, {"use_ssl": True, "verify_certs": True}):
+            refused_client = KazooClient(hosts=lab.zookeeper_connect("dc-a"), timeout=3,
+                                         **options)
+            with pytest.raises(KazooTimeoutError):
+                refused_client.start(timeout=4)
+            refused_client.stop()
+            refused_client.close()
+        # a stranger over TLS (the authority's certificate is no secret)
+        # reads the registry, cannot read the users or register a broker
+        stranger = KazooClient(hosts=lab.zookeeper_connect("dc-a"), timeout=10,
+                               **lab.zookeeper_tls().kazoo_options())
         stranger.start(timeout=15)
         try:
             assert stranger.get_children("/brokers/ids") == ["0", "1"]
@@ -247,6 +260,12 @@ def test_a_secured_lab_in_network_namespaces(tmp_path):
         wait_until(lambda: count_in(lab.broker_addresses("analysis"), "clicks", security)
                    >= 50, 60, what="the mirror to copy the clicks across")
         assert lab.broker_address("analysis", 0).startswith("10.85.")
+        # each datacenter's ZooKeeper answers over TLS alone, its certificate
+        # naming its own host's address
+        for cluster in ("dc-a", "analysis"):
+            ((_host, address, port),) = lab.topology.zookeeper_members(cluster)
+            assert server_mode(address, port) is None
+            assert server_mode(address, port, tls=lab.zookeeper_probe_context()) == "standalone"
     finally:
         lab.down(timeout=20)
 

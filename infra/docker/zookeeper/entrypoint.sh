@@ -7,7 +7,20 @@ cfg=/conf/zoo.cfg
   echo "initLimit=10"
   echo "syncLimit=5"
   echo "dataDir=/data"
-  echo "clientPort=${ZOO_PORT}"
+  if [ -n "${ZOO_TLS_KEY_STORE}" ]; then
+    # TLS alone on the client port (Netty's factory serves it): the key store
+    # is the server's key and certificate in one PEM file, the trust store
+    # the authorities of clients' certificates (PEM)
+    echo "secureClientPort=${ZOO_PORT}"
+    echo "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"
+    echo "ssl.keyStore.location=${ZOO_TLS_KEY_STORE}"
+    echo "ssl.keyStore.type=PEM"
+    echo "ssl.trustStore.location=${ZOO_TLS_TRUST_STORE}"
+    echo "ssl.trustStore.type=PEM"
+    echo "ssl.clientAuth=${ZOO_TLS_CLIENT_AUTH}"
+  else
+    echo "clientPort=${ZOO_PORT}"
+  fi
   echo "admin.enableServer=false"
   echo "4lw.commands.whitelist=${ZOO_4LW_COMMANDS}"
   echo "autopurge.purgeInterval=${ZOO_AUTOPURGE_HOURS}"
@@ -20,7 +33,9 @@ cfg=/conf/zoo.cfg
 main=org.apache.zookeeper.server.quorum.QuorumPeerMain
 # zookeeper.jar's manifest names its dependencies; of SLF4J's backends only
 # slf4j-simple (to stderr, so `docker logs`): with all of /usr/share/java on the
-# classpath SLF4J found six, chose its no-op one, and ZooKeeper logged nothing
+# classpath SLF4J found six, chose its no-op one, and ZooKeeper logged nothing;
+# and netty-codec, which the TLS port's Netty factory needs and the manifest leaves out
 exec java "-Xmx${ZOO_HEAP}" -Dorg.slf4j.simpleLogger.showDateTime=true \
   "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSZ" \
-  -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar "$main" "$cfg"
+  -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar \
+  "$main" "$cfg"
