@@ -10,6 +10,8 @@ programs that bring it up.
   run as containers;
 * render.py: the services' configuration for Terraform's environments,
   rendered from the same topology;
+* cloud_secrets.py: a cloud environment's certificate authority, made by the
+  operator for its secret store, and a host's certificate issued from it;
 * terraform/: the Terraform modules and environments (no Python);
 * prometheus/: the alert rules (alerts.yml) and their promtool unit tests
   (no Python; the lab's Prometheus loads them: local/prometheus.py).

@@ -55,6 +55,10 @@ module "dc_us_east" {
   retention_hours     = var.retention_hours
   ami_id              = var.ami_ids[var.datacenters["dc-us-east"]]
   tags                = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  zookeeper_secret_arns = local.replica_secret_arns.zookeeper
+  broker_secret_arns    = local.replica_secret_arns.broker
 }
 
 module "dc_eu_west" {
@@ -73,6 +77,10 @@ module "dc_eu_west" {
   retention_hours     = var.retention_hours
   ami_id              = var.ami_ids[var.datacenters["dc-eu-west"]]
   tags                = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  zookeeper_secret_arns = local.replica_secret_arns.zookeeper
+  broker_secret_arns    = local.replica_secret_arns.broker
 }
 
 module "analysis" {
@@ -96,6 +104,10 @@ module "analysis" {
   retention_hours    = var.retention_hours
   ami_id             = var.ami_ids[var.analysis_region]
   tags               = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  zookeeper_secret_arns = local.secret_arns.zookeeper
+  broker_secret_arns    = local.secret_arns.broker
 }
 
 # cross-region peering: analysis <-> each producer datacenter
@@ -135,6 +147,10 @@ module "mirror" {
   ami_id          = var.ami_ids[var.analysis_region]
   kms_key_arn     = module.analysis.kms_key_arn
   tags            = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  secret_arns          = local.secret_arns.mirror
+  secrets_kms_key_arns = [module.analysis.kms_key_arn]
 }
 
 module "audit" {
@@ -150,6 +166,10 @@ module "audit" {
   ami_id            = var.ami_ids[var.analysis_region]
   kms_key_arn       = module.analysis.kms_key_arn
   tags              = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  secret_arns          = local.secret_arns.audit
+  secrets_kms_key_arns = [module.analysis.kms_key_arn]
 }
 
 module "analysis_stack" {
@@ -166,4 +186,8 @@ module "analysis_stack" {
   ami_id            = var.ami_ids[var.analysis_region]
   kms_key_arn       = module.analysis.kms_key_arn
   tags              = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  secret_arns          = local.secret_arns.analysis
+  secrets_kms_key_arns = [module.analysis.kms_key_arn]
 }

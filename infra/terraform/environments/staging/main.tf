@@ -30,6 +30,12 @@ module "dc_staging" {
   broker_instance_type = "t3.large"
   ami_id               = var.ami_ids[var.datacenters["dc-staging"]]
   tags                 = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  zookeeper_secret_arns = local.secret_arns.zookeeper
+  broker_secret_arns    = local.secret_arns.broker
+  # one region: the secrets themselves, encrypted with the analysis datacenter's key
+  secrets_kms_key_arn = module.analysis.kms_key_arn
 }
 
 module "analysis" {
@@ -54,6 +60,10 @@ module "analysis" {
   broker_instance_type = "t3.large"
   ami_id               = var.ami_ids[var.analysis_region]
   tags                 = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  zookeeper_secret_arns = local.secret_arns.zookeeper
+  broker_secret_arns    = local.secret_arns.broker
 }
 
 module "peering" {
@@ -81,6 +91,10 @@ module "mirror" {
   ami_id          = var.ami_ids[var.analysis_region]
   kms_key_arn     = module.analysis.kms_key_arn
   tags            = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  secret_arns          = local.secret_arns.mirror
+  secrets_kms_key_arns = [module.analysis.kms_key_arn]
 }
 
 module "audit" {
@@ -95,6 +109,10 @@ module "audit" {
   ami_id            = var.ami_ids[var.analysis_region]
   kms_key_arn       = module.analysis.kms_key_arn
   tags              = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  secret_arns          = local.secret_arns.audit
+  secrets_kms_key_arns = [module.analysis.kms_key_arn]
 }
 
 module "analysis_stack" {
@@ -110,4 +128,8 @@ module "analysis_stack" {
   ami_id            = var.ami_ids[var.analysis_region]
   kms_key_arn       = module.analysis.kms_key_arn
   tags              = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  secret_arns          = local.secret_arns.analysis
+  secrets_kms_key_arns = [module.analysis.kms_key_arn]
 }

@@ -94,3 +94,13 @@ variable "warehouse_bucket" {
   description = "Name of the S3 bucket made for the warehouse (Parquet, offsets, audit reports)."
   type        = string
 }
+
+variable "password_generation" {
+  description = "Bump to generate every password of the environment anew (module secrets; a rotation, docs/security.md \"In the cloud\")."
+  type        = number
+  default     = 1
+  validation {
+    condition     = var.password_generation >= 1 && floor(var.password_generation) == var.password_generation
+    error_message = "password_generation: a whole number, 1 or more."
+  }
+}

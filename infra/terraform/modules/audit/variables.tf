@@ -89,3 +89,15 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "secret_arns" {
+  description = "The Secrets Manager secrets this service reads at boot (module secrets' ARNs; a replica's region may be \"*\"): [] for none."
+  type        = list(string)
+  default     = []
+}
+
+variable "secrets_kms_key_arns" {
+  description = "The KMS keys that encrypt those secrets where this service reads them (through Secrets Manager only)."
+  type        = list(string)
+  default     = []
+}

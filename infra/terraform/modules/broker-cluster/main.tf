@@ -38,6 +38,10 @@ module "service" {
     samsa_wheel_url = var.samsa_wheel_url
   })]
   tags = local.tags
+
+  # the secrets it reads at boot (module secrets)
+  secret_arns          = var.secret_arns
+  secrets_kms_key_arns = var.secrets_kms_key_arns
 }
 
 resource "aws_vpc_security_group_ingress_rule" "clients" {

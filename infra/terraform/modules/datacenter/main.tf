@@ -2,7 +2,8 @@
 # producer datacenter) the load balancer in front of it.
 
 locals {
-  tags = merge(var.tags, { "samsa:datacenter" = var.cluster })
+  tags                 = merge(var.tags, { "samsa:datacenter" = var.cluster })
+  secrets_kms_key_arns = [coalesce(var.secrets_kms_key_arn, aws_kms_key.volumes.arn)]
 }
 
 data "aws_caller_identity" "current" {}
@@ -48,6 +49,10 @@ module "zookeeper" {
   ami_id       = var.ami_id
   kms_key_arn  = aws_kms_key.volumes.arn
   tags         = local.tags
+
+  # the secrets it reads at boot (module secrets)
+  secret_arns          = var.zookeeper_secret_arns
+  secrets_kms_key_arns = local.secrets_kms_key_arns
 }
 
 module "load_balancer" {
@@ -83,4 +88,8 @@ module "brokers" {
   ami_id             = var.ami_id
   kms_key_arn        = aws_kms_key.volumes.arn
   tags               = local.tags
+
+  # the secrets it reads at boot (module secrets)
+  secret_arns          = var.broker_secret_arns
+  secrets_kms_key_arns = local.secrets_kms_key_arns
 }

@@ -101,3 +101,21 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "zookeeper_secret_arns" {
+  description = "The secrets ZooKeeper's instances read at boot (module secrets; in this region: the replica's ARN, or a region of \"*\"): [] for none."
+  type        = list(string)
+  default     = []
+}
+
+variable "broker_secret_arns" {
+  description = "The secrets the brokers read at boot (as zookeeper_secret_arns): [] for none."
+  type        = list(string)
+  default     = []
+}
+
+variable "secrets_kms_key_arn" {
+  description = "The KMS key that encrypts those secrets in this region; null: this datacenter's own key (which encrypts the replicas made here)."
+  type        = string
+  default     = null
+}

@@ -23,6 +23,10 @@ module "role" {
   extra_policy_json = var.policy_json
   wheel_url         = var.wheel_url
   tags              = var.tags
+
+  # the secrets it reads at boot (module secrets)
+  secret_arns          = var.secret_arns
+  secrets_kms_key_arns = var.secrets_kms_key_arns
 }
 
 resource "aws_instance" "this" {

@@ -53,6 +53,33 @@ resource "aws_iam_role_policy" "wheel" {
   policy = data.aws_iam_policy_document.wheel[0].json
 }
 
+# the secrets it reads at boot, and their keys through Secrets Manager only
+data "aws_iam_policy_document" "secrets" {
+  count = length(var.secret_arns) > 0 ? 1 : 0
+  statement {
+    sid       = "ReadItsSecrets"
+    actions   = ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"]
+    resources = var.secret_arns
+  }
+  statement {
+    sid       = "DecryptItsSecrets"
+    actions   = ["kms:Decrypt"]
+    resources = var.secrets_kms_key_arns
+    condition {
+      test     = "StringLike"
+      variable = "kms:ViaService"
+      values   = ["secretsmanager.*.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "secrets" {
+  count  = length(var.secret_arns) > 0 ? 1 : 0
+  name   = "samsa-secrets"
+  role   = aws_iam_role.this.id
+  policy = data.aws_iam_policy_document.secrets[0].json
+}
+
 resource "aws_iam_instance_profile" "this" {
   name = var.name
   role = aws_iam_role.this.name
