@@ -5,6 +5,8 @@ brokers register themselves, consumers of a group agree among themselves.
 * zk.py: connecting (connect strings with a chroot, a client that keeps retrying);
 * zk_acls.py: ZooKeeper identities (digest) and the ACL each path gets;
 * zk_tls.py: TLS to ZooKeeper's secure client port (the settings);
+* zk_tls_handler.py: the kazoo handler whose TLS connections share one context
+  per client (made again when a file changes), trusting the named authorities;
 * bulk_read.py: many nodes read at once (multiRead);
 * registry.py: a broker's registration;
 * cluster.py: the live view of brokers and partitions;

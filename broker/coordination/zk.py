@@ -14,6 +14,7 @@ from kazoo.retry import KazooRetry
 
 from .zk_acls import Identity
 from .zk_tls import ZooKeeperTls
+from .zk_tls_handler import TlsHandler
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ def _tls_options_of(client: KazooClient) -> dict:
     same ensemble (kazoo keeps them as public attributes)."""
     if not client.use_ssl:
         return {}
+    if isinstance(client.handler, TlsHandler):
+        return client.handler.tls.kazoo_options()
     return {"use_ssl": True, "ca": client.ca, "certfile": client.certfile,
             "keyfile": client.keyfile, "verify_certs": client.verify_certs,
             "check_hostname": client.check_hostname}

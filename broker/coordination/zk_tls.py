@@ -28,17 +28,21 @@ class ZooKeeperTls:
             raise ValueError("the ZooKeeper TLS certificate and key files go together")
 
     def kazoo_options(self) -> dict:
-        """KazooClient's keyword arguments (none without TLS); ValueError for
-        a file that cannot be read (checked here, where a client is made,
-        not where settings are read: the DAG files read the loader's)."""
+        """KazooClient's keyword arguments (none without TLS), for one client:
+        its handler (zk_tls_handler.TlsHandler) makes its TLS connections
+        from one context; ValueError for a file that cannot be read
+        (checked here, where a client is made, not where settings are read:
+        the DAG files read the loader's)."""
         if not self.enabled:
             return {}
         for path in (self.ca_file, self.cert_file, self.key_file):
             if path and not os.access(path, os.R_OK):
                 raise ValueError(f"ZooKeeper TLS: cannot read {path}")
+        from .zk_tls_handler import TlsHandler     # kazoo's: imported where a client is made
         return {"use_ssl": True, "ca": self.ca_file or None,
                 "certfile": self.cert_file or None, "keyfile": self.key_file or None,
-                "verify_certs": True, "check_hostname": self.verify_hostname}
+                "verify_certs": True, "check_hostname": self.verify_hostname,
+                "handler": TlsHandler(self)}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -184,7 +184,8 @@ def report(env: Environment, zookeeper_timeout: float = 3.0) -> dict[str, Any]:
         security = next((lab.security for lab in env.labs if lab.security is not None),
                         LabSecurity(os.path.join(env.state_dir, "security")))
     out["security"] = None if security is None else {
-        "directory": security.directory, "admin_client_config": security.client_config(ADMIN)}
+        "directory": security.directory, "admin_client_config": security.client_config(ADMIN),
+        "ca_file": security.ca_file}
     for lab in env.labs:
         out["processes"] += _processes(
             ((r, lab.alive(name), {"role": r.role, "cluster": r.cluster, "ports": r.ports})
@@ -366,7 +367,8 @@ def render(status: dict[str, Any]) -> str:
     if status.get("security"):
         out += ["", f"secured: TLS listeners asking for SCRAM-SHA-512, ACLs, ZooKeeper over "
                     f"TLS with identities; secrets in {status['security']['directory']} (the tools: "
-                    f"--client-config {status['security']['admin_client_config']})"]
+                    f"--client-config {status['security']['admin_client_config']}; with "
+                    f"--zookeeper, --zookeeper-tls-ca-file {status['security']['ca_file']})"]
     zk = status["zookeeper"]
     out += ["", f"zookeeper {zk['connect']}: " + ", ".join(
         f"{s['address']} {s['mode'] or 'DOWN'}" for s in zk["servers"])]

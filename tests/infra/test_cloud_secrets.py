@@ -25,8 +25,8 @@ def run(*args: str) -> tuple[int, str, str]:
 
 def test_an_authority_is_made_once_and_put_as_the_secrets_hold_it(tmp_path):
     out = tmp_path / "ca"
-    code, stdout, stderr = run("authority",
-                                      "--environment", "samsa-test", "--out", str(out))
+    code, stdout, stderr = run("authority", "--environment", "samsa-test",
+                               "--region", "us-east-2", "--out", str(out))
     assert code == 0, stderr
     held = json.loads((out / "ca.json").read_text())
     assert set(held) == {"certificate", "key"}
@@ -35,13 +35,14 @@ def test_an_authority_is_made_once_and_put_as_the_secrets_hold_it(tmp_path):
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o700
     cert = x509.load_pem_x509_certificate(held["certificate"].encode())
     assert cert.subject.rfc4514_string() == "CN=samsa-test CA"
-    assert (f"aws secretsmanager put-secret-value --secret-id samsa-test/ca "
+    assert (f"aws secretsmanager put-secret-value --region us-east-2 --secret-id samsa-test/ca "
             f"--secret-string file://{out}/ca.json") in stdout
-    assert f"--secret-id samsa-test/ca-certificate --secret-string file://{out}/ca.crt" in stdout
+    assert (f"--region us-east-2 --secret-id samsa-test/ca-certificate "
+            f"--secret-string file://{out}/ca.crt") in stdout
     assert not [p for p in os.listdir(out) if p not in ("ca.json", "ca.crt")]
     # never made again over one (a new authority is a new trust for every client)
-    code, _, stderr = run("authority", "--environment", "x",
-                                 "--out", str(out))
+    code, _, stderr = run("authority", "--environment", "x", "--region", "us-east-2",
+                          "--out", str(out))
     assert code == 2 and "already holds an authority" in stderr
     assert json.loads((out / "ca.json").read_text()) == held
 
@@ -95,9 +96,28 @@ def test_a_bad_authority_is_refused_in_one_line(tmp_path, content, says):
     assert len(stderr.strip().splitlines()) == 1
 
 
-def test_a_bad_host_is_refused(tmp_path):
+def test_bad_names_hosts_days_and_directories_are_refused(tmp_path):
     ca_json, _ = cloud_secrets.make_authority("samsa-test", str(tmp_path / "ca"))
-    with pytest.raises(cloud_secrets.AuthorityError, match="bad host"):
-        cloud_secrets.issue(ca_json, "broker-0", ["not a host"], str(tmp_path / "tls"))
-    with pytest.raises(cloud_secrets.AuthorityError, match="at least one"):
-        cloud_secrets.issue(ca_json, "broker-0", [], str(tmp_path / "tls"))
+    tls = str(tmp_path / "tls")
+    for name, hosts, days, says in (("broker-0", ["not a host"], 365, "bad host"),
+                                    ("broker-0", ["*.internal"], 365, "bad host"),
+                                    ("broker-0", [], 365, "at least one"),
+                                    ("../escaped", ["10.0.0.1"], 365, "bad name"),
+                                    ("broker-0", ["10.0.0.1"], 0, "1 or more")):
+        with pytest.raises(cloud_secrets.AuthorityError, match=says):
+            cloud_secrets.issue(ca_json, name, hosts, tls, days=days)
+    assert not (tmp_path / "escaped.key").exists()
+    # a directory others may read is not where an authority's key goes
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    code, _, stderr = run("authority", "--environment", "x", "--region", "us-east-2",
+                          "--out", str(shared))
+    assert code == 2 and "may be read by others" in stderr
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755 and not os.listdir(shared)
+    # a directory that cannot be made: one line, no traceback
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, stderr = run("issue", "--authority", ca_json, "--name", "b", "--host", "10.0.0.1",
+                          "--out", str(blocker / "tls"))
+    assert code == 2 and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1

@@ -19,7 +19,7 @@ from broker.client.cluster_producer import ClusterProducer
 from broker.client.group_consumer import GroupConsumer, GroupConsumerConfig
 from broker.coordination import paths
 from broker.coordination.named_cluster import NamedCluster
-from broker.coordination.zk import make_client, start_client
+from broker.coordination.zk import ZooKeeperUnavailable, make_client, start_client
 from broker.coordination.zk_tls import ZooKeeperTls
 from broker.harness.zookeeper import ZooKeeperEnsemble, ZooKeeperServerTls
 from broker.security.ca import CertificateAuthority
@@ -38,7 +38,8 @@ def pki(tmp_path_factory):
             # the server's certificate names its address, not "localhost"
             "zookeeper": ca.issue("zookeeper", ["127.0.0.1"], certs),
             "client": ca.issue("samsa-client", [], certs),
-            "stranger": stranger_ca.issue("stranger", [], str(root / "stranger-certs"))}
+            "stranger": stranger_ca.issue("stranger", [], str(root / "stranger-certs")),
+            "stranger_ca": stranger_ca.cert_path}
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +102,40 @@ def test_only_tls_with_a_trusted_certificate_and_the_right_name_gets_in(tls_zook
     client.close()
     with pytest.raises(ValueError, match="cannot read"):
         make_client(hosts, tls=ZooKeeperTls(True, "/nonexistent/ca.crt"))
+
+
+def test_the_projects_clients_trust_the_authority_named_and_remake_tls_only_on_a_change(
+        tls_zookeeper, pki, tmp_path):
+    """Through the settings (ZooKeeperTls), a client's handler makes one TLS
+    context for all its connections, made again when a file changes; it
+    refuses the right server under another authority and a wrong name."""
+    import shutil
+    hosts = tls_zookeeper.connect_string(tls=True)
+    port = hosts.rsplit(":", 1)[1]
+    cert, key = pki["client"]
+    ca = str(tmp_path / "ca.crt")
+    shutil.copyfile(pki["ca"], ca)
+    tls = ZooKeeperTls(True, ca, cert, key)
+    client = make_client(hosts, tls=tls)
+    start_client(client, hosts, timeout=10)
+    try:
+        handler = client.handler
+        first = handler.context()
+        client.get_children("/")
+        assert handler.context() is first              # one context, not one per connection
+        os.utime(ca, ns=(1, 1))                        # a renewed file (another stamp)
+        renewed = handler.context()
+        assert renewed is not first and handler.context() is renewed
+    finally:
+        client.stop()
+        client.close()
+    for refused in (ZooKeeperTls(True, pki["stranger_ca"], cert, key),  # another authority
+                    ZooKeeperTls(True, ca, cert, key)):                 # a wrong name (below)
+        where = hosts if refused.ca_file != ca else f"localhost:{port}"
+        other = make_client(where, tls=refused)
+        with pytest.raises(ZooKeeperUnavailable):
+            start_client(other, where, timeout=3)
+        other.close()
 
 
 def test_brokers_clients_and_the_mirror_work_over_tls_zookeeper(tls_zookeeper, pki,

@@ -58,7 +58,7 @@ data "aws_iam_policy_document" "secrets" {
   count = length(var.secret_arns) > 0 ? 1 : 0
   statement {
     sid       = "ReadItsSecrets"
-    actions   = ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"]
+    actions   = ["secretsmanager:GetSecretValue"]
     resources = var.secret_arns
   }
   statement {
@@ -78,6 +78,13 @@ resource "aws_iam_role_policy" "secrets" {
   name   = "samsa-secrets"
   role   = aws_iam_role.this.id
   policy = data.aws_iam_policy_document.secrets[0].json
+
+  lifecycle {
+    precondition {
+      condition     = length(var.secrets_kms_key_arns) > 0
+      error_message = "secret_arns without secrets_kms_key_arns: the secrets could not be decrypted (and AWS refuses a statement with no resource)."
+    }
+  }
 }
 
 resource "aws_iam_instance_profile" "this" {
