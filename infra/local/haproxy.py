@@ -195,14 +195,25 @@ def show_stat(directory: str, timeout: float = 2.0) -> list[dict[str, str]]:
 
 
 def backend_servers(directory: str, cluster: str) -> list[dict[str, str]]:
-    """The state of each broker in ``cluster``'s backend: {"server", "status"
-    ("UP", "DOWN", "UP 1/2" while rising...), "check" (last check's result),
+    """The state of each broker in ``cluster``'s backend, as read from the
+    running HAProxy's stats socket (see ``servers_in_stats``)."""
+    return servers_in_stats(show_stat(directory), cluster)
+
+
+def servers_in_stats(rows: list[dict[str, str]], cluster: str) -> list[dict]:
+    """Each broker of ``cluster``'s backend in ``show stat`` rows: {"server",
+    "address", "status" ("UP", "DOWN", "UP 1/2" while rising...), "check" (the
+    last finished check's result: "L4OK", "L4TOUT", "L4CON"...), "checking"
+    (a check is under way: HAProxy then prefixes check_status with "* "),
     "sessions" (current connections), "total" (connections so far)}."""
     out = []
-    for row in show_stat(directory):
+    for row in rows:
         if row.get("pxname") == backend_name(cluster) and row.get("svname") != "BACKEND":
+            check = row.get("check_status", "")
+            checking = check.startswith("* ")
             out.append({"server": row["svname"], "address": row.get("addr", ""),
-                        "status": row.get("status", ""), "check": row.get("check_status", ""),
+                        "status": row.get("status", ""),
+                        "check": check[2:] if checking else check, "checking": checking,
                         "sessions": int(row.get("scur") or 0),
                         "total": int(row.get("stot") or 0)})
     return out

@@ -102,3 +102,21 @@ def test_a_secured_stats_page_is_https_with_users_and_haproxy_accepts_it(tmp_pat
 def test_stats_users_haproxy_could_misread_are_refused(users, complaint):
     with pytest.raises(ValueError, match=complaint):
         haproxy.StatsSecurity("/lab/certs/dc-a.haproxy.pem", users)
+
+
+def test_a_check_under_way_is_read_apart_from_its_last_result():
+    # HAProxy prefixes check_status with "* " while a check runs: a DOWN
+    # broker read mid-check must still say its last check timed out
+    rows = [{"pxname": "dc-a", "svname": "FRONTEND", "status": "OPEN"},
+            {"pxname": "dc-a-brokers", "svname": "broker-0", "addr": "10.0.0.1:9092",
+             "status": "DOWN", "check_status": "* L4TOUT", "scur": "1", "stot": "7"},
+            {"pxname": "dc-a-brokers", "svname": "broker-1", "addr": "10.0.0.2:9092",
+             "status": "UP", "check_status": "L4OK", "scur": "", "stot": "3"},
+            {"pxname": "dc-a-brokers", "svname": "BACKEND", "status": "UP"},
+            {"pxname": "dc-b-brokers", "svname": "broker-0", "status": "UP",
+             "check_status": "L4OK"}]
+    assert haproxy.servers_in_stats(rows, "dc-a") == [
+        {"server": "broker-0", "address": "10.0.0.1:9092", "status": "DOWN",
+         "check": "L4TOUT", "checking": True, "sessions": 1, "total": 7},
+        {"server": "broker-1", "address": "10.0.0.2:9092", "status": "UP",
+         "check": "L4OK", "checking": False, "sessions": 0, "total": 3}]
