@@ -12,6 +12,9 @@ programs that bring it up.
   rendered from the same topology;
 * cloud_secrets.py: a cloud environment's certificate authority, made by the
   operator for its secret store, and a host's certificate issued from it;
+* host_secrets.py: what a cloud host reads from the secret store at boot (its
+  certificate issued, its users and identities, the secured options), and a
+  broker's provisioning of the users and ACLs in ZooKeeper;
 * terraform/: the Terraform modules and environments (no Python);
 * prometheus/: the alert rules (alerts.yml) and their promtool unit tests
   (no Python; the lab's Prometheus loads them: local/prometheus.py).

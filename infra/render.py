@@ -12,7 +12,9 @@ with its value (the code's defaults included), but for what each instance
 adds at start-up (its id, its address, ``zookeeper`` with the cluster's
 chroot); and ``rendered/mirror-<mirror>.toml`` for each mirror, every
 mirror setting with each cluster's ZooKeeper left as a template variable
-(``${zookeeper.<cluster>}``) that Terraform fills in. The cloud's fixed ports and data directory replace the lab's port
+(``${zookeeper.<cluster>}``) that Terraform fills in; and
+``rendered/acls-<cluster>.toml``, the cluster's ACLs when it runs secured
+(what each service needs there, as in the secured lab). The cloud's fixed ports and data directory replace the lab's port
 layout. The rendered files are committed beside the environment and read by
 its Terraform (``file(...)``); ``--check`` (run by the tests) fails when a
 default changed in the code and the files were not rendered again, so what
@@ -79,7 +81,20 @@ def render(environment: str) -> dict[str, str]:
              for c in topology.clusters()}
     for m in topology.mirrors:
         files[os.path.join("rendered", f"mirror-{m.name}.toml")] = mirror_toml(topology, m.name)
+    for c in topology.clusters():
+        files[os.path.join("rendered", f"acls-{c.name}.toml")] = acls_toml(topology, c.name)
     return files
+
+
+def acls_toml(topology: Topology, cluster: str) -> str:
+    """The ACLs of ``cluster`` in a secured environment: exactly what each
+    service needs there (infra/local/lab_security.cluster_acls, as in the
+    secured lab), as ``python -m infra.host_secrets provision --acls`` reads them."""
+    from infra.host_secrets import acls_toml as entries_toml
+    from infra.local.lab_security import cluster_acls
+    head = (f"# Samsa ACLs of cluster {cluster!r}, rendered by python -m infra.render from "
+            f"topology.toml: do not edit.\n")
+    return head + entries_toml(cluster_acls(topology, cluster))
 
 
 def main(argv: list[str] | None = None) -> int:

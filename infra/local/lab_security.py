@@ -103,15 +103,15 @@ RENEW_DAYS = 30
 AUDIT_GROUP_PREFIXES = ("audit-", "samsa-audit-")
 
 
-def _private_dir(path: str) -> None:
+def private_dir(path: str) -> None:
     """``path`` and its missing parents made; ``path`` the owner's alone."""
     os.makedirs(path, mode=0o700, exist_ok=True)
     os.chmod(path, 0o700)
 
 
-def _write_private(path: str, text: str) -> None:
+def write_private(path: str, text: str) -> None:
     """``text`` into a new file readable by its owner alone, written whole."""
-    _private_dir(os.path.dirname(path))
+    private_dir(os.path.dirname(path))
     partial = f"{path}.partial"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -203,15 +203,15 @@ class LabSecurity:
     def prepare(self, topology: Topology) -> LabSecurity:
         """Every secret of the lab, made where missing (see the module);
         OSError or ValueError when an existing one cannot be used."""
-        _private_dir(self.directory)
+        private_dir(self.directory)
         ca_dir = os.path.dirname(self.ca_file)
-        _private_dir(ca_dir)
+        private_dir(ca_dir)
         ca = CertificateAuthority.open(ca_dir) if os.path.exists(self.ca_file) else \
             CertificateAuthority.create(ca_dir, name=f"{topology.name} lab CA")
         renew_before = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=RENEW_DAYS)
         for host, names in certificate_hosts(topology).items():
             cert, _key = self.cert_files(host)
-            _private_dir(os.path.dirname(cert))
+            private_dir(os.path.dirname(cert))
             wanted = sorted(set(names))
             hosts, ends = _certificate_of(cert)
             if hosts != wanted or ends is None or ends < renew_before:
@@ -219,14 +219,14 @@ class LabSecurity:
         for user in USERS:
             path = self.password_file(user)
             if not os.path.exists(path):
-                _write_private(path, secrets.token_urlsafe(24) + "\n")
+                write_private(path, secrets.token_urlsafe(24) + "\n")
             config = self.client_config(user)
             if not os.path.exists(config):
-                _write_private(config, self.client_toml(user))
+                write_private(config, self.client_toml(user))
         for identity in ZK_IDENTITIES:
             path = self.zookeeper_identity_file(identity)
             if not os.path.exists(path):
-                _write_private(path, f"samsa-{identity}:{secrets.token_urlsafe(24)}\n")
+                write_private(path, f"samsa-{identity}:{secrets.token_urlsafe(24)}\n")
         http_files = [self.http_users_file] + [self.http_password_file(u) for u, _ in HTTP_USERS]
         if not all(os.path.exists(path) for path in http_files):
             # made whole again (a lab made before a user was added, a file lost)
@@ -235,9 +235,9 @@ class LabSecurity:
             users = []
             for user, role in HTTP_USERS:
                 password = secrets.token_urlsafe(24)
-                _write_private(self.http_password_file(user), password + "\n")
+                write_private(self.http_password_file(user), password + "\n")
                 users.append(HttpUser(user, role, hash_password(password)))
-            _private_dir(os.path.dirname(self.http_users_file))
+            private_dir(os.path.dirname(self.http_users_file))
             write_users_file(self.http_users_file, users)
             os.chmod(self.http_users_file, 0o600)
         return self
@@ -319,7 +319,7 @@ class LabSecurity:
         cert, key = self.cert_files(host)
         pem = os.path.join(self.directory, "certs", f"{host}.pem")
         with open(cert) as c, open(key) as k:
-            _write_private(pem, c.read() + k.read())
+            write_private(pem, c.read() + k.read())
         return StatsSecurity(pem, tuple((user, read_password_file(self.http_password_file(user)))
                                         for user, _role in HTTP_USERS))
 
@@ -333,7 +333,7 @@ class LabSecurity:
         cert, key = self.cert_files("prometheus")
         users = [(user, prometheus.hash_password(read_password_file(
             self.http_password_file(user)))) for user, _role in HTTP_USERS]
-        _write_private(path, prometheus.web_config(cert, key, users))
+        write_private(path, prometheus.web_config(cert, key, users))
         return path
 
     def http_access(self, user: str = HTTP_ADMIN) -> HttpAccess:

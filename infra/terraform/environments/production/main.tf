@@ -50,6 +50,7 @@ module "dc_us_east" {
   replication_factor  = var.replication_factor
   remote_client_cidrs = local.mirror_clients
   broker_config_toml  = file("${path.module}/rendered/broker-dc-us-east.toml")
+  broker_acls_toml    = file("${path.module}/rendered/acls-dc-us-east.toml")
   samsa_wheel_url     = var.samsa_wheel_url
   write_mb_per_s      = var.write_mb_per_s
   retention_hours     = var.retention_hours
@@ -72,6 +73,7 @@ module "dc_eu_west" {
   replication_factor  = var.replication_factor
   remote_client_cidrs = local.mirror_clients
   broker_config_toml  = file("${path.module}/rendered/broker-dc-eu-west.toml")
+  broker_acls_toml    = file("${path.module}/rendered/acls-dc-eu-west.toml")
   samsa_wheel_url     = var.samsa_wheel_url
   write_mb_per_s      = var.write_mb_per_s
   retention_hours     = var.retention_hours
@@ -99,6 +101,7 @@ module "analysis" {
     loader = module.analysis_stack.security_group_id
   }
   broker_config_toml = file("${path.module}/rendered/broker-analysis.toml")
+  broker_acls_toml   = file("${path.module}/rendered/acls-analysis.toml")
   samsa_wheel_url    = var.samsa_wheel_url
   write_mb_per_s     = var.write_mb_per_s * length(var.datacenters)
   retention_hours    = var.retention_hours

@@ -24,6 +24,7 @@ module "dc_staging" {
   replication_factor   = var.replication_factor
   remote_client_cidrs  = { mirror = local.analysis_cidr }
   broker_config_toml   = file("${path.module}/rendered/broker-dc-staging.toml")
+  broker_acls_toml     = file("${path.module}/rendered/acls-dc-staging.toml")
   samsa_wheel_url      = var.samsa_wheel_url
   write_mb_per_s       = var.write_mb_per_s
   retention_hours      = var.retention_hours
@@ -54,6 +55,7 @@ module "analysis" {
     loader = module.analysis_stack.security_group_id
   }
   broker_config_toml   = file("${path.module}/rendered/broker-analysis.toml")
+  broker_acls_toml     = file("${path.module}/rendered/acls-analysis.toml")
   samsa_wheel_url      = var.samsa_wheel_url
   write_mb_per_s       = var.write_mb_per_s
   retention_hours      = var.retention_hours

@@ -35,6 +35,7 @@ module "service" {
     broker_id       = i
     zookeeper       = local.zookeeper_with_root
     broker_config   = var.broker_config_toml
+    acls            = var.acls_toml
     samsa_wheel_url = var.samsa_wheel_url
   })]
   tags = local.tags

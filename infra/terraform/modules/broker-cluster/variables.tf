@@ -75,6 +75,12 @@ variable "broker_config_toml" {
   type        = string
 }
 
+variable "acls_toml" {
+  description = "The cluster's ACLs, rendered from the topology model (rendered/acls-<cluster>.toml, python -m infra.render), written to /etc/samsa/acls.toml for python -m infra.host_secrets provision; \"\" for none."
+  type        = string
+  default     = ""
+}
+
 variable "samsa_wheel_url" {
   description = "Where instances fetch the Samsa wheel at start-up (an S3 URI the role may read, or https)."
   type        = string

@@ -63,6 +63,12 @@ variable "broker_config_toml" {
   type        = string
 }
 
+variable "broker_acls_toml" {
+  description = "The cluster's rendered ACLs (rendered/acls-<cluster>.toml, python -m infra.render); \"\" for none."
+  type        = string
+  default     = ""
+}
+
 variable "samsa_wheel_url" {
   description = "Where instances fetch the Samsa wheel."
   type        = string

@@ -1,0 +1,328 @@
+"""A cloud host's secrets, read at boot from its environment's secret store
+(AWS Secrets Manager; module ``secrets`` of infra/terraform) into the same
+layout as the secured lab's (infra/local/lab_security.LabSecurity), so that
+the same settings follow from them (docs/security.md, "In the cloud").
+
+    python -m infra.host_secrets fetch --service broker --environment samsa-prod \\
+            --region us-east-2 --name broker-0 --host 10.10.1.17 \\
+            --out /etc/samsa/security [--options-out /etc/samsa/secured.env]
+        reads what the service may read (READS; the module's ``readers``),
+        issues the host's own certificate with the environment's authority,
+        and writes, each file its owner's alone:
+
+            ca/ca.crt                        the authority's certificate
+            certs/<name>.crt, .key           the host's certificate, valid
+                                             for every --host
+            users/<user>.password            the service's SCRAM users'
+            zookeeper/<identity>.zk          its ZooKeeper identities
+            http/users, http/<user>.password the HTTP users of its ports
+
+        ``--options-out`` writes ``SAMSA_SECURED_OPTIONS=...``, the service's
+        secured ``--set`` options, for its systemd unit (``EnvironmentFile``)
+
+    python -m infra.host_secrets provision --security /etc/samsa/security \\
+            --acls /etc/samsa/acls.toml --zookeeper 10.10.1.5:2181/dc-a
+        (a broker's host) writes each user's SCRAM credential in the cluster's
+        ZooKeeper, replacing one that no longer matches its password (a
+        rotation), and adds the cluster's ACLs (rendered by python -m
+        infra.render), as the ``cluster`` ZooKeeper identity over TLS
+
+Every boot reads the secrets again: a rotated password is taken when its
+service restarts. The AWS endpoints are boto3's: the instance's role, or
+``AWS_ENDPOINT_URL_SECRETS_MANAGER`` (the tests' stand-in,
+infra/local/secret_store.py).
+
+Errors (a secret the role may not read, one not put yet, the store out of
+reach, a malformed authority) exit 2 with one line saying which secret and
+what is wrong; nothing is half-written (each file is replaced whole).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from typing import Protocol
+
+from broker.service_kit import cli
+from infra.cloud_secrets import AuthorityError, issue
+from infra.local.lab_security import (ADMIN, AUDIT, BROKER, HTTP_USERS, LAG, LOADER, MIRROR,
+                                      PRODUCER, USERS, ZK_AUDIT, ZK_CLUSTER, ZK_LOADER,
+                                      ZK_MIRROR, ZK_REGISTRY, LabSecurity, private_dir,
+                                      write_private)
+
+
+class SecretError(RuntimeError):
+    """A secret that could not be had: its name and why, in one line."""
+
+
+class SecretStore(Protocol):
+    def get(self, name: str) -> str:
+        """The current value of the secret ``name`` (the environment's
+        prefix included); SecretError when it cannot be had."""
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a service's role may read (module ``secrets``' readers): its
+    SCRAM users, ZooKeeper identities and whether the HTTP users of its ports.
+    Every service reads the authority (``ca``) and issues its certificate."""
+    users: tuple[str, ...] = ()
+    zookeeper: tuple[str, ...] = ()
+    http: bool = True
+
+
+#: module ``secrets``' ``readers``, by service (a test holds them equal)
+READS = {
+    "zookeeper": Reads(http=False),
+    "broker": Reads(USERS, (ZK_CLUSTER,)),
+    "mirror": Reads((MIRROR,), (ZK_MIRROR,)),
+    "audit": Reads((AUDIT,), (ZK_AUDIT,)),
+    "analysis": Reads((LOADER,), (ZK_LOADER, ZK_REGISTRY)),
+}
+assert set(USERS) == {BROKER, ADMIN, PRODUCER, MIRROR, LAG, AUDIT, LOADER}
+
+
+class SecretsManager:
+    """The environment's secrets in AWS Secrets Manager (boto3: the
+    instance role's credentials, its region's endpoint or the one the
+    environment names)."""
+
+    def __init__(self, region: str) -> None:
+        import boto3
+        from botocore.config import Config
+        self._client = boto3.client("secretsmanager", region_name=region, config=Config(
+            retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=10))
+
+    def get(self, name: str) -> str:
+        from botocore.exceptions import BotoCoreError, ClientError
+        try:
+            answer = self._client.get_secret_value(SecretId=name)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = error.get("Code", "an error")
+            hint = {"AccessDeniedException": " (is it among the readers of this "
+                                             "service's role?)",
+                    "ResourceNotFoundException": " (for ca and ca-certificate: has the "
+                                                 "operator put them? python -m "
+                                                 "infra.cloud_secrets authority)"}.get(code, "")
+            raise SecretError(f"secret {name}: {code}: {error.get('Message', '')}{hint}"
+                              ) from None
+        except BotoCoreError as exc:
+            raise SecretError(f"secret {name}: {exc}") from None
+        if "SecretString" not in answer:
+            raise SecretError(f"secret {name} holds no text")
+        return answer["SecretString"]
+
+
+def fetch(store: SecretStore, environment: str, service: str, name: str, hosts: list[str],
+          directory: str, days: int = 365) -> LabSecurity:
+    """Read ``service``'s secrets of ``environment`` from ``store`` into
+    ``directory`` and issue certificate ``name`` for ``hosts``; the layout's
+    paths. SecretError, AuthorityError or OSError when one cannot be had
+    (the files already written are whole)."""
+    if service not in READS:
+        raise SecretError(f"unknown service {service!r}: one of {', '.join(READS)}")
+    reads = READS[service]
+    security = LabSecurity(directory)
+    private_dir(directory)
+
+    def secret(key: str) -> str:
+        value = store.get(f"{environment}/{key}")
+        if not value.strip():
+            raise SecretError(f"secret {environment}/{key} is empty")
+        return value
+
+    authority = secret("ca")
+    # the authority's key stays in the private directory while signing
+    with tempfile.TemporaryDirectory(dir=directory) as scratch:
+        held = os.path.join(scratch, "ca.json")
+        write_private(held, authority)
+        cert, key, ca_copy = issue(held, name, hosts, os.path.join(directory, "certs"),
+                                   days=days)
+    private_dir(os.path.dirname(security.ca_file))
+    with open(ca_copy, encoding="ascii") as f:
+        write_private(security.ca_file, f.read())
+    os.remove(ca_copy)
+    for user in reads.users:
+        write_private(security.password_file(user), _first_line(secret(f"users/{user}")) + "\n")
+    for identity in reads.zookeeper:
+        value = _first_line(secret(f"zookeeper/{identity}"))
+        if ":" not in value:
+            raise SecretError(f"secret {environment}/zookeeper/{identity} is not user:password")
+        write_private(security.zookeeper_identity_file(identity), value + "\n")
+    if reads.http:
+        from broker.service_kit.http_security import HttpUser, hash_password, write_users_file
+        users = []
+        for user, role in HTTP_USERS:
+            password = _first_line(secret(f"http/{user}"))
+            write_private(security.http_password_file(user), password + "\n")
+            users.append(HttpUser(user, role, hash_password(password)))
+        write_users_file(security.http_users_file, users)
+    return security
+
+
+def _first_line(value: str) -> str:
+    return value.splitlines()[0].strip() if value.strip() else ""
+
+
+#: the cloud brokers' listeners when secured: TLS at the rendered broker port
+#: (what the load balancer and every client reach), the plaintext listener a
+#: broker always has (asking for SCRAM too) beside it, reached by no one
+#: (no security group opens it)
+CLOUD_TLS_PORT, CLOUD_PLAINTEXT_PORT = 9092, 9094
+
+
+def secured_options(service: str, security: LabSecurity, name: str) -> list[str]:
+    """The secured ``--set`` options of ``service`` on the host whose
+    certificate is ``name`` (a broker's: TLS at CLOUD_TLS_PORT, SCRAM, ACLs,
+    ZooKeeper over TLS as the cluster identity, /metrics over HTTPS with
+    users)."""
+    if service == "broker":
+        options = ["--set", f"tls_port={CLOUD_TLS_PORT}", "--set", f"port={CLOUD_PLAINTEXT_PORT}"]
+        for key, value in security.broker_settings(name).items():
+            options += ["--set", f"{key}={value}"]
+        return options
+    raise SecretError(f"no secured options for {service!r} yet: only the broker's")
+
+
+def write_options(path: str, options: list[str]) -> None:
+    """``SAMSA_SECURED_OPTIONS=...`` into ``path`` (a systemd
+    EnvironmentFile: the unit's ``$SAMSA_SECURED_OPTIONS`` splits into words)."""
+    for option in options:
+        if any(c.isspace() or c in "\"'\\$" for c in option):
+            raise SecretError(f"an option systemd would split or expand: {option!r}")
+    write_private(path, f"SAMSA_SECURED_OPTIONS={' '.join(options)}\n")
+
+
+def provision(client, security: LabSecurity, acls_path: str) -> tuple[int, int]:
+    """Each user's credential (written where missing or no longer matching
+    its password) and the ACLs of ``acls_path``, through ``client`` (started,
+    in the cluster's chroot, as the ``cluster`` identity): (credentials
+    written, ACL entries added)."""
+    from broker.protocol.scram import ScramCredential
+    from broker.security import store
+    from broker.security.password_file import read_password_file
+    written = 0
+    for user in USERS:
+        password = read_password_file(security.password_file(user), f"user {user}'s password")
+        stored = store.read_credential(client, user)
+        if stored is None or ScramCredential.from_password(
+                password, stored.salt, stored.iterations) != stored:
+            store.set_user(client, user, ScramCredential.from_password(password))
+            written += 1
+    return written, store.add_acls(client, read_acls(acls_path))
+
+
+#: an [[acl]] table's keys: AclEntry's fields, in its order
+ACL_FIELDS = ("principal", "permission", "operation", "resource_type", "name", "pattern_type")
+
+
+def read_acls(path: str):
+    """The entries of a rendered ACL file (``[[acl]]`` tables of ACL_FIELDS)."""
+    from broker.security.acl import AclEntry
+    try:
+        with open(path, "rb") as f:
+            held = tomllib.load(f)
+    except OSError as exc:
+        raise SecretError(f"cannot read the ACLs {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SecretError(f"{path} is not TOML: {exc}") from None
+    try:
+        return [AclEntry(*(e[field] for field in ACL_FIELDS)) for e in held.get("acl", [])]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SecretError(f"{path}: a bad [[acl]] entry: {exc}") from None
+
+
+def acls_toml(entries) -> str:
+    """``entries`` as a rendered ACL file (read_acls reads it)."""
+    lines = []
+    for e in entries:
+        lines.append("[[acl]]")
+        for field in ACL_FIELDS:
+            value = getattr(e, field)
+            lines.append(f"{field} = {json.dumps(getattr(value, 'value', value))}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m infra.host_secrets", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=cli.exit_status((0, "done"), (2, "bad usage, or a secret, the authority, "
+                                                "ZooKeeper or a file that cannot be had "
+                                                "(one line on stderr)")))
+    cli.add_version_option(p)
+    sub = p.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("fetch", help="read the service's secrets and issue its certificate")
+    f.add_argument("--service", required=True, choices=sorted(READS))
+    f.add_argument("--environment", required=True, help="the secrets' prefix (samsa-prod)")
+    f.add_argument("--region", required=True, help="the region whose secrets (or replicas) "
+                                                   "to read: the host's own")
+    f.add_argument("--name", required=True, help="the certificate's name (its files')")
+    f.add_argument("--host", action="append", required=True,
+                   help="an address or DNS name the certificate is valid for (repeat)")
+    f.add_argument("--out", required=True, help="the security directory (made 0700)")
+    f.add_argument("--days", type=int, default=365)
+    f.add_argument("--options-out", help="write the service's secured --set options here, "
+                                         "as SAMSA_SECURED_OPTIONS= (a systemd EnvironmentFile)")
+    v = sub.add_parser("provision", help="(a broker) write the users and ACLs in ZooKeeper")
+    v.add_argument("--security", required=True, help="the directory fetch wrote")
+    v.add_argument("--acls", required=True, help="the cluster's ACL file (python -m infra.render)")
+    v.add_argument("--zookeeper", required=True, help="host:port[,...]/chroot of the cluster")
+    v.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds to wait for ZooKeeper (an ensemble still forming)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "fetch":
+            security = fetch(SecretsManager(args.region), args.environment, args.service,
+                             args.name, args.host, args.out, args.days)
+            print(f"{args.service}: secrets of {args.environment} in {args.out}, "
+                  f"certificate {args.name} for {', '.join(args.host)}")
+            if args.options_out:
+                write_options(args.options_out, secured_options(args.service, security,
+                                                                args.name))
+                print(f"secured options in {args.options_out}")
+            return 0
+        return _provision(args)
+    except (SecretError, AuthorityError, ValueError) as exc:
+        print(f"python -m infra.host_secrets: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"python -m infra.host_secrets: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def _provision(args) -> int:
+    from kazoo.security import make_acl
+
+    from broker.coordination.zk import make_client, start_client
+    from broker.coordination.zk_acls import Identity
+    security = LabSecurity(args.security)
+    identity = Identity.from_file(security.zookeeper_identity_file(ZK_CLUSTER))
+    client = make_client(args.zookeeper, identity=identity, tls=security.zookeeper_tls())
+    start_client(client, args.zookeeper, timeout=args.timeout, what="provision")
+    try:
+        # the chroot: the cluster's; everyone may read it and add a subtree
+        # of their own (each writer owns what it makes), as in the lab
+        client.set_acls("/", [identity.owner(), make_acl("world", "anyone", read=True,
+                                                         create=True)])
+        written, added = provision(client, security, args.acls)
+    finally:
+        client.stop()
+        client.close()
+    print(f"{written} credentials written, {added} ACL entries added in {args.zookeeper}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

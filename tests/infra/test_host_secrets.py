@@ -1,0 +1,276 @@
+"""What a cloud host does with its environment's secrets at boot
+(infra/host_secrets.py; issue 30, point 6): reads them from the secret store
+(here a stand-in speaking Secrets Manager's protocol, signatures checked,
+each role granted only module secrets' readers), issues its certificate with
+the environment's authority, and runs secured: a ZooKeeper serving TLS
+alone, a broker on TLS with SCRAM and ACLs provisioned from the store, a
+producer authenticating with its password from the store. And the ways it
+must fail, each in one line: a secret the role may not read, an authority
+not put yet, the wrong region."""
+from __future__ import annotations
+
+import os
+import re
+import ssl
+import stat
+import subprocess
+import sys
+
+import pytest
+from cryptography import x509
+
+from broker.client.cluster_producer import ClusterProducer
+from broker.coordination import paths
+from broker.coordination.zk import make_client, start_client
+from broker.coordination.zk_acls import Identity
+from broker.harness.zookeeper import ZooKeeperEnsemble
+from broker.security import store
+from broker.security.password_file import read_password_file
+from broker_helpers import wait_until
+from infra import host_secrets
+from infra.cloud_secrets import make_authority
+from infra.local.lab_security import HTTP_USERS, USERS, ZK_IDENTITIES, cluster_acls
+from infra.local.secret_store import SecretStoreStandIn
+from infra.topology import load_topology
+
+ENV = "samsa-test"
+REGION = "us-east-2"
+TERRAFORM_SECRETS = os.path.join(os.path.dirname(__file__), "..", "..", "infra", "terraform",
+                                 "modules", "secrets", "main.tf")
+TOPOLOGY = os.path.join(os.path.dirname(__file__), "..", "..", "infra", "local", "topology.toml")
+
+
+def readable_by(service: str) -> list[str]:
+    reads = host_secrets.READS[service]
+    return [f"{ENV}/{name}" for name in (
+        ["ca"] + [f"users/{u}" for u in reads.users]
+        + [f"zookeeper/{z}" for z in reads.zookeeper]
+        + ([f"http/{h}" for h, _ in HTTP_USERS] if reads.http else []))]
+
+
+@pytest.fixture
+def secret_store(tmp_path):
+    """The environment's secrets as module secrets makes them (an authority
+    the operator put), and a key per service granted its readers'."""
+    standin = SecretStoreStandIn(REGION)
+    ca_json, _ca_cert = make_authority(ENV, str(tmp_path / "operator"))
+    with open(ca_json) as f:
+        standin.put(f"{ENV}/ca", f.read())
+    passwords = {}
+    for user in USERS:
+        passwords[user] = f"pw-{user}-1"
+        standin.put(f"{ENV}/users/{user}", passwords[user])
+    for identity in ZK_IDENTITIES:
+        standin.put(f"{ENV}/zookeeper/{identity}", f"samsa-{identity}:zk-{identity}")
+    for user, _role in HTTP_USERS:
+        standin.put(f"{ENV}/http/{user}", f"http-{user}")
+    for service in host_secrets.READS:
+        standin.grant(f"AKID{service.upper()}", f"secret-{service}", readable_by(service))
+    with standin.serving() as endpoint:
+        yield standin, endpoint, passwords
+
+
+def run_fetch(endpoint: str, service: str, out, *extra: str, region: str = REGION,
+              key: str | None = None) -> subprocess.CompletedProcess:
+    key = key or service
+    env = {**os.environ, "AWS_ENDPOINT_URL_SECRETS_MANAGER": endpoint,
+           "AWS_ACCESS_KEY_ID": f"AKID{key.upper()}", "AWS_SECRET_ACCESS_KEY": f"secret-{key}",
+           "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+           "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    return subprocess.run([sys.executable, "-m", "infra.host_secrets", "fetch",
+                           "--service", service, "--environment", ENV, "--region", region,
+                           "--out", str(out), *extra], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_the_readers_are_module_secrets_readers():
+    # the Terraform module grants each service's role what READS fetches
+    text = open(TERRAFORM_SECRETS).read()
+    block = text[text.index("readers = {"):]
+    block = block[:block.index("\n  }\n")]
+    for service, reads in host_secrets.READS.items():
+        line = re.search(rf"^\s*{service}\s*=\s*(.*?)(?=^\s*\w+\s*=|\Z)", block,
+                         re.MULTILINE | re.DOTALL).group(1)
+        named = set(re.findall(r'"([a-z-]+(?:/[a-z]+)?)"', line))
+        assert {f"users/{u}" for u in reads.users} <= named | (
+            {f"users/{u}" for u in USERS} if "every_user" in line else set()), service
+        assert {f"zookeeper/{z}" for z in reads.zookeeper} <= named, service
+        assert ("every_http_user" in line) == reads.http, service
+        assert "ca" in named, service
+        own_users = {n for n in named if n.startswith("users/")}
+        assert own_users <= {f"users/{u}" for u in reads.users}, service
+
+
+def test_a_broker_host_fetches_its_secrets_and_issues_its_certificate(secret_store, tmp_path):
+    standin, endpoint, passwords = secret_store
+    out = tmp_path / "security"
+    done = run_fetch(endpoint, "broker", out, "--name", "broker-0", "--host", "10.10.1.17",
+                     "--host", "broker-0.internal", "--options-out", str(tmp_path / "secured.env"))
+    assert done.returncode == 0, done.stderr
+    security = host_secrets.LabSecurity(str(out))
+    for user in USERS:
+        assert read_password_file(security.password_file(user)) == passwords[user]
+    assert read_password_file(security.zookeeper_identity_file("cluster")) == \
+        "samsa-cluster:zk-cluster"
+    assert not os.path.exists(security.zookeeper_identity_file("mirror"))
+    cert_path, key_path = security.cert_files("broker-0")
+    cert = x509.load_pem_x509_certificate(open(cert_path, "rb").read())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {str(a) for a in names.get_values_for_type(x509.IPAddress)} == {"10.10.1.17"}
+    assert names.get_values_for_type(x509.DNSName) == ["broker-0.internal"]
+    # signed by the environment's authority (its certificate beside)
+    ssl.create_default_context(cafile=security.ca_file).load_cert_chain(cert_path, key_path)
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(
+        open(security.ca_file, "rb").read()))
+    # every file the owner's alone; the authority's key not left behind
+    for root, dirs, files in os.walk(out):
+        for d in dirs:
+            assert stat.S_IMODE(os.stat(os.path.join(root, d)).st_mode) == 0o700
+        for f in files:
+            if f.endswith(".key") or f.endswith(".password") or f.endswith(".zk"):
+                assert stat.S_IMODE(os.stat(os.path.join(root, f)).st_mode) == 0o600
+            assert "PRIVATE KEY" not in open(os.path.join(root, f)).read() or f.endswith(".key")
+    users_file = open(security.http_users_file).read()
+    assert all(f"http-{u}" not in users_file for u, _ in HTTP_USERS)   # hashes only
+    options = open(tmp_path / "secured.env").read()
+    assert options.startswith("SAMSA_SECURED_OPTIONS=--set tls_port=9092 --set port=9094 ")
+    assert f"sasl_password_file={security.password_file('broker')}" in options
+    assert "pw-broker" not in options
+    # it asked only for what its role may read
+    assert {name for _, name, answer in standin.requests} <= set(readable_by("broker"))
+    assert all(answer == "ok" for _, _, answer in standin.requests)
+
+
+@pytest.mark.parametrize("case", ["not granted", "authority not put", "wrong region",
+                                  "wrong key"])
+def test_a_secret_that_cannot_be_had_fails_the_boot_in_one_line(secret_store, tmp_path, case):
+    standin, endpoint, _ = secret_store
+    out = tmp_path / "security"
+    args = ("--name", "mirror-0", "--host", "10.10.2.5")
+    if case == "not granted":
+        # the mirror's role asks for what only the brokers read
+        standin.grant("AKIDMIRROR", "secret-mirror",
+                      [n for n in readable_by("mirror") if n != f"{ENV}/users/mirror"])
+        done, expected = run_fetch(endpoint, "mirror", out, *args), \
+            f"secret {ENV}/users/mirror: AccessDeniedException"
+    elif case == "authority not put":
+        standin.put(f"{ENV}/ca", None)
+        done, expected = run_fetch(endpoint, "mirror", out, *args), \
+            f"secret {ENV}/ca: ResourceNotFoundException"
+    elif case == "wrong region":
+        done, expected = run_fetch(endpoint, "mirror", out, *args, region="eu-west-1"), \
+            f"secret {ENV}/ca: InvalidSignatureException"
+    else:
+        standin.grant("AKIDMIRROR", "another-secret", readable_by("mirror"))
+        done, expected = run_fetch(endpoint, "mirror", out, *args), \
+            f"secret {ENV}/ca: InvalidSignatureException"
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+    if case == "authority not put":
+        assert "python -m infra.cloud_secrets authority" in lines[0]
+    # nothing half-written: no password file without its certificate
+    assert not os.path.exists(out / "users" / "mirror.password")
+
+
+def test_a_cloud_cluster_booted_from_the_store_runs_secured(secret_store, tmp_path,
+                                                            broker_factory):
+    standin, endpoint, passwords = secret_store
+    # ZooKeeper's host: its certificate, TLS alone on its client port
+    zk_dir = tmp_path / "zk-security"
+    assert run_fetch(endpoint, "zookeeper", zk_dir, "--name", "zookeeper-1",
+                     "--host", "127.0.0.1").returncode == 0
+    zk_security = host_secrets.LabSecurity(str(zk_dir))
+    ensemble = ZooKeeperEnsemble(1, str(tmp_path / "zookeeper"),
+                                 tls=zk_security.zookeeper_server_tls("zookeeper-1"))
+    ensemble.start()
+    try:
+        connect = ensemble.connect_string("/dc-a", tls=True)
+        # the broker's host: secrets, users and ACLs, then the broker
+        b_dir = tmp_path / "broker-security"
+        env_file = tmp_path / "secured.env"
+        done = run_fetch(endpoint, "broker", b_dir, "--name", "broker-0", "--host", "127.0.0.1",
+                         "--options-out", str(env_file))
+        assert done.returncode == 0, done.stderr
+        acls = tmp_path / "acls.toml"
+        acls.write_text(host_secrets.acls_toml(cluster_acls(load_topology(TOPOLOGY), "dc-a")))
+        provision = [sys.executable, "-m", "infra.host_secrets", "provision", "--security",
+                     str(b_dir), "--acls", str(acls), "--zookeeper", connect]
+        first = subprocess.run(provision, capture_output=True, text=True, timeout=60)
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.startswith(f"{len(USERS)} credentials written, ")
+        again = subprocess.run(provision, capture_output=True, text=True, timeout=60)
+        assert again.stdout.startswith("0 credentials written, 0 ACL entries added"), again
+
+        words = env_file.read_text().split("=", 1)[1].split()
+        settings = dict(w.split("=", 1) for w in words if w != "--set")
+        settings.update({"tls_port": 0, "port": 0, "zookeeper": connect, "log.flush_ms": 10,
+                         "metrics_http.tls_cert_file": "", "metrics_http.tls_key_file": ""})
+        settings = {k: v for k, v in settings.items() if not k.startswith("metrics_http.")}
+        broker = broker_factory(settings)
+        b_security = host_secrets.LabSecurity(str(b_dir))
+        client_dir = tmp_path / "producer-client"
+        client_dir.mkdir(mode=0o700)
+        (client_dir / "producer.password").write_text(passwords["producer"] + "\n")
+        os.chmod(client_dir / "producer.password", 0o600)
+
+        def produce(password_file: str) -> set[str]:
+            """Send 50 messages as the producer: the errors of those that failed."""
+            with ClusterProducer(connect, acks="flushed", zookeeper_tls=b_security.zookeeper_tls(),
+                                 sasl_username="producer", sasl_password_file=password_file,
+                                 tls=True, tls_ca_file=b_security.ca_file) as producer:
+                sent = [producer.send("page-views", b"view-%d" % i) for i in range(50)]
+                producer.flush(timeout=30)
+            return {str(f.exception()) for f in sent if f.exception()}
+
+        assert broker.tls_port
+        # registered, its controller up (as the lab waits for them): until then
+        # the broker is still making the cluster's nodes, with the cluster's
+        # ACL, under which a client may create none of those it would wait on
+        watcher = make_client(connect, tls=b_security.zookeeper_tls())
+        start_client(watcher, connect)
+        try:
+            wait_until(lambda: all(watcher.exists(p) for p in (
+                f"{paths.BROKER_TLS}/0", paths.BROKER_TOPICS, paths.REPLICATED_TOPICS)), 20,
+                what="the broker's registration and its controller's nodes")
+        finally:
+            watcher.stop()
+            watcher.close()
+        assert produce(str(client_dir / "producer.password")) == set()
+
+        # the users and ACLs are the cluster's: a stranger's ZooKeeper client
+        # reads no credential; the cluster identity sees the producer's grant
+        identity = Identity.from_file(b_security.zookeeper_identity_file("cluster"))
+        zk = make_client(connect, identity=identity, tls=b_security.zookeeper_tls())
+        start_client(zk, connect)
+        try:
+            assert store.list_users(zk) == sorted(USERS)
+            assert any(e.principal == "User:producer" and e.operation == "write"
+                       for e in store.list_acls(zk))
+        finally:
+            zk.stop()
+            zk.close()
+
+        # a rotation: the store's new password is written at the next boot,
+        # and the old one no longer gets in
+        standin.put(f"{ENV}/users/producer", "pw-producer-2")
+        assert run_fetch(endpoint, "broker", b_dir, "--name", "broker-0",
+                         "--host", "127.0.0.1").returncode == 0
+        rotated = subprocess.run(provision, capture_output=True, text=True, timeout=60)
+        assert rotated.stdout.startswith("1 credentials written, 0 ACL entries added"), rotated
+        (failed,) = produce(str(client_dir / "producer.password"))
+        assert "SASL_AUTHENTICATION_FAILED" in failed, failed
+        (client_dir / "producer.password").write_text("pw-producer-2\n")
+        assert produce(str(client_dir / "producer.password")) == set()
+    finally:
+        ensemble.stop()
+
+
+def test_the_rendered_acls_read_back(tmp_path):
+    entries = cluster_acls(load_topology(TOPOLOGY), "analysis")
+    path = tmp_path / "acls.toml"
+    path.write_text(host_secrets.acls_toml(entries))
+    assert host_secrets.read_acls(str(path)) == entries
+    path.write_text('[[acl]]\nprincipal = "User:x"\n')
+    with pytest.raises(host_secrets.SecretError, match="a bad \\[\\[acl\\]\\] entry"):
+        host_secrets.read_acls(str(path))
