@@ -18,7 +18,9 @@ the same settings follow from them (docs/security.md, "In the cloud").
             http/users, http/<user>.password the HTTP users of its ports
 
         ``--options-out`` writes ``SAMSA_SECURED_OPTIONS=...``, the service's
-        secured ``--set`` options, for its systemd unit (``EnvironmentFile``)
+        secured ``--set`` options (broker, mirror, audit), for its systemd
+        unit (``EnvironmentFile``); ``--zoo-cfg-out`` a ZooKeeper member's
+        zoo.cfg lines of its TLS client port (and its key store beside)
 
     python -m infra.host_secrets provision --security /etc/samsa/security \\
             --acls /etc/samsa/acls.toml --zookeeper 10.10.1.5:2181/dc-a
@@ -178,15 +180,52 @@ CLOUD_TLS_PORT, CLOUD_PLAINTEXT_PORT = 9092, 9094
 
 def secured_options(service: str, security: LabSecurity, name: str) -> list[str]:
     """The secured ``--set`` options of ``service`` on the host whose
-    certificate is ``name`` (a broker's: TLS at CLOUD_TLS_PORT, SCRAM, ACLs,
-    ZooKeeper over TLS as the cluster identity, /metrics over HTTPS with
-    users)."""
+    certificate is ``name``:
+
+    * broker: TLS at CLOUD_TLS_PORT, SCRAM, ACLs, replication over TLS as
+      ``broker``, ZooKeeper over TLS as the ``cluster`` identity, /metrics
+      over HTTPS with the HTTP users;
+    * mirror: its user and ZooKeeper identity at the brokers' TLS listeners
+      and ZooKeeper's TLS port (``credentials.*``), /metrics over HTTPS
+      (``metrics_http.*``);
+    * audit (``python -m audit serve`` and its counters): its user and
+      identity (``credentials.*``), its HTTP port over HTTPS with the HTTP
+      users (``http.*``).
+
+    ZooKeeper takes zoo.cfg lines instead (zookeeper_tls_lines)."""
     if service == "broker":
-        options = ["--set", f"tls_port={CLOUD_TLS_PORT}", "--set", f"port={CLOUD_PLAINTEXT_PORT}"]
-        for key, value in security.broker_settings(name).items():
-            options += ["--set", f"{key}={value}"]
-        return options
-    raise SecretError(f"no secured options for {service!r} yet: only the broker's")
+        return ["--set", f"tls_port={CLOUD_TLS_PORT}", "--set", f"port={CLOUD_PLAINTEXT_PORT}",
+                *_set(security.broker_settings(name), "")]
+    if service == "mirror":
+        return [*security.credential_options(MIRROR, ZK_MIRROR),
+                *security.http_options(name, "metrics_http")]
+    if service == "audit":
+        return [*security.credential_options(AUDIT, ZK_AUDIT), *security.http_options(name)]
+    raise SecretError(f"no secured options for {service!r} yet: the broker's, the mirror's "
+                      f"and the audit's (ZooKeeper: --zoo-cfg-out)")
+
+
+def _set(values: dict[str, str], table: str) -> list[str]:
+    options = []
+    for key, value in values.items():
+        options += ["--set", f"{table}{key}={value}"]
+    return options
+
+
+#: the cloud's ZooKeeper client port (module zookeeper), TLS alone when secured
+CLOUD_ZOOKEEPER_PORT = 2181
+
+
+def zookeeper_tls_lines(security: LabSecurity, name: str, key_store: str) -> str:
+    """The zoo.cfg lines of a secured member whose certificate is ``name``:
+    TLS alone on CLOUD_ZOOKEEPER_PORT (no ``clientPort`` beside it; the
+    member's zoo.cfg must have none), Netty, the PEM key store written to
+    ``key_store`` (the owner's alone), no client certificate asked (clients
+    prove who they are with their digest identities)."""
+    tls = security.zookeeper_server_tls(name)
+    tls.write_key_store(key_store)
+    values = tls.settings(key_store, "0.0.0.0", CLOUD_ZOOKEEPER_PORT)
+    return "".join(f"{key}={value}\n" for key, value in values.items())
 
 
 def write_options(path: str, options: list[str]) -> None:
@@ -269,7 +308,10 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--out", required=True, help="the security directory (made 0700)")
     f.add_argument("--days", type=int, default=365)
     f.add_argument("--options-out", help="write the service's secured --set options here, "
-                                         "as SAMSA_SECURED_OPTIONS= (a systemd EnvironmentFile)")
+                                         "as SAMSA_SECURED_OPTIONS= (a systemd EnvironmentFile; "
+                                         "broker, mirror, audit)")
+    f.add_argument("--zoo-cfg-out", help="(zookeeper) write the zoo.cfg lines of its TLS client "
+                                         "port here, its key store beside it (zookeeper.pem)")
     v = sub.add_parser("provision", help="(a broker) write the users and ACLs in ZooKeeper")
     v.add_argument("--security", required=True, help="the directory fetch wrote")
     v.add_argument("--acls", required=True, help="the cluster's ACL file (python -m infra.render)")
@@ -291,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
                 write_options(args.options_out, secured_options(args.service, security,
                                                                 args.name))
                 print(f"secured options in {args.options_out}")
+            if args.zoo_cfg_out:
+                key_store = os.path.join(os.path.dirname(os.path.abspath(args.zoo_cfg_out)),
+                                         "zookeeper.pem")
+                write_private(args.zoo_cfg_out, zookeeper_tls_lines(security, args.name,
+                                                                    key_store))
+                print(f"zoo.cfg lines of the TLS port in {args.zoo_cfg_out}")
             return 0
         return _provision(args)
     except (SecretError, AuthorityError, ValueError) as exc:

@@ -36,7 +36,7 @@ import time
 from typing import Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
@@ -51,10 +51,36 @@ log = logging.getLogger(__name__)
 _BROKER_IDS = object()          # in ``_unread``: the broker list (else a topic's name)
 
 
+#: how long a view waits for a secured cluster's broker to make a node the
+#: view may not make itself (a broker starting up makes them within a second)
+MAKING_WAIT_S = 30.0
+
+
+def _ensure_open(client: KazooClient, path: str, wait_s: float) -> None:
+    """``path`` made open when missing. In a secured cluster the brokers make
+    ``/brokers`` with the cluster's ACL (everyone may read, no one else add):
+    a view started while a broker is still making its children waits for it
+    to make ``path`` (a watch, up to ``wait_s``), then NoAuthError saying so."""
+    try:
+        client.ensure_path(path, acl=OPEN_ACL_UNSAFE)
+        return
+    except NoAuthError:
+        pass
+    made = threading.Event()
+    if client.exists(path, watch=lambda _event: made.set()) is not None:
+        return
+    if not made.wait(wait_s):
+        raise NoAuthError(f"{path} is missing and this client may not make it: waited "
+                          f"{wait_s:.0f}s for the cluster's brokers to make it")
+
+
 class ClusterView:
-    def __init__(self, client: KazooClient, tls: bool = False) -> None:
+    def __init__(self, client: KazooClient, tls: bool = False,
+                 wait_s: float = MAKING_WAIT_S) -> None:
         """``client`` is started and rooted at the cluster's chroot; with
-        ``tls`` the brokers' addresses are their TLS listeners'."""
+        ``tls`` the brokers' addresses are their TLS listeners'. A node it
+        watches that is missing, which it may not make (a secured cluster
+        whose broker is still making them), is waited for up to ``wait_s``."""
         self.client = client
         self.tls = tls
         self._lock = threading.Lock()
@@ -76,7 +102,7 @@ class ClusterView:
         # an identity of its own (a mirror, a group), a node would be that
         # identity's and no broker could register under it.
         for path in (paths.BROKER_IDS, paths.BROKER_TOPICS, paths.REPLICATED_TOPICS):
-            client.ensure_path(path, acl=OPEN_ACL_UNSAFE)
+            _ensure_open(client, path, wait_s)
         ChildrenWatch(client, paths.BROKER_IDS, self._on_broker_ids)
         ChildrenWatch(client, paths.BROKER_TOPICS, self._on_topics)
         ChildrenWatch(client, paths.REPLICATED_TOPICS, self._on_replicated_topics)

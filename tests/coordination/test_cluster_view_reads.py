@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from kazoo.exceptions import ConnectionLoss
 from kazoo.retry import RetryFailedError
 from broker.coordination import paths
@@ -143,3 +144,51 @@ def test_a_read_again_of_a_topic_deleted_and_made_again_is_dropped(zk_client, mo
     assert view.wait_for(lambda v: v._topics.get("t") == {8: 1}, 10)
     read_again.finish()
     assert view._topics.get("t") == {8: 1}, "the old topic's holders were written last"
+
+
+def test_a_view_started_while_a_secured_broker_makes_its_nodes_waits_for_them(
+        zookeeper, zk_client, zk_chroot, monkeypatch):
+    # a secured cluster's broker makes /brokers with the cluster's ACL
+    # (everyone may read, no one else add), then its children: a view (a
+    # producer, a group) started in between may make none of them. It failed
+    # with NoAuthError; it waits for the broker to make them.
+    from kazoo.exceptions import NoAuthError
+
+    from broker.coordination.zk import make_client, start_client
+    from broker.coordination.zk_acls import Identity
+    cluster = Identity("samsa-cluster", "cluster-password")
+    connect = zookeeper.connect_string(zk_chroot)
+    broker_side = make_client(connect, identity=cluster)
+    start_client(broker_side, connect)
+    try:
+        broker_side.create("/brokers", b"", acl=cluster.default_acl())
+        broker_side.create(paths.BROKER_IDS, b"", acl=cluster.default_acl())
+        broker_side.create(paths.REPLICATION, b"", acl=cluster.default_acl())
+        asked = threading.Event()
+        real_exists = zk_client.exists
+
+        def exists(path, watch=None):
+            if watch is not None and path == paths.BROKER_TOPICS:
+                asked.set()          # refused, the view now waits for the node
+            return real_exists(path, watch=watch)
+
+        monkeypatch.setattr(zk_client, "exists", exists)
+        made = []
+        waiting = threading.Thread(target=lambda: made.append(ClusterView(zk_client, wait_s=30)))
+        waiting.start()
+        assert asked.wait(10), "the view did not wait for /brokers/topics"
+        # the view is waiting for the nodes it may not make: it sees them once made
+        for path in (paths.BROKER_TOPICS, paths.REPLICATED_TOPICS):
+            broker_side.ensure_path(path)
+        broker_side.create(paths.broker_id_path(3), b"127.0.0.1:9092")
+        waiting.join(30)
+        assert made, "the view did not start once the broker made its nodes"
+        assert made[0].wait_for(lambda v: 3 in v.brokers(), 10)
+
+        # nodes no broker makes: a clear error after the wait, not a hang
+        broker_side.delete(paths.REPLICATED_TOPICS)
+        with pytest.raises(NoAuthError, match="may not make it: waited 0s"):
+            ClusterView(zk_client, wait_s=0.2)
+    finally:
+        broker_side.stop()
+        broker_side.close()

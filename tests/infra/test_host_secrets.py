@@ -20,13 +20,11 @@ import pytest
 from cryptography import x509
 
 from broker.client.cluster_producer import ClusterProducer
-from broker.coordination import paths
 from broker.coordination.zk import make_client, start_client
 from broker.coordination.zk_acls import Identity
 from broker.harness.zookeeper import ZooKeeperEnsemble
 from broker.security import store
 from broker.security.password_file import read_password_file
-from broker_helpers import wait_until
 from infra import host_secrets
 from infra.cloud_secrets import make_authority
 from infra.local.lab_security import HTTP_USERS, USERS, ZK_IDENTITIES, cluster_acls
@@ -224,18 +222,6 @@ def test_a_cloud_cluster_booted_from_the_store_runs_secured(secret_store, tmp_pa
             return {str(f.exception()) for f in sent if f.exception()}
 
         assert broker.tls_port
-        # registered, its controller up (as the lab waits for them): until then
-        # the broker is still making the cluster's nodes, with the cluster's
-        # ACL, under which a client may create none of those it would wait on
-        watcher = make_client(connect, tls=b_security.zookeeper_tls())
-        start_client(watcher, connect)
-        try:
-            wait_until(lambda: all(watcher.exists(p) for p in (
-                f"{paths.BROKER_TLS}/0", paths.BROKER_TOPICS, paths.REPLICATED_TOPICS)), 20,
-                what="the broker's registration and its controller's nodes")
-        finally:
-            watcher.stop()
-            watcher.close()
         assert produce(str(client_dir / "producer.password")) == set()
 
         # the users and ACLs are the cluster's: a stranger's ZooKeeper client
@@ -274,3 +260,67 @@ def test_the_rendered_acls_read_back(tmp_path):
     path.write_text('[[acl]]\nprincipal = "User:x"\n')
     with pytest.raises(host_secrets.SecretError, match="a bad \\[\\[acl\\]\\] entry"):
         host_secrets.read_acls(str(path))
+
+
+RENDERED = os.path.join(os.path.dirname(__file__), "..", "..", "infra", "terraform",
+                        "environments", "production", "rendered")
+
+
+@pytest.mark.parametrize("service", ["broker", "mirror", "audit"])
+def test_each_services_secured_options_are_taken_by_its_command(secret_store, tmp_path,
+                                                                 service):
+    # the options a host's unit passes are settings the service's own command
+    # takes (its --print-config: the effective settings, nothing started)
+    _standin, endpoint, _ = secret_store
+    out, env_file = tmp_path / "security", tmp_path / "secured.env"
+    done = run_fetch(endpoint, service, out, "--name", f"{service}-0", "--host", "10.10.3.4",
+                     "--options-out", str(env_file))
+    assert done.returncode == 0, done.stderr
+    options = env_file.read_text().removeprefix("SAMSA_SECURED_OPTIONS=").split()
+    security = host_secrets.LabSecurity(str(out))
+    if service == "broker":
+        command = ["broker", "--config", os.path.join(RENDERED, "broker-dc-us-east.toml"),
+                   "--set", "zookeeper=10.10.1.5:2181/dc-us-east"]
+        expected = ['tls_port = 9092', 'port = 9094', 'authentication = "scram"',
+                    'authorization = true', 'inter_broker_tls = true', 'zookeeper_tls = true',
+                    f'sasl_password_file = "{security.password_file("broker")}"',
+                    f'zookeeper_auth_file = "{security.zookeeper_identity_file("cluster")}"']
+    elif service == "mirror":
+        config = tmp_path / "mirror.toml"
+        config.write_text(re.sub(r"\$\{zookeeper\.(\w+)\}", r"10.10.1.5:2181/\1",
+                                 open(os.path.join(RENDERED, "mirror-to-analysis.toml")).read()))
+        command = ["mirror", "--config", str(config)]
+        expected = ['sasl_username = "mirror"', "tls = true", "zookeeper_tls = true",
+                    f'zookeeper_auth_file = "{security.zookeeper_identity_file("mirror")}"',
+                    f'users_file = "{security.http_users_file}"']
+    else:
+        command = ["audit", "serve", "--zookeeper", "10.10.1.5:2181/analysis"]
+        expected = ['sasl_username = "audit"', "tls = true", "zookeeper_tls = true",
+                    f'tls_cert_file = "{security.cert_files("audit-0")[0]}"',
+                    f'users_file = "{security.http_users_file}"']
+    printed = subprocess.run([sys.executable, "-m", *command, *options, "--print-config"],
+                             capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    lines = {line.strip() for line in printed.stdout.splitlines()}
+    assert [e for e in expected if e not in lines] == [], printed.stdout
+
+
+def test_a_zookeeper_host_gets_the_lines_of_its_tls_port(secret_store, tmp_path):
+    _standin, endpoint, _ = secret_store
+    out = tmp_path / "security"
+    zoo_cfg = tmp_path / "conf" / "secured.cfg"
+    zoo_cfg.parent.mkdir(mode=0o700)
+    done = run_fetch(endpoint, "zookeeper", out, "--name", "zookeeper-1", "--host", "10.10.1.5",
+                     "--zoo-cfg-out", str(zoo_cfg))
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split("=", 1) for line in zoo_cfg.read_text().splitlines())
+    key_store = str(tmp_path / "conf" / "zookeeper.pem")
+    assert lines["secureClientPort"] == "2181" and "clientPort" not in lines
+    assert lines["ssl.keyStore.location"] == key_store
+    assert lines["ssl.keyStore.type"] == "PEM" and lines["ssl.clientAuth"] == "none"
+    assert lines["serverCnxnFactory"].endswith("NettyServerCnxnFactory")
+    held = open(key_store).read()
+    assert "PRIVATE KEY" in held and "CERTIFICATE" in held
+    assert stat.S_IMODE(os.stat(key_store).st_mode) == 0o600
+    # the member's own users: none (it reads only the authority)
+    assert not os.path.exists(out / "users") and not os.path.exists(out / "http")
