@@ -19,7 +19,10 @@ the same settings follow from them (docs/security.md, "In the cloud").
 
         ``--options-out`` writes ``SAMSA_SECURED_OPTIONS=...``, the service's
         secured ``--set`` options (broker, mirror, audit), for its systemd
-        unit (``EnvironmentFile``); ``--zoo-cfg-out`` a ZooKeeper member's
+        unit (``EnvironmentFile``); ``--warehouse-out`` the analysis stack's
+        lines of the DAGs' settings file (after its ``[warehouse]`` table's
+        own: the audit asked over HTTPS as ``airflow``, and
+        ``[loader.credentials]``); ``--zoo-cfg-out`` a ZooKeeper member's
         zoo.cfg lines of its TLS client port (and its key store beside)
 
     python -m infra.host_secrets provision --security /etc/samsa/security \\
@@ -192,7 +195,8 @@ def secured_options(service: str, security: LabSecurity, name: str) -> list[str]
       identity (``credentials.*``), its HTTP port over HTTPS with the HTTP
       users (``http.*``).
 
-    ZooKeeper takes zoo.cfg lines instead (zookeeper_tls_lines)."""
+    ZooKeeper takes zoo.cfg lines instead (zookeeper_tls_lines), the
+    analysis stack lines of the DAGs' settings file (``--warehouse-out``)."""
     if service == "broker":
         return ["--set", f"tls_port={CLOUD_TLS_PORT}", "--set", f"port={CLOUD_PLAINTEXT_PORT}",
                 *_set(security.broker_settings(name), "")]
@@ -202,7 +206,7 @@ def secured_options(service: str, security: LabSecurity, name: str) -> list[str]
     if service == "audit":
         return [*security.credential_options(AUDIT, ZK_AUDIT), *security.http_options(name)]
     raise SecretError(f"no secured options for {service!r} yet: the broker's, the mirror's "
-                      f"and the audit's (ZooKeeper: --zoo-cfg-out)")
+                      f"and the audit's (ZooKeeper: --zoo-cfg-out; analysis: --warehouse-out)")
 
 
 def _set(values: dict[str, str], table: str) -> list[str]:
@@ -310,6 +314,9 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--options-out", help="write the service's secured --set options here, "
                                          "as SAMSA_SECURED_OPTIONS= (a systemd EnvironmentFile; "
                                          "broker, mirror, audit)")
+    f.add_argument("--warehouse-out", help="(analysis) write what the DAGs' settings file adds "
+                                           "after its [warehouse] table's own lines: the audit "
+                                           "over HTTPS as airflow, [loader.credentials]")
     f.add_argument("--zoo-cfg-out", help="(zookeeper) write the zoo.cfg lines of its TLS client "
                                          "port here, its key store beside it (zookeeper.pem)")
     v = sub.add_parser("provision", help="(a broker) write the users and ACLs in ZooKeeper")
@@ -325,6 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.command == "fetch":
+            for given, option, services in (
+                    (args.options_out, "--options-out", ("broker", "mirror", "audit")),
+                    (args.warehouse_out, "--warehouse-out", ("analysis",)),
+                    (args.zoo_cfg_out, "--zoo-cfg-out", ("zookeeper",))):
+                if given and args.service not in services:
+                    raise SecretError(f"{option} is for {' and '.join(services)}, "
+                                      f"not {args.service}")
             security = fetch(SecretsManager(args.region), args.environment, args.service,
                              args.name, args.host, args.out, args.days)
             print(f"{args.service}: secrets of {args.environment} in {args.out}, "
@@ -333,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
                 write_options(args.options_out, secured_options(args.service, security,
                                                                 args.name))
                 print(f"secured options in {args.options_out}")
+            if args.warehouse_out:
+                write_private(args.warehouse_out, security.warehouse_toml())
+                print(f"the warehouse's secured settings in {args.warehouse_out}")
             if args.zoo_cfg_out:
                 key_store = os.path.join(os.path.dirname(os.path.abspath(args.zoo_cfg_out)),
                                          "zookeeper.pem")

@@ -324,3 +324,33 @@ def test_a_zookeeper_host_gets_the_lines_of_its_tls_port(secret_store, tmp_path)
     assert stat.S_IMODE(os.stat(key_store).st_mode) == 0o600
     # the member's own users: none (it reads only the authority)
     assert not os.path.exists(out / "users") and not os.path.exists(out / "http")
+
+
+def test_the_analysis_stack_gets_the_warehouse_settings_its_dags_read(secret_store, tmp_path):
+    from hadoop_loader.config import read_settings
+    _standin, endpoint, passwords = secret_store
+    out, extra = tmp_path / "security", tmp_path / "warehouse-secured.toml"
+    done = run_fetch(endpoint, "analysis", out, "--name", "analysis-0", "--host", "10.10.9.4",
+                     "--warehouse-out", str(extra))
+    assert done.returncode == 0, done.stderr
+    security = host_secrets.LabSecurity(str(out))
+    # the file as the analysis stack's boot writes it: its own tables, then these lines
+    config = tmp_path / "warehouse.toml"
+    config.write_text('[loader]\nzookeeper = "10.10.9.5:2181/analysis"\noutput = "/tmp/w"\n'
+                      '\n[warehouse]\naudit_url = "https://10.10.9.6:8090"\n' + extra.read_text())
+    loader, warehouse = read_settings(str(config))
+    assert loader.credentials.sasl_username == "loader" and loader.credentials.tls
+    assert read_password_file(loader.credentials.sasl_password_file) == passwords["loader"]
+    assert read_password_file(loader.credentials.zookeeper_auth_file) == \
+        "samsa-loader:zk-loader"
+    assert loader.credentials.zookeeper_tls
+    assert warehouse.audit_username == "airflow"
+    assert warehouse.audit_ca_file == security.ca_file
+    assert read_password_file(warehouse.audit_password_file) == "http-airflow"
+    assert stat.S_IMODE(os.stat(extra).st_mode) == 0o600
+    # only the analysis stack's
+    refused = run_fetch(endpoint, "mirror", tmp_path / "m", "--name", "m", "--host", "10.0.0.1",
+                        "--warehouse-out", str(tmp_path / "x.toml"))
+    assert refused.returncode == 2, refused
+    assert "--warehouse-out is for analysis, not mirror" in refused.stderr
+    assert not os.path.exists(tmp_path / "m")       # refused before anything is read
