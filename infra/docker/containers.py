@@ -96,10 +96,11 @@ class Containers:
     def run(self, name: str, image: str, command: list[str] | None = None,
             env: dict[str, str] | None = None, files: dict[str, str] | None = None,
             ready: Callable[[Service], bool] | None = None, timeout: float = 60.0,
-            wait: bool = True, **docker_kwargs) -> Service:
+            wait: bool = True, tmpfs: tuple[str, ...] = (), **docker_kwargs) -> Service:
         """Start ``image`` as ``name`` with host networking; ``files`` maps a
         path in the container to a host file or directory mounted there
-        (read-only unless the path ends in ``:rw``); waits on ``ready`` unless
+        (read-only unless the path ends in ``:rw``); ``tmpfs``: paths in the
+        container a tmpfs is mounted on; waits on ``ready`` unless
         ``wait`` is false. Other keywords go to the docker SDK's run
         (``user``, ``working_dir``...)."""
         container = DockerContainer(image).with_kwargs(network_mode="host", **docker_kwargs)
@@ -111,6 +112,8 @@ class Containers:
             if inside.endswith(":rw"):
                 inside, mode = inside[:-3], "rw"
             container.with_volume_mapping(os.path.abspath(host), inside, mode)
+        for path in tmpfs:
+            container.with_tmpfs_mount(path)
         if command:
             container.with_command(command)
         service = Service(name, container, ready)

@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BASE = "samsa/base:bookworm"
 SOURCE_URL = "https://github.com/samsa/samsa"      # org.opencontainers.image.source
-IMAGES = ("zookeeper", "haproxy", "postgres", "samsa", "analysis")
+IMAGES = ("zookeeper", "haproxy", "postgres", "samsa", "analysis", "instance")
 
 
 def latest(name: str) -> str:

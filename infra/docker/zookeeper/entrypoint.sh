@@ -1,5 +1,7 @@
 #!/bin/sh
 # Write zoo.cfg from the environment, then run ZooKeeper in the foreground.
+# ZOO_ADDRESS: the address its client port binds (empty: every address); the
+# quorum ports bind the member's own address in ZOO_SERVERS.
 set -eu
 cfg=/conf/zoo.cfg
 {
@@ -18,8 +20,10 @@ cfg=/conf/zoo.cfg
     echo "ssl.trustStore.location=${ZOO_TLS_TRUST_STORE}"
     echo "ssl.trustStore.type=PEM"
     echo "ssl.clientAuth=${ZOO_TLS_CLIENT_AUTH}"
+    [ -z "${ZOO_ADDRESS}" ] || echo "secureClientPortAddress=${ZOO_ADDRESS}"
   else
     echo "clientPort=${ZOO_PORT}"
+    [ -z "${ZOO_ADDRESS}" ] || echo "clientPortAddress=${ZOO_ADDRESS}"
   fi
   echo "admin.enableServer=false"
   echo "4lw.commands.whitelist=${ZOO_4LW_COMMANDS}"

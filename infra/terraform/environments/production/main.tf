@@ -41,6 +41,7 @@ locals {
 
 module "dc_us_east" {
   source              = "../../modules/datacenter"
+  zookeeper_image     = "${var.image_registry}/samsa/zookeeper:${var.image_version}"
   providers           = { aws = aws.dc_us_east }
   name                = "samsa-prod-use1"
   cluster             = "dc-us-east"
@@ -64,6 +65,7 @@ module "dc_us_east" {
 
 module "dc_eu_west" {
   source              = "../../modules/datacenter"
+  zookeeper_image     = "${var.image_registry}/samsa/zookeeper:${var.image_version}"
   providers           = { aws = aws.dc_eu_west }
   name                = "samsa-prod-euw1"
   cluster             = "dc-eu-west"
@@ -87,6 +89,7 @@ module "dc_eu_west" {
 
 module "analysis" {
   source             = "../../modules/datacenter"
+  zookeeper_image    = "${var.image_registry}/samsa/zookeeper:${var.image_version}"
   providers          = { aws = aws.analysis }
   name               = "samsa-prod-analysis"
   cluster            = "analysis"

@@ -67,6 +67,24 @@ variable "ami_ids" {
   type        = map(string)
 }
 
+variable "image_registry" {
+  description = "Where the project's images are pushed (make push-images), e.g. 123456789012.dkr.ecr.us-east-2.amazonaws.com: the instances pull REGISTRY/samsa/<image>:<image_version>."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$", var.image_registry))
+    error_message = "image_registry: a registry host (and path), no scheme."
+  }
+}
+
+variable "image_version" {
+  description = "The tag of the images the instances run (the project's version, make images)."
+  type        = string
+  validation {
+    condition     = can(regex("^[A-Za-z0-9._-]{1,128}$", var.image_version))
+    error_message = "image_version: a tag (letters, digits, '.', '_', '-')."
+  }
+}
+
 variable "samsa_wheel_url" {
   description = "The Samsa wheel the instances install (an s3:// URI in the artifact bucket)."
   type        = string

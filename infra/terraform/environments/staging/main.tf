@@ -15,6 +15,7 @@ locals {
 
 module "dc_staging" {
   source               = "../../modules/datacenter"
+  zookeeper_image      = "${var.image_registry}/samsa/zookeeper:${var.image_version}"
   name                 = "samsa-stg-dc"
   cluster              = "dc-staging"
   cidr                 = "10.110.0.0/16"
@@ -41,6 +42,7 @@ module "dc_staging" {
 
 module "analysis" {
   source             = "../../modules/datacenter"
+  zookeeper_image    = "${var.image_registry}/samsa/zookeeper:${var.image_version}"
   name               = "samsa-stg-analysis"
   cluster            = "analysis"
   cidr               = local.analysis_cidr

@@ -41,6 +41,7 @@ module "zookeeper" {
   source     = "../zookeeper"
   name       = var.name
   size       = var.zookeeper_size
+  image      = var.zookeeper_image
   vpc_id     = module.network.vpc_id
   subnet_ids = module.network.private_subnet_ids
   # its own VPC, and the other-region clients (the mirror's consumer group

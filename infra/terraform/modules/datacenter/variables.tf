@@ -22,6 +22,11 @@ variable "availability_zones" {
   type        = list(string)
 }
 
+variable "zookeeper_image" {
+  description = "The samsa/zookeeper image its ensemble runs (REGISTRY/samsa/zookeeper:VERSION)."
+  type        = string
+}
+
 variable "zookeeper_size" {
   description = "ZooKeeper ensemble members."
   type        = number

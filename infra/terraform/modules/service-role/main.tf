@@ -1,5 +1,6 @@
 # One IAM role per service, for its EC2 instances: SSM sessions instead of
-# SSH, the CloudWatch agent, and only what the service itself needs.
+# SSH, the CloudWatch agent, pulling the project's images, and only what the
+# service itself needs.
 
 data "aws_iam_policy_document" "assume" {
   statement {
@@ -21,6 +22,8 @@ resource "aws_iam_role_policy_attachment" "managed" {
   for_each = toset([
     "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
     "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
+    # the project's images, pulled at boot (infra/terraform/boot/common.sh)
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
   ])
   role       = aws_iam_role.this.name
   policy_arn = each.value

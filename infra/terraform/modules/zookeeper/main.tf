@@ -7,7 +7,8 @@ locals {
   # member i: the 10th + i address of its subnet (fixed, so zoo.cfg can name it)
   subnet_of  = [for i in range(var.size) : var.subnet_ids[i % length(var.subnet_ids)]]
   member_ips = [for i in range(var.size) : cidrhost(data.aws_subnet.member[i].cidr_block, 10 + floor(i / length(var.subnet_ids)))]
-  servers    = join("\n", [for i, ip in local.member_ips : "server.${i + 1}=${ip}:2888:3888"])
+  # the image's ZOO_SERVERS: "1=ip:2888:3888,2=..."
+  servers = join(",", [for i, ip in local.member_ips : "${i + 1}=${ip}:2888:3888"])
 }
 
 data "aws_subnet" "member" {
@@ -28,8 +29,13 @@ module "service" {
   kms_key_arn    = var.kms_key_arn
   data_volume_gb = var.data_volume_gb
   user_data = [for i in range(var.size) : templatefile("${path.module}/user_data.sh.tftpl", {
-    member_id = i + 1
-    servers   = local.servers
+    boot_common = file("${path.module}/../../boot/common.sh")
+    member_id   = i + 1
+    address     = local.member_ips[i]
+    servers     = local.servers
+    image       = var.image
+    data_device = "/dev/xvdb"
+    state_dir   = "/var/lib/samsa"
   })]
   tags = local.tags
 

@@ -57,8 +57,17 @@ variable "data_volume_gb" {
 }
 
 variable "ami_id" {
-  description = "A Debian 12 (bookworm) AMI; ZooKeeper comes from Debian's package (Java 17)."
+  description = "A Debian 12 (bookworm) AMI; the boot script installs the container engine and runs the image."
   type        = string
+}
+
+variable "image" {
+  description = "The samsa/zookeeper image the members run (the one make test runs, pushed to the environment's registry): REGISTRY/samsa/zookeeper:VERSION."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9.:-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$", var.image))
+    error_message = "image: a reference with its registry, repository and tag (REGISTRY/samsa/zookeeper:VERSION)."
+  }
 }
 
 variable "kms_key_arn" {
