@@ -35,7 +35,7 @@ the same settings follow from them (docs/security.md, "In the cloud").
 Every boot reads the secrets again: a rotated password is taken when its
 service restarts. The AWS endpoints are boto3's: the instance's role, or
 ``AWS_ENDPOINT_URL_SECRETS_MANAGER`` (the tests' stand-in,
-infra/local/secret_store.py).
+infra/local/cloud_stand_ins.py).
 
 Errors (a secret the role may not read, one not put yet, the store out of
 reach, a malformed authority) exit 2 with one line saying which secret and

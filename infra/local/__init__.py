@@ -24,9 +24,10 @@
 * drill_loss.py: a deliberate loss the audit must report (``make drill-loss``);
 * drill_network.py: the pipeline in network namespaces under network faults,
   nothing acknowledged lost (``make drill-network``);
-* secret_store.py: a stand-in for the cloud's secret store (Secrets
-  Manager's GetSecretValue, signatures checked) for the tests of what the
-  cloud hosts read at boot;
+* cloud_stand_ins.py: stand-ins for the cloud's services an instance asks
+  at boot (Secrets Manager's GetSecretValue, signatures checked; the
+  instance metadata service, IMDSv2), for the tests of the boot scripts and
+  of what the hosts read;
 * network/: the network lab: hosts in network namespaces, WAN links with
   latency, loss and bandwidth, and network faults (``python -m infra.local.network``).
 """

@@ -11,6 +11,7 @@ module's inputs and the test's to the same names.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -20,9 +21,14 @@ import pytest
 
 from broker_helpers import wait_until
 from infra.docker.images import latest
+from infra.local.cloud_stand_ins import InstanceMetadataStandIn
 
 TERRAFORM = os.path.join(os.path.dirname(__file__), "..", "..", "infra", "terraform")
 ZOOKEEPER_MODULE = os.path.join(TERRAFORM, "modules", "zookeeper")
+BROKER_MODULE = os.path.join(TERRAFORM, "modules", "broker-cluster")
+RENDERED = os.path.join(TERRAFORM, "environments", "production", "rendered")
+#: the broker's instance address (as the metadata stand-in gives it)
+BROKER_ADDRESS = "127.0.0.31"
 #: the ensemble's members: loopback addresses of their own, as each instance
 #: has its own private address (their ports are the same, as in the cloud)
 MEMBERS = ("127.0.0.21", "127.0.0.22", "127.0.0.23")
@@ -49,8 +55,8 @@ def render(template: str, values: dict, directory) -> str:
 def _hcl(value) -> str:
     if isinstance(value, int):
         return str(value)
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("${", "$${")
-    return f'"{text}"'
+    # a JSON string is an HCL one, but for HCL's template sequences
+    return json.dumps(str(value)).replace("${", "$${").replace("%{", "%%{")
 
 
 def module_template_inputs(module: str) -> set[str]:
@@ -79,7 +85,7 @@ def mode(address: str) -> str | None:
 
 
 @pytest.fixture
-def instances(containers, docker_host, tmp_path):
+def instances(containers, docker_host, request):
     """Start instance stand-ins: ``instances(name, state_dir)``; their
     services' containers (named by the scripts) removed at teardown."""
     socket_path = docker_host.removeprefix("unix://")
@@ -92,8 +98,28 @@ def instances(containers, docker_host, tmp_path):
                    f"{state_dir}:rw": state_dir},
             tmpfs=("/run", "/run/lock"))
 
-    start.services = started_services
-    yield start
+    started_instances: list[str] = []
+
+    def start_instance(name: str, state_dir: str):
+        instance = start(name, state_dir)
+        started_instances.append(instance.container.get_wrapped_container().name)
+        return instance
+
+    start_instance.services = started_services
+    yield start_instance
+    if any(getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
+           for when in ("setup", "call")):
+        for name in started_services:
+            logs = subprocess.run(["docker", "logs", "--tail", "40", name],
+                                  capture_output=True, text=True)
+            print(f"----- the service container {name}: last 40 lines -----\n"
+                  f"{logs.stdout}{logs.stderr}")
+        for name in started_instances:
+            journal = subprocess.run(["docker", "exec", name, "journalctl", "--no-pager",
+                                      "-n", "30", "-u", "samsa-*"], capture_output=True,
+                                     text=True)
+            print(f"----- the samsa units of {name}: last 30 journal lines -----\n"
+                  f"{journal.stdout}{journal.stderr}")
     if started_services:
         subprocess.run(["docker", "rm", "-f", *started_services], capture_output=True)
 
@@ -109,15 +135,17 @@ def boot(instance, script: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_the_module_and_the_test_give_the_script_the_same_inputs():
+def test_the_modules_and_the_tests_give_the_scripts_the_same_inputs():
     assert module_template_inputs(ZOOKEEPER_MODULE) == {
         "boot_common", "member_id", "address", "servers", "image", "data_device", "state_dir"}
+    assert module_template_inputs(BROKER_MODULE) == {
+        "boot_common", "metadata_url", "broker_id", "zookeeper", "broker_config", "acls",
+        "image", "data_device", "state_dir", "config_dir"}
 
 
-def test_three_rendered_zookeeper_scripts_boot_an_ensemble_that_systemd_keeps_up(
-        instances, tmp_path):
-    state = tmp_path / "state"
-    state.mkdir()
+def boot_ensemble(instances, tmp_path, state) -> list:
+    """The three members' scripts, rendered and run on three instances: the
+    instances, once the ensemble has a leader and two followers."""
     servers = ",".join(f"{i + 1}={ip}:2888:3888" for i, ip in enumerate(MEMBERS))
     booted = []
     for i, address in enumerate(MEMBERS):
@@ -131,10 +159,17 @@ def test_three_rendered_zookeeper_scripts_boot_an_ensemble_that_systemd_keeps_up
         done = boot(instance, script)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         booted.append(instance)
-
     wait_until(lambda: sorted(str(mode(a)) for a in MEMBERS) == ["follower", "follower",
                                                                   "leader"],
                90, what=lambda: f"an ensemble of three: {[mode(a) for a in MEMBERS]}")
+    return booted
+
+
+def test_three_rendered_zookeeper_scripts_boot_an_ensemble_that_systemd_keeps_up(
+        instances, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    booted = boot_ensemble(instances, tmp_path, state)
     # each member's data is on its instance's state directory, its id in myid
     for i in range(3):
         assert (state / f"zookeeper-{i + 1}" / "myid").read_text().strip() == str(i + 1)
@@ -147,6 +182,82 @@ def test_three_rendered_zookeeper_scripts_boot_an_ensemble_that_systemd_keeps_up
     wait_until(lambda: mode(MEMBERS[0]) is None, 30, what="member 1 to go")
     wait_until(lambda: mode(MEMBERS[0]) in ("leader", "follower"), 90,
                what="systemd to start member 1 again and it to rejoin")
+
+
+def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instances, tmp_path):
+    from broker.client.cluster_producer import ClusterProducer
+    from broker.coordination import paths
+    from kazoo.client import KazooClient
+
+    state = tmp_path / "state"
+    state.mkdir()
+    boot_ensemble(instances, tmp_path, state)
+    zookeeper = ",".join(f"{a}:2181" for a in MEMBERS) + "/dc-us-east"
+    metadata = InstanceMetadataStandIn({"local-ipv4": BROKER_ADDRESS,
+                                        "placement/availability-zone": "us-east-1b"})
+    with metadata.serving() as url:
+        script = render(os.path.join(BROKER_MODULE, "user_data.sh.tftpl"), {
+            "metadata_url": url, "broker_id": 0, "zookeeper": zookeeper,
+            "broker_config": one_broker_settings(),
+            "acls": open(os.path.join(RENDERED, "acls-dc-us-east.toml")).read(),
+            "image": latest("samsa"), "data_device": "", "state_dir": str(state),
+            "config_dir": str(state / "etc-broker-0")}, _own_dir(tmp_path, "render-broker"))
+        instance = instances("broker-instance-0", str(state))
+        instances.services.append("broker-0")
+        done = boot(instance, script)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert {"local-ipv4", "placement/availability-zone"} <= set(metadata.asked)
+
+    zk = KazooClient(hosts=zookeeper.split("/")[0], timeout=10)    # the chroot comes later
+    zk.start(timeout=15)
+    try:
+        wait_until(lambda: zk.exists("/dc-us-east" + paths.broker_id_path(0)), 60,
+                   what="the booted broker to register in the ensemble")
+        registered = zk.get("/dc-us-east" + paths.broker_id_path(0))[0].decode()
+        assert registered.startswith(f"{BROKER_ADDRESS}:9092"), registered
+        assert zk.get("/dc-us-east" + paths.broker_rack_path(0))[0].decode() == "us-east-1b"
+    finally:
+        zk.stop()
+        zk.close()
+    with ClusterProducer(zookeeper, acks="flushed") as producer:
+        sent = [producer.send("boot-check", b"event-%d" % i) for i in range(20)]
+        producer.flush(timeout=60)
+    assert [f.exception() for f in sent] == [None] * 20
+    # its log is on the instance's state directory, its settings as rendered
+    assert any((state / "broker-0" / "log").iterdir())
+    assert (state / "etc-broker-0" / "broker.toml").read_text().startswith(
+        "# Samsa broker settings of cluster 'dc-us-east'")
+
+
+def test_a_broker_without_a_zone_in_its_metadata_does_not_start(instances, tmp_path):
+    # its zone is its rack: a broker started without one would put a
+    # partition's replicas in one zone
+    state = tmp_path / "state"
+    state.mkdir()
+    metadata = InstanceMetadataStandIn({"local-ipv4": BROKER_ADDRESS})
+    with metadata.serving() as url:
+        script = render(os.path.join(BROKER_MODULE, "user_data.sh.tftpl"), {
+            "metadata_url": url, "broker_id": 0, "zookeeper": "127.0.0.21:2181/dc-us-east",
+            "broker_config": one_broker_settings(), "acls": "", "image": latest("samsa"),
+            "data_device": "", "state_dir": str(state), "config_dir": str(state / "etc")},
+            _own_dir(tmp_path, "render-broker"))
+        instance = instances("broker-instance-nozone", str(state))
+        done = boot(instance, script)
+    assert done.returncode != 0
+    assert "no instance metadata placement/availability-zone" in done.stderr, done.stderr
+    name = instance.container.get_wrapped_container().name
+    assert subprocess.run(["docker", "exec", name, "test", "-e",
+                           "/etc/systemd/system/samsa-broker-0.service"]).returncode == 1
+
+
+def one_broker_settings() -> str:
+    """Production's rendered settings of dc-us-east, for a cluster of one
+    broker: replication factor 1 (its 3 needs three brokers)."""
+    text = open(os.path.join(RENDERED, "broker-dc-us-east.toml")).read()
+    text, replaced = re.subn(r"(?m)^replication_factor = \d+$", "replication_factor = 1", text)
+    text, insync = re.subn(r"(?m)^min_insync_replicas = \d+$", "min_insync_replicas = 1", text)
+    assert replaced == insync == 1
+    return text
 
 
 def _own_dir(tmp_path, name: str):

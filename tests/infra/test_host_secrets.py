@@ -28,7 +28,7 @@ from broker.security.password_file import read_password_file
 from infra import host_secrets
 from infra.cloud_secrets import make_authority
 from infra.local.lab_security import HTTP_USERS, USERS, ZK_IDENTITIES, cluster_acls
-from infra.local.secret_store import SecretStoreStandIn
+from infra.local.cloud_stand_ins import SecretStoreStandIn
 from infra.topology import load_topology
 
 ENV = "samsa-test"

@@ -22,6 +22,17 @@ fetch_image() {
   docker image inspect "$1" >/dev/null 2>&1 || docker pull -q "$1"
 }
 
+# metadata PATH: the instance's metadata at PATH (IMDSv2: a session token
+# first) from $METADATA_URL, the instance metadata service unless the
+# script set it; fails when it has none.
+metadata() {
+  local url=${METADATA_URL:-http://169.254.169.254} token value
+  token=$(curl -sf -X PUT "$url/latest/api/token" -H "X-aws-ec2-metadata-token-ttl-seconds: 60")
+  value=$(curl -sf -H "X-aws-ec2-metadata-token: $token" "$url/latest/meta-data/$1") \
+    || { echo "no instance metadata $1 at $url" >&2; return 1; }
+  echo "$value"
+}
+
 # own_dir IMAGE USER DIR: DIR made and owned by USER as IMAGE knows it (a
 # service that does not run as root writes there).
 own_dir() {

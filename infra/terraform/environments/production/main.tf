@@ -52,7 +52,7 @@ module "dc_us_east" {
   remote_client_cidrs = local.mirror_clients
   broker_config_toml  = file("${path.module}/rendered/broker-dc-us-east.toml")
   broker_acls_toml    = file("${path.module}/rendered/acls-dc-us-east.toml")
-  samsa_wheel_url     = var.samsa_wheel_url
+  samsa_image         = "${var.image_registry}/samsa/samsa:${var.image_version}"
   write_mb_per_s      = var.write_mb_per_s
   retention_hours     = var.retention_hours
   ami_id              = var.ami_ids[var.datacenters["dc-us-east"]]
@@ -76,7 +76,7 @@ module "dc_eu_west" {
   remote_client_cidrs = local.mirror_clients
   broker_config_toml  = file("${path.module}/rendered/broker-dc-eu-west.toml")
   broker_acls_toml    = file("${path.module}/rendered/acls-dc-eu-west.toml")
-  samsa_wheel_url     = var.samsa_wheel_url
+  samsa_image         = "${var.image_registry}/samsa/samsa:${var.image_version}"
   write_mb_per_s      = var.write_mb_per_s
   retention_hours     = var.retention_hours
   ami_id              = var.ami_ids[var.datacenters["dc-eu-west"]]
@@ -105,7 +105,7 @@ module "analysis" {
   }
   broker_config_toml = file("${path.module}/rendered/broker-analysis.toml")
   broker_acls_toml   = file("${path.module}/rendered/acls-analysis.toml")
-  samsa_wheel_url    = var.samsa_wheel_url
+  samsa_image        = "${var.image_registry}/samsa/samsa:${var.image_version}"
   write_mb_per_s     = var.write_mb_per_s * length(var.datacenters)
   retention_hours    = var.retention_hours
   ami_id             = var.ami_ids[var.analysis_region]

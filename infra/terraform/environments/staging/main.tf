@@ -26,7 +26,7 @@ module "dc_staging" {
   remote_client_cidrs  = { mirror = local.analysis_cidr }
   broker_config_toml   = file("${path.module}/rendered/broker-dc-staging.toml")
   broker_acls_toml     = file("${path.module}/rendered/acls-dc-staging.toml")
-  samsa_wheel_url      = var.samsa_wheel_url
+  samsa_image          = "${var.image_registry}/samsa/samsa:${var.image_version}"
   write_mb_per_s       = var.write_mb_per_s
   retention_hours      = var.retention_hours
   broker_instance_type = "t3.large"
@@ -58,7 +58,7 @@ module "analysis" {
   }
   broker_config_toml   = file("${path.module}/rendered/broker-analysis.toml")
   broker_acls_toml     = file("${path.module}/rendered/acls-analysis.toml")
-  samsa_wheel_url      = var.samsa_wheel_url
+  samsa_image          = "${var.image_registry}/samsa/samsa:${var.image_version}"
   write_mb_per_s       = var.write_mb_per_s
   retention_hours      = var.retention_hours
   broker_instance_type = "t3.large"

@@ -30,13 +30,17 @@ module "service" {
   ami_id         = var.ami_id
   kms_key_arn    = var.kms_key_arn
   root_volume_gb = 30
-  wheel_url      = var.samsa_wheel_url
   user_data = [for i in range(var.brokers) : templatefile("${path.module}/user_data.sh.tftpl", {
-    broker_id       = i
-    zookeeper       = local.zookeeper_with_root
-    broker_config   = var.broker_config_toml
-    acls            = var.acls_toml
-    samsa_wheel_url = var.samsa_wheel_url
+    boot_common   = file("${path.module}/../../boot/common.sh")
+    metadata_url  = "http://169.254.169.254"
+    broker_id     = i
+    zookeeper     = local.zookeeper_with_root
+    broker_config = var.broker_config_toml
+    acls          = var.acls_toml
+    image         = var.image
+    data_device   = "/dev/xvdb"
+    state_dir     = "/var/lib/samsa"
+    config_dir    = "/etc/samsa"
   })]
   tags = local.tags
 

@@ -81,9 +81,13 @@ variable "acls_toml" {
   default     = ""
 }
 
-variable "samsa_wheel_url" {
-  description = "Where instances fetch the Samsa wheel at start-up (an S3 URI the role may read, or https)."
+variable "image" {
+  description = "The samsa/samsa image the brokers run (the one make test runs, pushed to the environment's registry): REGISTRY/samsa/samsa:VERSION."
   type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9.:-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$", var.image))
+    error_message = "image: a reference with its registry, repository and tag (REGISTRY/samsa/samsa:VERSION)."
+  }
 }
 
 variable "replication_factor" {

@@ -82,7 +82,7 @@ module "brokers" {
   client_cidrs       = var.remote_client_cidrs
   broker_config_toml = var.broker_config_toml
   acls_toml          = var.broker_acls_toml
-  samsa_wheel_url    = var.samsa_wheel_url
+  image              = var.samsa_image
   write_mb_per_s     = var.write_mb_per_s
   replication_factor = var.replication_factor
   retention_hours    = var.retention_hours

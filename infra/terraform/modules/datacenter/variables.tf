@@ -74,8 +74,8 @@ variable "broker_acls_toml" {
   default     = ""
 }
 
-variable "samsa_wheel_url" {
-  description = "Where instances fetch the Samsa wheel."
+variable "samsa_image" {
+  description = "The samsa/samsa image its brokers run (REGISTRY/samsa/samsa:VERSION)."
   type        = string
 }
 

@@ -1,7 +1,10 @@
-"""A stand-in for the cloud's secret store, for the tests of what the cloud
-hosts do at boot (infra/host_secrets.py): AWS Secrets Manager's
-``GetSecretValue`` as its clients speak it (HTTP POST, JSON 1.1, the target
-in ``X-Amz-Target``, every request signed with Signature Version 4).
+"""Stand-ins for the cloud services an instance asks at boot, for the tests
+of the boot scripts (tests/containers/test_boot_scripts.py) and of what the
+hosts read (infra/host_secrets.py; tests/infra/test_host_secrets.py).
+
+``SecretStoreStandIn``: AWS Secrets Manager's ``GetSecretValue`` as its
+clients speak it (HTTP POST, JSON 1.1, the target in ``X-Amz-Target``, every
+request signed with Signature Version 4)::
 
     store = SecretStoreStandIn(region="us-east-2")
     store.put("samsa-prod/ca", authority_json)
@@ -14,7 +17,19 @@ the key's secret, the region and the service in its scope), that the key may
 read the secret (else ``AccessDeniedException``, as IAM answers a role
 without the grant), that the secret exists and has a value (else
 ``ResourceNotFoundException``, as for ``ca`` before the operator puts it).
-It is not a server of record: no versions, rotation, replicas or KMS.
+
+``InstanceMetadataStandIn``: the instance metadata service as IMDSv2 answers
+(a session token from ``PUT /latest/api/token``, required by every
+``GET /latest/meta-data/<path>``; 401 without it, 404 for a path it does
+not hold)::
+
+    metadata = InstanceMetadataStandIn({"local-ipv4": "10.10.1.17",
+                                        "placement/availability-zone": "us-east-1a"})
+    with metadata.serving() as url:       # the boot script's metadata_url
+        ...
+
+Neither is a server of record: no versions, rotation, replicas or KMS; no
+metadata but what it is given.
 """
 from __future__ import annotations
 
@@ -54,19 +69,9 @@ class SecretStoreStandIn:
         with self._lock:
             self._keys[key_id] = (secret_key, frozenset(names))
 
-    @contextlib.contextmanager
-    def serving(self, host: str = "127.0.0.1") -> Iterator[str]:
+    def serving(self, host: str = "127.0.0.1"):
         """Serve on a free port of ``host`` while in the block: its URL."""
-        server = ThreadingHTTPServer((host, 0), self._handler())
-        server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, name="secret-store", daemon=True)
-        thread.start()
-        try:
-            yield f"http://{host}:{server.server_address[1]}"
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join()
+        return _serving(self._handler(), host, "secret-store")
 
     # ------------------------------------------------------------ answering
 
@@ -133,6 +138,80 @@ class SecretStoreStandIn:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        return Handler
+
+
+@contextlib.contextmanager
+def _serving(handler, host: str, name: str) -> Iterator[str]:
+    """``handler`` served on a free port of ``host`` by a thread, while in the
+    block: its URL."""
+    server = ThreadingHTTPServer((host, 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class InstanceMetadataStandIn:
+    """An instance's metadata (paths under /latest/meta-data/), answered as
+    IMDSv2 answers (see the module)."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = dict(values)
+        self._tokens: set[str] = set()
+        self._lock = threading.Lock()
+        self.asked: list[str] = []
+
+    def serving(self, host: str = "127.0.0.1"):
+        """Serve on a free port of ``host`` while in the block: its URL."""
+        return _serving(self._handler(), host, "instance-metadata")
+
+    def answer(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
+        """(HTTP status, text) of one request."""
+        if method == "PUT" and path == "/latest/api/token":
+            if not headers.get("x-aws-ec2-metadata-token-ttl-seconds", "").isdigit():
+                return 400, "X-aws-ec2-metadata-token-ttl-seconds is required"
+            token = uuid.uuid4().hex
+            with self._lock:
+                self._tokens.add(token)
+            return 200, token
+        if method != "GET" or not path.startswith("/latest/meta-data/"):
+            return 404, "not found"
+        with self._lock:
+            known = headers.get("x-aws-ec2-metadata-token") in self._tokens
+        if not known:
+            return 401, "unauthorized: IMDSv2 asks for a session token"
+        key = path.removeprefix("/latest/meta-data/")
+        with self._lock:
+            self.asked.append(key)
+        if key not in self.values:
+            return 404, "not found"
+        return 200, self.values[key]
+
+    def _handler(self):
+        metadata = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                status, text = metadata.answer(
+                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()})
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PUT = _answer          # noqa: N815 (http.server's names)
 
             def log_message(self, *args) -> None:
                 pass
