@@ -26,6 +26,7 @@ from infra.local.cloud_stand_ins import InstanceMetadataStandIn
 TERRAFORM = os.path.join(os.path.dirname(__file__), "..", "..", "infra", "terraform")
 ZOOKEEPER_MODULE = os.path.join(TERRAFORM, "modules", "zookeeper")
 BROKER_MODULE = os.path.join(TERRAFORM, "modules", "broker-cluster")
+MIRROR_MODULE = os.path.join(TERRAFORM, "modules", "mirror")
 RENDERED = os.path.join(TERRAFORM, "environments", "production", "rendered")
 #: the broker's instance address (as the metadata stand-in gives it)
 BROKER_ADDRESS = "127.0.0.31"
@@ -34,13 +35,17 @@ BROKER_ADDRESS = "127.0.0.31"
 MEMBERS = ("127.0.0.21", "127.0.0.22", "127.0.0.23")
 
 
-def render(template: str, values: dict, directory) -> str:
+def render(template: str, values: dict, directory, local_values: dict | None = None) -> str:
     """``template`` rendered by ``terraform`` (templatefile), with
-    ``boot_common`` the common steps' file and ``values`` the rest."""
+    ``boot_common`` the common steps' file and ``values`` the rest;
+    ``local_values``: HCL expressions as locals (``local.NAME`` in values)."""
     inputs = "\n".join(f"    {key} = {_hcl(value)}" for key, value in values.items())
     common = os.path.abspath(os.path.join(TERRAFORM, "boot", "common.sh"))
+    local_block = "".join(f"  {key} = {expression}\n"
+                          for key, expression in (local_values or {}).items())
     (directory / "main.tf").write_text(
-        f'output "script" {{\n  value = templatefile({_hcl(os.path.abspath(template))}, {{\n'
+        (f"locals {{\n{local_block}}}\n" if local_block else "")
+        + f'output "script" {{\n  value = templatefile({_hcl(os.path.abspath(template))}, {{\n'
         f'    boot_common = file({_hcl(common)})\n{inputs}\n  }})\n}}\n')
     env = {**os.environ, "TF_CLI_CONFIG_FILE": os.devnull, "TF_IN_AUTOMATION": "1",
            "CHECKPOINT_DISABLE": "1"}
@@ -52,7 +57,14 @@ def render(template: str, values: dict, directory) -> str:
     return done.stdout
 
 
+class Hcl(str):
+    """A value given to ``render`` as an HCL expression (as the module
+    computes it: ``templatestring(...)``), not as a string."""
+
+
 def _hcl(value) -> str:
+    if isinstance(value, Hcl):
+        return str(value)
     if isinstance(value, int):
         return str(value)
     # a JSON string is an HCL one, but for HCL's template sequences
@@ -141,6 +153,8 @@ def test_the_modules_and_the_tests_give_the_scripts_the_same_inputs():
     assert module_template_inputs(BROKER_MODULE) == {
         "boot_common", "metadata_url", "broker_id", "zookeeper", "broker_config", "acls",
         "image", "data_device", "state_dir", "config_dir"}
+    assert module_template_inputs(MIRROR_MODULE) == {
+        "boot_common", "process", "mirror_config", "image", "config_dir"}
 
 
 def boot_ensemble(instances, tmp_path, state) -> list:
@@ -248,6 +262,48 @@ def test_a_broker_without_a_zone_in_its_metadata_does_not_start(instances, tmp_p
     name = instance.container.get_wrapped_container().name
     assert subprocess.run(["docker", "exec", name, "test", "-e",
                            "/etc/systemd/system/samsa-broker-0.service"]).returncode == 1
+
+
+def test_a_rendered_mirror_script_copies_the_datacenters_into_analysis(
+        instances, tmp_path, zookeeper, broker_factory):
+    from broker.client.cluster_producer import ClusterProducer
+    from cluster_helpers import Cluster, chroot_client, read_all
+
+    clusters = {}
+    for name in ("dc-us-east", "dc-eu-west", "analysis"):
+        connect = zookeeper.connect_string(f"/boot-mirror-{name}")
+        clusters[name] = Cluster(chroot_client(connect), connect, broker_factory)
+        clusters[name].add_broker(0, {"log.flush_ms": 10})
+    # the module's config: the rendered file with each cluster's ZooKeeper
+    # filled in by templatestring, as module mirror's local.config
+    rendered = os.path.abspath(os.path.join(RENDERED, "mirror-to-analysis.toml"))
+    filled = ", ".join(f"{name.replace('-', '_')} = {_hcl(c.connect)}"
+                       for name, c in clusters.items())
+    script = render(os.path.join(MIRROR_MODULE, "user_data.sh.tftpl"), {
+        "process": 0,
+        "mirror_config": Hcl(f"templatestring(local.template, {{ zookeeper = {{ {filled} }} }})"),
+        "image": latest("samsa"), "config_dir": str(tmp_path / "etc-mirror-0")},
+        _own_dir(tmp_path, "render-mirror"), {"template": f"file({_hcl(rendered)})"})
+    assert 'group = "mirror-to-analysis"' in script
+    instance = instances("mirror-instance-0", str(tmp_path))
+    instances.services.append("mirror-0")
+    done = boot(instance, script)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    with ClusterProducer(clusters["dc-us-east"].connect, acks="flushed") as producer:
+        sent = [producer.send("page-views", b"view-%d" % i) for i in range(100)]
+        producer.flush(timeout=30)
+    assert [f.exception() for f in sent] == [None] * 100
+
+    def copied() -> set[bytes]:
+        try:
+            return {m.value for ms in read_all(clusters["analysis"], "page-views").values()
+                    for m in ms}
+        except Exception:          # noqa: BLE001 - the topic is not there yet
+            return set()
+
+    wait_until(lambda: copied() == {b"view-%d" % i for i in range(100)}, 90,
+               what=lambda: f"the booted mirror to copy 100 messages ({len(copied())} so far)")
 
 
 def one_broker_settings() -> str:

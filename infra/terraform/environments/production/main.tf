@@ -149,10 +149,10 @@ module "mirror" {
     dc_eu_west = module.dc_eu_west.zookeeper_connect,
     analysis   = module.analysis.zookeeper_connect
   }
-  samsa_wheel_url = var.samsa_wheel_url
-  ami_id          = var.ami_ids[var.analysis_region]
-  kms_key_arn     = module.analysis.kms_key_arn
-  tags            = var.tags
+  image       = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  ami_id      = var.ami_ids[var.analysis_region]
+  kms_key_arn = module.analysis.kms_key_arn
+  tags        = var.tags
 
   # the secrets it reads at boot (module secrets)
   secret_arns          = local.secret_arns.mirror

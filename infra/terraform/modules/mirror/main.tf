@@ -17,11 +17,12 @@ module "service" {
   instance_type = var.instance_type
   ami_id        = var.ami_id
   kms_key_arn   = var.kms_key_arn
-  wheel_url     = var.samsa_wheel_url
   user_data = [for i in range(var.processes) : templatefile("${path.module}/user_data.sh.tftpl", {
-    process         = i
-    mirror_config   = local.config
-    samsa_wheel_url = var.samsa_wheel_url
+    boot_common   = file("${path.module}/../../boot/common.sh")
+    process       = i
+    mirror_config = local.config
+    image         = var.image
+    config_dir    = "/etc/samsa"
   })]
   tags = local.tags
 

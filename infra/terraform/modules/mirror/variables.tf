@@ -47,9 +47,13 @@ variable "metrics_cidrs" {
   }
 }
 
-variable "samsa_wheel_url" {
-  description = "Where instances fetch the Samsa wheel."
+variable "image" {
+  description = "The samsa/samsa image the mirror runs (the one make test runs, pushed to the environment's registry): REGISTRY/samsa/samsa:VERSION."
   type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9.:-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$", var.image))
+    error_message = "image: a reference with its registry, repository and tag (REGISTRY/samsa/samsa:VERSION)."
+  }
 }
 
 variable "instance_type" {
