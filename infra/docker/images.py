@@ -41,7 +41,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BASE = "samsa/base:bookworm"
 SOURCE_URL = "https://github.com/samsa/samsa"      # org.opencontainers.image.source
-IMAGES = ("zookeeper", "haproxy", "postgres", "samsa", "analysis", "instance")
+#: the images the services run
+SERVICE_IMAGES = ("zookeeper", "haproxy", "postgres", "samsa", "analysis")
+#: the images of the tests alone: a cloud instance's stand-in (systemd, as root)
+TEST_IMAGES = ("instance",)
+IMAGES = SERVICE_IMAGES + TEST_IMAGES
 
 
 def latest(name: str) -> str:

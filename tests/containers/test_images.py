@@ -1,12 +1,13 @@
 """What every built image carries (issue 17): the OCI labels given at build
 time (title, source, version, revision: this checkout's commit), a
-HEALTHCHECK, and a user other than root."""
+HEALTHCHECK, and a user other than root — but for the tests' stand-in of a
+cloud instance, whose first process is systemd, as root."""
 from __future__ import annotations
 
 import docker
 import pytest
 
-from infra.docker.images import IMAGES, SOURCE_URL, latest, version
+from infra.docker.images import IMAGES, SOURCE_URL, TEST_IMAGES, latest, version
 
 
 @pytest.mark.parametrize("name", IMAGES)
@@ -24,4 +25,7 @@ def test_labels_health_check_and_user(docker_host, name):
     assert labels["org.opencontainers.image.version"] == ver
     assert labels["org.opencontainers.image.revision"] == rev
     assert config["Healthcheck"]["Test"]
-    assert config["User"] not in ("", "root", "0")
+    if name in TEST_IMAGES:
+        assert config["Entrypoint"] == ["/lib/systemd/systemd"]
+    else:
+        assert config["User"] not in ("", "root", "0")
