@@ -52,6 +52,8 @@ import tomllib
 from dataclasses import dataclass
 from typing import Protocol
 
+from kazoo.exceptions import KazooException
+
 from broker.service_kit import cli
 from infra.cloud_secrets import AuthorityError, issue
 from infra.local.lab_security import (ADMIN, AUDIT, BROKER, HTTP_USERS, LAG, LOADER, MIRROR,
@@ -171,7 +173,8 @@ def fetch(store: SecretStore, environment: str, service: str, name: str, hosts: 
 
 
 def _first_line(value: str) -> str:
-    return value.splitlines()[0].strip() if value.strip() else ""
+    """The first line of ``value`` that is not blank, stripped ("" if none)."""
+    return next((line.strip() for line in value.splitlines() if line.strip()), "")
 
 
 #: the cloud brokers' listeners when secured: TLS at the rendered broker port
@@ -360,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         return _provision(args)
     except (SecretError, AuthorityError, ValueError) as exc:
         print(f"python -m infra.host_secrets: {exc}", file=sys.stderr)
+        return 2
+    except KazooException as exc:      # provision: refused or lost by ZooKeeper
+        print(f"python -m infra.host_secrets: ZooKeeper at {args.zookeeper}: "
+              f"{type(exc).__name__} {exc}".rstrip(), file=sys.stderr)
         return 2
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""

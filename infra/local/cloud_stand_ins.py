@@ -28,8 +28,9 @@ not hold)::
     with metadata.serving() as url:       # the boot script's metadata_url
         ...
 
-Neither is a server of record: no versions, rotation, replicas or KMS; no
-metadata but what it is given.
+Neither is a server of record: no versions, rotation, replicas or KMS, no
+clock skew checked; no metadata but what it is given, and tokens that never
+expire.
 """
 from __future__ import annotations
 
@@ -94,8 +95,19 @@ class SecretStoreStandIn:
             return 400, _error("InvalidSignatureException",
                                f"credential scoped to {region}/{service}, not "
                                f"{self.region}/secretsmanager")
-        expected = _signature(secret_key, date, region, service, method, path,
-                              {h: headers.get(h, "") for h in signed.split(";")}, body)
+        names = signed.split(";")
+        missing = [h for h in names if h not in headers]
+        if missing or "host" not in names or "x-amz-date" not in names:
+            return 400, _error("InvalidSignatureException",
+                               f"signed headers missing or not signed: {missing or signed}")
+        if not headers["x-amz-date"].startswith(date):
+            return 400, _error("InvalidSignatureException",
+                               "x-amz-date is not the credential scope's date")
+        path, _, query = path.partition("?")
+        if query:
+            return 400, _error("InvalidRequestException", "GetSecretValue takes no query")
+        expected = sigv4_signature(secret_key, date, region, service, method, path,
+                              {h: headers[h] for h in names}, body)
         if not hmac.compare_digest(expected, signature):
             return 400, _error("InvalidSignatureException", "the signature does not match")
         try:
@@ -178,8 +190,9 @@ class InstanceMetadataStandIn:
     def answer(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
         """(HTTP status, text) of one request."""
         if method == "PUT" and path == "/latest/api/token":
-            if not headers.get("x-aws-ec2-metadata-token-ttl-seconds", "").isdigit():
-                return 400, "X-aws-ec2-metadata-token-ttl-seconds is required"
+            ttl = headers.get("x-aws-ec2-metadata-token-ttl-seconds", "")
+            if not ttl.isdigit() or not 1 <= int(ttl) <= 21600:
+                return 400, "X-aws-ec2-metadata-token-ttl-seconds: 1 to 21600 is required"
             token = uuid.uuid4().hex
             with self._lock:
                 self._tokens.add(token)
@@ -227,7 +240,7 @@ def _hmac(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode(), hashlib.sha256).digest()
 
 
-def _signature(secret_key: str, date: str, region: str, service: str, method: str,
+def sigv4_signature(secret_key: str, date: str, region: str, service: str, method: str,
                path: str, headers: dict[str, str], body: bytes) -> str:
     """Signature Version 4 of a request with no query string."""
     canonical_headers = "".join(f"{name}:{' '.join(value.split())}\n"

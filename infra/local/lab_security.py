@@ -110,10 +110,15 @@ def private_dir(path: str) -> None:
 
 
 def write_private(path: str, text: str) -> None:
-    """``text`` into a new file readable by its owner alone, written whole."""
-    private_dir(os.path.dirname(path))
+    """``text`` into a new file readable by its owner alone, written whole;
+    its directory made (the owner's alone) when missing, an existing one
+    left as it is."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        private_dir(parent)
     partial = f"{path}.partial"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)             # a partial file an earlier run left, with its mode
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(partial, path)

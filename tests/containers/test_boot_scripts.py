@@ -157,11 +157,12 @@ def test_the_modules_and_the_tests_give_the_scripts_the_same_inputs():
         "boot_common", "process", "mirror_config", "image", "config_dir"}
 
 
-def boot_ensemble(instances, tmp_path, state) -> list:
+def boot_ensemble(instances, tmp_path, state) -> tuple[list, list[str]]:
     """The three members' scripts, rendered and run on three instances: the
-    instances, once the ensemble has a leader and two followers."""
+    instances and their scripts, once the ensemble has a leader and two
+    followers."""
     servers = ",".join(f"{i + 1}={ip}:2888:3888" for i, ip in enumerate(MEMBERS))
-    booted = []
+    booted, scripts = [], []
     for i, address in enumerate(MEMBERS):
         member = i + 1
         script = render(os.path.join(ZOOKEEPER_MODULE, "user_data.sh.tftpl"), {
@@ -173,17 +174,18 @@ def boot_ensemble(instances, tmp_path, state) -> list:
         done = boot(instance, script)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         booted.append(instance)
+        scripts.append(script)
     wait_until(lambda: sorted(str(mode(a)) for a in MEMBERS) == ["follower", "follower",
                                                                   "leader"],
                90, what=lambda: f"an ensemble of three: {[mode(a) for a in MEMBERS]}")
-    return booted
+    return booted, scripts
 
 
 def test_three_rendered_zookeeper_scripts_boot_an_ensemble_that_systemd_keeps_up(
         instances, tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    booted = boot_ensemble(instances, tmp_path, state)
+    booted, scripts = boot_ensemble(instances, tmp_path, state)
     # each member's data is on its instance's state directory, its id in myid
     for i in range(3):
         assert (state / f"zookeeper-{i + 1}" / "myid").read_text().strip() == str(i + 1)
@@ -196,6 +198,17 @@ def test_three_rendered_zookeeper_scripts_boot_an_ensemble_that_systemd_keeps_up
     wait_until(lambda: mode(MEMBERS[0]) is None, 30, what="member 1 to go")
     wait_until(lambda: mode(MEMBERS[0]) in ("leader", "follower"), 90,
                what="systemd to start member 1 again and it to rejoin")
+    # the script run again (by hand, after a change) does what is missing and
+    # restarts the member with its unit as it now says
+    before = subprocess.run(["docker", "inspect", "-f", "{{.Id}}", "zookeeper-1"],
+                            capture_output=True, text=True).stdout
+    again = boot(booted[0], scripts[0])
+    assert again.returncode == 0, again.stderr[-3000:]
+    wait_until(lambda: subprocess.run(["docker", "inspect", "-f", "{{.Id}}", "zookeeper-1"],
+                                      capture_output=True, text=True).stdout not in ("", before),
+               30, what="member 1's container started anew")
+    wait_until(lambda: mode(MEMBERS[0]) in ("leader", "follower"), 90,
+               what="member 1 to rejoin after the script ran again")
 
 
 def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instances, tmp_path):
@@ -243,12 +256,15 @@ def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instanc
         "# Samsa broker settings of cluster 'dc-us-east'")
 
 
-def test_a_broker_without_a_zone_in_its_metadata_does_not_start(instances, tmp_path):
+@pytest.mark.parametrize("zone", ["missing", "empty"])
+def test_a_broker_without_a_zone_in_its_metadata_does_not_start(instances, tmp_path, zone):
     # its zone is its rack: a broker started without one would put a
     # partition's replicas in one zone
     state = tmp_path / "state"
     state.mkdir()
-    metadata = InstanceMetadataStandIn({"local-ipv4": BROKER_ADDRESS})
+    metadata = InstanceMetadataStandIn({"local-ipv4": BROKER_ADDRESS} if zone == "missing" else
+                                       {"local-ipv4": BROKER_ADDRESS,
+                                        "placement/availability-zone": ""})
     with metadata.serving() as url:
         script = render(os.path.join(BROKER_MODULE, "user_data.sh.tftpl"), {
             "metadata_url": url, "broker_id": 0, "zookeeper": "127.0.0.21:2181/dc-us-east",

@@ -9,8 +9,10 @@ must fail, each in one line: a secret the role may not read, an authority
 not put yet, the wrong region."""
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import ssl
 import stat
 import subprocess
@@ -28,7 +30,7 @@ from broker.security.password_file import read_password_file
 from infra import host_secrets
 from infra.cloud_secrets import make_authority
 from infra.local.lab_security import HTTP_USERS, USERS, ZK_IDENTITIES, cluster_acls
-from infra.local.cloud_stand_ins import SecretStoreStandIn
+from infra.local.cloud_stand_ins import InstanceMetadataStandIn, SecretStoreStandIn, sigv4_signature
 from infra.topology import load_topology
 
 ENV = "samsa-test"
@@ -199,6 +201,15 @@ def test_a_cloud_cluster_booted_from_the_store_runs_secured(secret_store, tmp_pa
         assert first.stdout.startswith(f"{len(USERS)} credentials written, ")
         again = subprocess.run(provision, capture_output=True, text=True, timeout=60)
         assert again.stdout.startswith("0 credentials written, 0 ACL entries added"), again
+        # another ZooKeeper identity than the cluster's: refused, in one line
+        stranger = tmp_path / "stranger-security"
+        shutil.copytree(b_dir, stranger)
+        (stranger / "zookeeper" / "cluster.zk").write_text("samsa-cluster:not-the-password\n")
+        refused = subprocess.run([*provision[:5], str(stranger), *provision[6:]],
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2, refused
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert "NoAuthError" in refused.stderr
 
         words = env_file.read_text().split("=", 1)[1].split()
         settings = dict(w.split("=", 1) for w in words if w != "--set")
@@ -354,3 +365,61 @@ def test_the_analysis_stack_gets_the_warehouse_settings_its_dags_read(secret_sto
     assert refused.returncode == 2, refused
     assert "--warehouse-out is for analysis, not mirror" in refused.stderr
     assert not os.path.exists(tmp_path / "m")       # refused before anything is read
+
+
+def test_a_secret_is_its_first_line_that_is_not_blank():
+    assert host_secrets._first_line("\n  \npw-1\nrest\n") == "pw-1"
+    assert host_secrets._first_line("\n \n") == ""
+
+
+def test_an_output_files_existing_directory_keeps_its_mode(tmp_path):
+    shared = tmp_path / "etc-samsa"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    host_secrets.write_private(str(shared / "secured.env"), "X=1\n")
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(shared / "secured.env").st_mode) == 0o600
+    host_secrets.write_private(str(tmp_path / "new" / "f"), "x")
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
+
+
+def test_the_stand_in_refuses_what_secrets_manager_refuses():
+    standin = SecretStoreStandIn(REGION)
+    standin.grant("AKID", "secret", [f"{ENV}/ca"])
+    body = json.dumps({"SecretId": f"{ENV}/ca"}).encode()
+    base = {"x-amz-target": "secretsmanager.GetSecretValue", "host": "h",
+            "x-amz-date": "20261128T120000Z"}
+
+    def signed(headers, names, secret="secret", date="20261128"):
+        signature = sigv4_signature(secret, date, REGION, "secretsmanager", "POST", "/",
+                               {n: headers.get(n, "") for n in names}, body)
+        return {**headers, "authorization": (
+            f"AWS4-HMAC-SHA256 Credential=AKID/{date}/{REGION}/secretsmanager/aws4_request, "
+            f"SignedHeaders={';'.join(names)}, Signature={signature}")}
+
+    standin.put(f"{ENV}/ca", "held")
+    names = ["host", "x-amz-date", "x-amz-target"]
+    assert standin.answer("POST", "/", signed(base, names), body)[0] == 200
+    for headers, expected in (
+            (signed(base, names, secret="other"), "does not match"),
+            (signed({k: v for k, v in base.items() if k != "host"}, names), "missing"),
+            (signed(base, ["x-amz-target"]), "not signed"),
+            (signed(base, names, date="20261127"), "scope's date"),
+            ({**base, "authorization": "Basic x"}, "no Signature Version 4")):
+        status, answer = standin.answer("POST", "/", headers, body)
+        assert status == 400 and expected in answer["message"], answer
+
+
+def test_the_metadata_stand_in_answers_as_imdsv2():
+    metadata = InstanceMetadataStandIn({"local-ipv4": "10.0.0.5"})
+    assert metadata.answer("GET", "/latest/meta-data/local-ipv4", {})[0] == 401
+    for ttl in ("", "0", "21601", "x"):
+        assert metadata.answer("PUT", "/latest/api/token",
+                               {"x-aws-ec2-metadata-token-ttl-seconds": ttl})[0] == 400
+    status, token = metadata.answer("PUT", "/latest/api/token",
+                                    {"x-aws-ec2-metadata-token-ttl-seconds": "60"})
+    assert status == 200
+    assert metadata.answer("GET", "/latest/meta-data/local-ipv4",
+                           {"x-aws-ec2-metadata-token": token}) == (200, "10.0.0.5")
+    assert metadata.answer("GET", "/latest/meta-data/placement/availability-zone",
+                           {"x-aws-ec2-metadata-token": token})[0] == 404

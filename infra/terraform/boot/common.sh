@@ -1,15 +1,20 @@
 # The boot scripts' common steps (included in each module's user_data by
 # templatefile; docs: infra/terraform/README.md, "Boot"). Every service runs
 # the project's container image, the one `make test` runs, with host
-# networking, under systemd (restarted on failure).
+# networking, under systemd (restarted on failure). A script may run again
+# (by hand, after a change): each step does what is missing and the unit is
+# restarted with what it now says.
 
-# install_engine: Debian's docker.io (once), and Amazon's ECR credential
-# helper, through which the engine pulls with the instance's role.
+# install_engine: Debian's docker.io and Amazon's ECR credential helper,
+# through which the engine pulls with the instance's role (each installed
+# unless there).
 install_engine() {
-  if ! command -v docker >/dev/null; then
+  local missing=()
+  command -v docker >/dev/null || missing+=(docker.io)
+  command -v docker-credential-ecr-login >/dev/null || missing+=(amazon-ecr-credential-helper)
+  if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      docker.io amazon-ecr-credential-helper
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
   fi
   mkdir -p /root/.docker
   [ -e /root/.docker/config.json ] || echo '{"credsStore": "ecr-login"}' > /root/.docker/config.json
@@ -17,19 +22,23 @@ install_engine() {
 }
 
 # fetch_image IMAGE: pull IMAGE unless the engine has it (an instance
-# rebooted, or a test's engine that has it built).
+# rebooted, or a test's engine that has it built). A tag is pulled once: give
+# every build a tag of its own (image_version).
 fetch_image() {
   docker image inspect "$1" >/dev/null 2>&1 || docker pull -q "$1"
 }
 
 # metadata PATH: the instance's metadata at PATH (IMDSv2: a session token
 # first) from $METADATA_URL, the instance metadata service unless the
-# script set it; fails when it has none.
+# script set it; fails, saying so, when it has none or an empty one.
 metadata() {
   local url=${METADATA_URL:-http://169.254.169.254} token value
-  token=$(curl -sf -X PUT "$url/latest/api/token" -H "X-aws-ec2-metadata-token-ttl-seconds: 60")
-  value=$(curl -sf -H "X-aws-ec2-metadata-token: $token" "$url/latest/meta-data/$1") \
-    || { echo "no instance metadata $1 at $url" >&2; return 1; }
+  local curl=(curl -sf --connect-timeout 2 --retry 5 --retry-connrefused)
+  token=$("${curl[@]}" -X PUT "$url/latest/api/token" \
+    -H "X-aws-ec2-metadata-token-ttl-seconds: 60") \
+    || { echo "no instance metadata service at $url" >&2; return 1; }
+  value=$("${curl[@]}" -H "X-aws-ec2-metadata-token: $token" "$url/latest/meta-data/$1") \
+    && [ -n "$value" ] || { echo "no instance metadata $1 at $url" >&2; return 1; }
   echo "$value"
 }
 
@@ -40,42 +49,53 @@ own_dir() {
   docker run --rm --user root --network none -v "$3:/owned" --entrypoint chown "$1" "$2" /owned
 }
 
-# state_dir DEVICE DIR: DIR on the data volume DEVICE (made a file system,
-# labelled samsa-data, the first time only; mounted at every boot through
-# fstab), or a plain directory when DEVICE is "" (no data volume).
+# state_dir DEVICE DIR: DIR on the data volume DEVICE (made a file system
+# the first time only; mounted at every boot through fstab, by its UUID), or a
+# plain directory when DEVICE is "" (no data volume). The units started after
+# it need DIR mounted (RequiresMountsFor).
 state_dir() {
-  local device=$1 dir=$2
+  local device=$1 dir=$2 uuid
   mkdir -p "$dir"
+  SAMSA_STATE_DIR=$dir
   if [ -n "$device" ]; then
-    for _ in $(seq 120); do [ -e "$device" ] && break; sleep 1; done
-    [ -e "$device" ] || { echo "no data volume at $device" >&2; return 1; }
+    for _ in $(seq 600); do [ -e "$device" ] && break; sleep 1; done
+    [ -e "$device" ] || { echo "no data volume at $device after 600 s" >&2; return 1; }
     blkid "$device" >/dev/null || mkfs.ext4 -q -L samsa-data "$device"
-    grep -q "LABEL=samsa-data" /etc/fstab \
-      || echo "LABEL=samsa-data $dir ext4 defaults,nofail 0 2" >> /etc/fstab
+    uuid=$(blkid -s UUID -o value "$device")
+    grep -q "^UUID=$uuid " /etc/fstab || echo "UUID=$uuid $dir ext4 defaults,nofail 0 2" >> /etc/fstab
     mountpoint -q "$dir" || mount "$dir"
   fi
 }
 
 # service_unit NAME DESCRIPTION DOCKER_RUN_ARGS...: the unit samsa-NAME that
-# runs the container NAME (docker run --rm --network host ARGS), removes a
-# leftover one first, stops it with docker stop, and restarts on failure.
+# runs the container NAME (docker run --rm --network host ARGS; its log
+# rotated), removes a leftover one first, gives it 60 s to stop, restarts on
+# failure, and needs the state directory mounted; (re)started with what it
+# says now. No argument may hold a space, '%' or '$' (systemd's own syntax).
 service_unit() {
-  local name=$1 description=$2
+  local name=$1 description=$2 arg
   shift 2
+  for arg in "$@"; do
+    case "$arg" in *[[:space:]%\$]*) echo "service_unit $name: argument '$arg' holds a space, % or \$" >&2; return 1 ;; esac
+  done
   cat > "/etc/systemd/system/samsa-$name.service" <<UNIT
 [Unit]
 Description=$description
 Requires=docker.service
+Wants=network-online.target
 After=docker.service network-online.target
+${SAMSA_STATE_DIR:+RequiresMountsFor=$SAMSA_STATE_DIR}
 [Service]
 ExecStartPre=-/usr/bin/docker rm -f $name
-ExecStart=/usr/bin/docker run --rm --name $name --network host $*
-ExecStop=/usr/bin/docker stop $name
+ExecStart=/usr/bin/docker run --rm --name $name --network host --log-opt max-size=100m --log-opt max-file=5 $*
+ExecStop=/usr/bin/docker stop -t 60 $name
+TimeoutStopSec=90
 Restart=always
 RestartSec=3
 [Install]
 WantedBy=multi-user.target
 UNIT
   systemctl daemon-reload
-  systemctl enable --now "samsa-$name"
+  systemctl enable "samsa-$name"
+  systemctl restart "samsa-$name"
 }

@@ -60,7 +60,7 @@ variable "ami_ids" {
 }
 
 variable "image_registry" {
-  description = "Where the project's images are pushed (make push-images), e.g. 123456789012.dkr.ecr.us-east-2.amazonaws.com: the instances pull REGISTRY/samsa/<image>:<image_version>."
+  description = "Where the project's images are pushed (infra/terraform/README.md, \"Boot\"), e.g. 123456789012.dkr.ecr.us-east-2.amazonaws.com: the instances pull REGISTRY/samsa/<image>:<image_version>."
   type        = string
   validation {
     condition     = can(regex("^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$", var.image_registry))
