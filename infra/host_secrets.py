@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -56,9 +57,8 @@ from kazoo.exceptions import KazooException
 
 from broker.service_kit import cli
 from infra.cloud_secrets import AuthorityError, issue
-from infra.local.lab_security import (ADMIN, AUDIT, BROKER, HTTP_USERS, LAG, LOADER, MIRROR,
-                                      PRODUCER, USERS, ZK_AUDIT, ZK_CLUSTER, ZK_LOADER,
-                                      ZK_MIRROR, ZK_REGISTRY, LabSecurity, private_dir,
+from infra.local.lab_security import (AUDIT, HTTP_USERS, LOADER, MIRROR, USERS, ZK_AUDIT,
+                                      ZK_CLUSTER, ZK_LOADER, ZK_MIRROR, ZK_REGISTRY, LabSecurity, private_dir,
                                       write_private)
 
 
@@ -90,7 +90,6 @@ READS = {
     "audit": Reads((AUDIT,), (ZK_AUDIT,)),
     "analysis": Reads((LOADER,), (ZK_LOADER, ZK_REGISTRY)),
 }
-assert set(USERS) == {BROKER, ADMIN, PRODUCER, MIRROR, LAG, AUDIT, LOADER}
 
 
 class SecretsManager:
@@ -379,6 +378,9 @@ def _provision(args) -> int:
 
     from broker.coordination.zk import make_client, start_client
     from broker.coordination.zk_acls import Identity
+    # kazoo's warnings of each refused connection would bury the one line
+    # that says what failed
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
     security = LabSecurity(args.security)
     identity = Identity.from_file(security.zookeeper_identity_file(ZK_CLUSTER))
     client = make_client(args.zookeeper, identity=identity, tls=security.zookeeper_tls())

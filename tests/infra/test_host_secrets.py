@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import ssl
 import stat
 import subprocess
@@ -26,6 +27,7 @@ from broker.coordination.zk import make_client, start_client
 from broker.coordination.zk_acls import Identity
 from broker.harness.zookeeper import ZooKeeperEnsemble
 from broker.security import store
+from broker.security.ca import CertificateAuthority
 from broker.security.password_file import read_password_file
 from infra import host_secrets
 from infra.cloud_secrets import make_authority
@@ -423,3 +425,23 @@ def test_the_metadata_stand_in_answers_as_imdsv2():
                            {"x-aws-ec2-metadata-token": token}) == (200, "10.0.0.5")
     assert metadata.answer("GET", "/latest/meta-data/placement/availability-zone",
                            {"x-aws-ec2-metadata-token": token})[0] == 404
+
+
+def test_provision_without_a_zookeeper_fails_in_one_line(tmp_path):
+    # a dead ZooKeeper (nothing listens): it waits --timeout, then says so
+    security = tmp_path / "security"
+    (security / "zookeeper").mkdir(parents=True)
+    (security / "zookeeper" / "cluster.zk").write_text("samsa-cluster:pw\n")
+    CertificateAuthority.create(str(security / "ca"))
+    acls = tmp_path / "acls.toml"
+    acls.write_text("")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "infra.host_secrets", "provision",
+                           "--security", str(security), "--acls", str(acls),
+                           "--zookeeper", f"127.0.0.1:{port}/dc-a", "--timeout", "2"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach ZooKeeper" in lines[0], done.stderr
