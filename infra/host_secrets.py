@@ -22,8 +22,10 @@ the same settings follow from them (docs/security.md, "In the cloud").
         unit (``EnvironmentFile``); ``--warehouse-out`` the analysis stack's
         lines of the DAGs' settings file (after its ``[warehouse]`` table's
         own: the audit asked over HTTPS as ``airflow``, and
-        ``[loader.credentials]``); ``--zoo-cfg-out`` a ZooKeeper member's
-        zoo.cfg lines of its TLS client port (and its key store beside)
+        ``[loader.credentials]``); ``--zookeeper-env-out`` a ZooKeeper
+        member's settings of the samsa/zookeeper image (``docker run
+        --env-file``): TLS alone on its client port and TLS between the
+        members, its key store written beside (zookeeper.pem)
 
     python -m infra.host_secrets provision --security /etc/samsa/security \\
             --acls /etc/samsa/acls.toml --zookeeper 10.10.1.5:2181/dc-a
@@ -197,8 +199,8 @@ def secured_options(service: str, security: LabSecurity, name: str) -> list[str]
       identity (``credentials.*``), its HTTP port over HTTPS with the HTTP
       users (``http.*``).
 
-    ZooKeeper takes zoo.cfg lines instead (zookeeper_tls_lines), the
-    analysis stack lines of the DAGs' settings file (``--warehouse-out``)."""
+    ZooKeeper takes the image's settings instead (zookeeper_environment),
+    the analysis stack lines of the DAGs' settings file (``--warehouse-out``)."""
     if service == "broker":
         return ["--set", f"tls_port={CLOUD_TLS_PORT}", "--set", f"port={CLOUD_PLAINTEXT_PORT}",
                 *_set(security.broker_settings(name), "")]
@@ -208,7 +210,7 @@ def secured_options(service: str, security: LabSecurity, name: str) -> list[str]
     if service == "audit":
         return [*security.credential_options(AUDIT, ZK_AUDIT), *security.http_options(name)]
     raise SecretError(f"no secured options for {service!r} yet: the broker's, the mirror's "
-                      f"and the audit's (ZooKeeper: --zoo-cfg-out; analysis: --warehouse-out)")
+                      f"and the audit's (ZooKeeper: --zookeeper-env-out; analysis: --warehouse-out)")
 
 
 def _set(values: dict[str, str], table: str) -> list[str]:
@@ -222,16 +224,28 @@ def _set(values: dict[str, str], table: str) -> list[str]:
 CLOUD_ZOOKEEPER_PORT = 2181
 
 
-def zookeeper_tls_lines(security: LabSecurity, name: str, key_store: str) -> str:
-    """The zoo.cfg lines of a secured member whose certificate is ``name``:
-    TLS alone on CLOUD_ZOOKEEPER_PORT (no ``clientPort`` beside it; the
-    member's zoo.cfg must have none), Netty, the PEM key store written to
-    ``key_store`` (the owner's alone), no client certificate asked (clients
-    prove who they are with their digest identities)."""
+def zookeeper_environment(security: LabSecurity, name: str, key_store: str) -> dict[str, str]:
+    """The samsa/zookeeper image's settings (infra/docker/zookeeper) of a
+    secured member whose certificate is ``name``: TLS alone on its client
+    port (CLOUD_ZOOKEEPER_PORT; Netty), no client certificate asked there
+    (clients prove who they are with their digest identities), and TLS
+    between the members (quorum and election: each proves itself to the
+    other with its certificate, the authority's). The PEM key store is
+    written to ``key_store`` (the owner's alone)."""
     tls = security.zookeeper_server_tls(name)
     tls.write_key_store(key_store)
-    values = tls.settings(key_store, "0.0.0.0", CLOUD_ZOOKEEPER_PORT)
-    return "".join(f"{key}={value}\n" for key, value in values.items())
+    return {"ZOO_PORT": str(CLOUD_ZOOKEEPER_PORT), "ZOO_TLS_KEY_STORE": key_store,
+            "ZOO_TLS_TRUST_STORE": security.ca_file, "ZOO_TLS_CLIENT_AUTH": tls.client_auth,
+            "ZOO_TLS_QUORUM": "true"}
+
+
+def write_environment(path: str, values: dict[str, str]) -> None:
+    """``values`` as a ``docker run --env-file`` file (``KEY=value`` lines,
+    taken literally: no quotes, no expansion) at ``path``."""
+    for key, value in values.items():
+        if any(c.isspace() for c in value):
+            raise SecretError(f"a value an env file cannot hold: {key}={value!r}")
+    write_private(path, "".join(f"{key}={value}\n" for key, value in values.items()))
 
 
 def write_options(path: str, options: list[str]) -> None:
@@ -319,8 +333,9 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--warehouse-out", help="(analysis) write what the DAGs' settings file adds "
                                            "after its [warehouse] table's own lines: the audit "
                                            "over HTTPS as airflow, [loader.credentials]")
-    f.add_argument("--zoo-cfg-out", help="(zookeeper) write the zoo.cfg lines of its TLS client "
-                                         "port here, its key store beside it (zookeeper.pem)")
+    f.add_argument("--zookeeper-env-out", help="(zookeeper) write the samsa/zookeeper image's "
+                                               "TLS settings here (docker run --env-file), its "
+                                               "key store beside it (zookeeper.pem)")
     v = sub.add_parser("provision", help="(a broker) write the users and ACLs in ZooKeeper")
     v.add_argument("--security", required=True, help="the directory fetch wrote")
     v.add_argument("--acls", required=True, help="the cluster's ACL file (python -m infra.render)")
@@ -337,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             for given, option, services in (
                     (args.options_out, "--options-out", ("broker", "mirror", "audit")),
                     (args.warehouse_out, "--warehouse-out", ("analysis",)),
-                    (args.zoo_cfg_out, "--zoo-cfg-out", ("zookeeper",))):
+                    (args.zookeeper_env_out, "--zookeeper-env-out", ("zookeeper",))):
                 if given and args.service not in services:
                     raise SecretError(f"{option} is for {' and '.join(services)}, "
                                       f"not {args.service}")
@@ -352,12 +367,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.warehouse_out:
                 write_private(args.warehouse_out, security.warehouse_toml())
                 print(f"the warehouse's secured settings in {args.warehouse_out}")
-            if args.zoo_cfg_out:
-                key_store = os.path.join(os.path.dirname(os.path.abspath(args.zoo_cfg_out)),
-                                         "zookeeper.pem")
-                write_private(args.zoo_cfg_out, zookeeper_tls_lines(security, args.name,
-                                                                    key_store))
-                print(f"zoo.cfg lines of the TLS port in {args.zoo_cfg_out}")
+            if args.zookeeper_env_out:
+                key_store = os.path.join(
+                    os.path.dirname(os.path.abspath(args.zookeeper_env_out)), "zookeeper.pem")
+                write_environment(args.zookeeper_env_out,
+                                  zookeeper_environment(security, args.name, key_store))
+                print(f"the ZooKeeper image's TLS settings in {args.zookeeper_env_out}")
             return 0
         return _provision(args)
     except (SecretError, AuthorityError, ValueError) as exc:

@@ -199,7 +199,11 @@ class ZooKeeperServerTls:
       ``want`` or ``none``;
     * ``probe_cert_file``/``probe_key_file``: the certificate the harness's
       own probes (``ruok``, ``srvr``) present on a TLS-only server that
-      needs one.
+      needs one;
+    * ``quorum``: the members of an ensemble speak TLS to each other too
+      (``sslQuorum``: the quorum and election ports, the same key store;
+      each member presents its certificate and checks the other's against
+      its address, or the name the address resolves back to).
     """
     cert_file: str
     key_file: str
@@ -208,6 +212,7 @@ class ZooKeeperServerTls:
     plaintext: bool = True
     probe_cert_file: str = ""
     probe_key_file: str = ""
+    quorum: bool = False
 
     def __post_init__(self) -> None:
         if self.client_auth not in ("need", "want", "none"):
@@ -239,6 +244,13 @@ class ZooKeeperServerTls:
                 "ssl.keyStore.location": key_store, "ssl.keyStore.type": "PEM",
                 "ssl.trustStore.location": self.ca_file, "ssl.trustStore.type": "PEM",
                 "ssl.clientAuth": self.client_auth}
+
+    def quorum_settings(self, key_store: str) -> dict[str, object]:
+        """The zoo.cfg lines of TLS between the members (``quorum``)."""
+        return {"sslQuorum": "true",
+                "ssl.quorum.keyStore.location": key_store, "ssl.quorum.keyStore.type": "PEM",
+                "ssl.quorum.trustStore.location": self.ca_file,
+                "ssl.quorum.trustStore.type": "PEM"}
 
 
 # --------------------------------------------------------------------------- one server
@@ -320,6 +332,9 @@ class ZooKeeperServer:
             key_store = self.tls.write_key_store(os.path.join(self.directory, "key-store.pem"))
             lines += [f"{key}={value}" for key, value in
                       self.tls.settings(key_store, self.host, self.secure_port).items()]
+            if self.tls.quorum and server_lines:
+                lines += [f"{key}={value}" for key, value in
+                          self.tls.quorum_settings(key_store).items()]
         lines += server_lines
         with open(self.config_path, "w") as f:
             f.write("\n".join(lines) + "\n")

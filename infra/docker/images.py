@@ -66,7 +66,10 @@ BUILD_REQUIREMENTS = ("setuptools>=68", "wheel")
 # tools (pyspark and Airflow belong to the analysis image)
 RUNTIME_REQUIREMENTS = ("prometheus-client>=0.20", "zstandard>=0.22", "lz4>=4.3", "kazoo>=2.10",
                         "fastavro>=1.9", "sqlalchemy>=2.0", "alembic>=1.12",
-                        "psycopg[binary]>=3.1", *BUILD_REQUIREMENTS)
+                        "psycopg[binary]>=3.1",
+                        # a cloud host's boot: python -m infra.host_secrets reads the
+                        # secret store (boto3) and issues the host's certificate
+                        "cryptography>=42", "boto3>=1.34", *BUILD_REQUIREMENTS)
 # pure-Python packages PyPI has only as source (pyspark: a 456 MB sdist): made
 # into a wheel on the host (pip wheel, which keeps it in pip's own cache)
 SOURCE_ONLY = ("pyspark",)

@@ -770,7 +770,8 @@ class Lab:
             if tls is not None:          # TLS alone on the client port
                 env.update(ZOO_TLS_KEY_STORE=tls.write_key_store(
                     os.path.join(directory, "key-store.pem")),
-                    ZOO_TLS_TRUST_STORE=tls.ca_file, ZOO_TLS_CLIENT_AUTH=tls.client_auth)
+                    ZOO_TLS_TRUST_STORE=tls.ca_file, ZOO_TLS_CLIENT_AUTH=tls.client_auth,
+                    ZOO_TLS_QUORUM="true" if tls.quorum and peers else "")
             command = self._in_container(
                 name, "zookeeper", [], env=env,
                 mounts=[Mount(os.path.join(directory, "data"), "/data"),

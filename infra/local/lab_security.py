@@ -286,9 +286,11 @@ class LabSecurity:
         only client port: no plaintext beside it), with that host's
         certificate. No client certificate is asked for: clients prove who
         they are by their digest identities, and the certificate proves the
-        server to them."""
+        server to them. The members of an ensemble speak TLS to each other
+        too (``quorum``)."""
         cert, key = self.cert_files(host)
-        return ZooKeeperServerTls(cert, key, self.ca_file, client_auth="none", plaintext=False)
+        return ZooKeeperServerTls(cert, key, self.ca_file, client_auth="none", plaintext=False,
+                                  quorum=True)
 
     def zookeeper_tls(self) -> ZooKeeperTls:
         """How every client of the lab reaches ZooKeeper: over TLS,

@@ -11,15 +11,18 @@ module's inputs and the test's to the same names.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
+import ssl
 import subprocess
 
 import pytest
 
 from broker_helpers import wait_until
+from cloud_helpers import fill_secret_store, role_metadata
 from infra.docker.images import latest
 from infra.local.cloud_stand_ins import InstanceMetadataStandIn
 
@@ -33,6 +36,13 @@ BROKER_ADDRESS = "127.0.0.31"
 #: the ensemble's members: loopback addresses of their own, as each instance
 #: has its own private address (their ports are the same, as in the cloud)
 MEMBERS = ("127.0.0.21", "127.0.0.22", "127.0.0.23")
+#: the secured environment's secrets (module secrets' name) and region
+SECRETS, REGION = "samsa-boot", "us-east-1"
+#: each instance's private DNS name in the metadata: the name its address
+#: resolves back to. Here every member's connections to another come from
+#: 127.0.0.1 (the kernel's source address on loopback), which resolves to
+#: localhost; in a VPC, the instance's address to its ip-10-...internal name
+LOOPBACK_NAME = "localhost"
 
 
 def render(template: str, values: dict, directory, local_values: dict | None = None) -> str:
@@ -79,9 +89,16 @@ def module_template_inputs(module: str) -> set[str]:
     return set(re.findall(r"^\s*(\w+)\s*=", call, re.MULTILINE))
 
 
-def four_letter_word(address: str, word: bytes, port: int = 2181) -> str:
+def four_letter_word(address: str, word: bytes, port: int = 2181,
+                     context: ssl.SSLContext | None = None) -> str:
+    """``word``'s answer from the member at ``address`` (over TLS with
+    ``context``, the member's address checked against its certificate); ""
+    when it gives none."""
     try:
-        with socket.create_connection((address, port), timeout=2) as s:
+        with contextlib.ExitStack() as stack:
+            s = stack.enter_context(socket.create_connection((address, port), timeout=2))
+            if context is not None:
+                s = stack.enter_context(context.wrap_socket(s, server_hostname=address))
             s.sendall(word)
             chunks = []
             while chunk := s.recv(4096):
@@ -91,8 +108,9 @@ def four_letter_word(address: str, word: bytes, port: int = 2181) -> str:
         return ""
 
 
-def mode(address: str) -> str | None:
-    match = re.search(r"^Mode: (\w+)", four_letter_word(address, b"srvr"), re.MULTILINE)
+def mode(address: str, context: ssl.SSLContext | None = None) -> str | None:
+    match = re.search(r"^Mode: (\w+)", four_letter_word(address, b"srvr", context=context),
+                      re.MULTILINE)
     return match.group(1) if match else None
 
 
@@ -149,25 +167,35 @@ def boot(instance, script: str) -> subprocess.CompletedProcess:
 
 def test_the_modules_and_the_tests_give_the_scripts_the_same_inputs():
     assert module_template_inputs(ZOOKEEPER_MODULE) == {
-        "boot_common", "member_id", "address", "servers", "image", "data_device", "state_dir"}
+        "boot_common", "metadata_url", "member_id", "address", "servers", "image",
+        "tools_image", "secrets", "secrets_endpoint", "data_device", "state_dir", "config_dir"}
     assert module_template_inputs(BROKER_MODULE) == {
         "boot_common", "metadata_url", "broker_id", "zookeeper", "broker_config", "acls",
-        "image", "data_device", "state_dir", "config_dir"}
+        "image", "secrets", "secrets_endpoint", "data_device", "state_dir", "config_dir"}
     assert module_template_inputs(MIRROR_MODULE) == {
-        "boot_common", "process", "mirror_config", "image", "config_dir"}
+        "boot_common", "metadata_url", "process", "mirror_config", "image", "secrets",
+        "secrets_endpoint", "config_dir"}
 
 
-def boot_ensemble(instances, tmp_path, state) -> tuple[list, list[str]]:
+def boot_ensemble(instances, tmp_path, state, secured: dict | None = None,
+                  context: ssl.SSLContext | None = None) -> tuple[list, list[str]]:
     """The three members' scripts, rendered and run on three instances: the
     instances and their scripts, once the ensemble has a leader and two
-    followers."""
+    followers. ``secured``: the secret store's endpoint and each member's
+    metadata URL (``{"endpoint": ..., "metadata": [...]}``), and the members'
+    TLS port asked with ``context``; else they run open."""
     servers = ",".join(f"{i + 1}={ip}:2888:3888" for i, ip in enumerate(MEMBERS))
     booted, scripts = [], []
     for i, address in enumerate(MEMBERS):
         member = i + 1
         script = render(os.path.join(ZOOKEEPER_MODULE, "user_data.sh.tftpl"), {
+            "metadata_url": secured["metadata"][i] if secured else "http://169.254.169.254",
             "member_id": member, "address": address, "servers": servers,
-            "image": latest("zookeeper"), "data_device": "", "state_dir": str(state)},
+            "image": latest("zookeeper"), "tools_image": latest("samsa"),
+            "secrets": SECRETS if secured else "",
+            "secrets_endpoint": secured["endpoint"] if secured else "",
+            "data_device": "", "state_dir": str(state),
+            "config_dir": str(state / f"etc-zookeeper-{member}")},
             _own_dir(tmp_path, f"render-{member}"))
         instance = instances(f"zookeeper-instance-{member}", str(state))
         instances.services.append(f"zookeeper-{member}")
@@ -175,9 +203,9 @@ def boot_ensemble(instances, tmp_path, state) -> tuple[list, list[str]]:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         booted.append(instance)
         scripts.append(script)
-    wait_until(lambda: sorted(str(mode(a)) for a in MEMBERS) == ["follower", "follower",
-                                                                  "leader"],
-               90, what=lambda: f"an ensemble of three: {[mode(a) for a in MEMBERS]}")
+    wait_until(lambda: sorted(str(mode(a, context)) for a in MEMBERS) == [
+        "follower", "follower", "leader"], 90,
+        what=lambda: f"an ensemble of three: {[mode(a, context) for a in MEMBERS]}")
     return booted, scripts
 
 
@@ -227,7 +255,8 @@ def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instanc
             "metadata_url": url, "broker_id": 0, "zookeeper": zookeeper,
             "broker_config": one_broker_settings(),
             "acls": open(os.path.join(RENDERED, "acls-dc-us-east.toml")).read(),
-            "image": latest("samsa"), "data_device": "", "state_dir": str(state),
+            "image": latest("samsa"), "secrets": "", "secrets_endpoint": "",
+            "data_device": "", "state_dir": str(state),
             "config_dir": str(state / "etc-broker-0")}, _own_dir(tmp_path, "render-broker"))
         instance = instances("broker-instance-0", str(state))
         instances.services.append("broker-0")
@@ -269,7 +298,8 @@ def test_a_broker_without_a_zone_in_its_metadata_does_not_start(instances, tmp_p
         script = render(os.path.join(BROKER_MODULE, "user_data.sh.tftpl"), {
             "metadata_url": url, "broker_id": 0, "zookeeper": "127.0.0.21:2181/dc-us-east",
             "broker_config": one_broker_settings(), "acls": "", "image": latest("samsa"),
-            "data_device": "", "state_dir": str(state), "config_dir": str(state / "etc")},
+            "secrets": "", "secrets_endpoint": "", "data_device": "", "state_dir": str(state),
+            "config_dir": str(state / "etc")},
             _own_dir(tmp_path, "render-broker"))
         instance = instances("broker-instance-nozone", str(state))
         done = boot(instance, script)
@@ -296,7 +326,8 @@ def test_a_rendered_mirror_script_copies_the_datacenters_into_analysis(
     filled = ", ".join(f"{name.replace('-', '_')} = {_hcl(c.connect)}"
                        for name, c in clusters.items())
     script = render(os.path.join(MIRROR_MODULE, "user_data.sh.tftpl"), {
-        "process": 0,
+        "metadata_url": "http://169.254.169.254", "process": 0, "secrets": "",
+        "secrets_endpoint": "",
         "mirror_config": Hcl(f"templatestring(local.template, {{ zookeeper = {{ {filled} }} }})"),
         "image": latest("samsa"), "config_dir": str(tmp_path / "etc-mirror-0")},
         _own_dir(tmp_path, "render-mirror"), {"template": f"file({_hcl(rendered)})"})
@@ -320,6 +351,101 @@ def test_a_rendered_mirror_script_copies_the_datacenters_into_analysis(
 
     wait_until(lambda: copied() == {b"view-%d" % i for i in range(100)}, 90,
                what=lambda: f"the booted mirror to copy 100 messages ({len(copied())} so far)")
+
+
+def test_secured_scripts_boot_a_tls_ensemble_and_a_broker_only_users_reach(instances, tmp_path):
+    # issue 30's cloud: every instance reads its secrets from the store with
+    # its role's credentials (the metadata service's), issues its certificate
+    # with the environment's authority, and its service runs secured
+    from broker.client.cluster_producer import ClusterProducer
+    from broker.coordination import paths
+    from broker.coordination.zk import make_client, start_client
+    from broker.coordination.zk_tls import ZooKeeperTls
+    from kazoo.exceptions import NoAuthError
+
+    standin, passwords, ca_cert = fill_secret_store(REGION, SECRETS, str(tmp_path / "operator"))
+    context = ssl.create_default_context(cafile=ca_cert)
+    state = tmp_path / "state"
+    state.mkdir()
+    zookeeper = ",".join(f"{a}:2181" for a in MEMBERS) + "/dc-us-east"
+    with contextlib.ExitStack() as stack:
+        endpoint = stack.enter_context(standin.serving())
+        member_metadata = [InstanceMetadataStandIn({
+            "local-ipv4": address, "local-hostname": LOOPBACK_NAME, "placement/region": REGION,
+            **role_metadata("zookeeper")}) for address in MEMBERS]
+        urls = [stack.enter_context(m.serving()) for m in member_metadata]
+        boot_ensemble(instances, tmp_path, state, {"endpoint": endpoint, "metadata": urls},
+                      context)
+        # TLS alone on the client port; the members speak TLS to each other
+        # (the ensemble formed over it)
+        assert four_letter_word(MEMBERS[0], b"srvr") == ""
+        for i in range(3):
+            zoo_cfg = subprocess.run(["docker", "exec", f"zookeeper-{i + 1}", "cat",
+                                      "/conf/zoo.cfg"], capture_output=True, text=True).stdout
+            assert "secureClientPort=2181" in zoo_cfg and "sslQuorum=true" in zoo_cfg, zoo_cfg
+            assert "\nclientPort=" not in zoo_cfg
+        assert all("iam/security-credentials/samsa-zookeeper" in m.asked
+                   for m in member_metadata)
+
+        broker_metadata = InstanceMetadataStandIn({
+            "local-ipv4": BROKER_ADDRESS, "local-hostname": LOOPBACK_NAME,
+            "placement/availability-zone": "us-east-1b", "placement/region": REGION,
+            **role_metadata("broker")})
+        url = stack.enter_context(broker_metadata.serving())
+        config_dir = state / "etc-broker-0"
+        script = render(os.path.join(BROKER_MODULE, "user_data.sh.tftpl"), {
+            "metadata_url": url, "broker_id": 0, "zookeeper": zookeeper,
+            "broker_config": one_broker_settings(),
+            "acls": open(os.path.join(RENDERED, "acls-dc-us-east.toml")).read(),
+            "image": latest("samsa"), "secrets": SECRETS, "secrets_endpoint": endpoint,
+            "data_device": "", "state_dir": str(state), "config_dir": str(config_dir)},
+            _own_dir(tmp_path, "render-broker"))
+        instance = instances("broker-instance-0", str(state))
+        instances.services.append("broker-0")
+        done = boot(instance, script)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "credentials written" in done.stdout, done.stdout[-3000:]
+    # what the broker read is its role's: no other service's identity
+    assert (config_dir / "security" / "zookeeper" / "cluster.zk").exists()
+    assert not (config_dir / "security" / "zookeeper" / "mirror.zk").exists()
+
+    # a stranger's ZooKeeper client (TLS, no identity) changes nothing of the cluster's
+    stranger = make_client(zookeeper, tls=ZooKeeperTls(True, ca_cert))
+    start_client(stranger, zookeeper)
+    try:
+        wait_until(lambda: stranger.exists(paths.broker_id_path(0)), 60,
+                   what="the secured broker to register")
+        # its TLS listener is what clients find (its plaintext one, 9094,
+        # no security group opens)
+        assert stranger.get(paths.broker_tls_path(0))[0].decode() == f"{BROKER_ADDRESS}:9092"
+        assert stranger.get(paths.broker_rack_path(0))[0].decode() == "us-east-1b"
+        with pytest.raises(NoAuthError):
+            stranger.set(paths.broker_tls_path(0), b"10.0.0.66:9092")
+        with pytest.raises(NoAuthError):
+            stranger.delete(paths.broker_id_path(0))
+    finally:
+        stranger.stop()
+        stranger.close()
+
+    password_file = tmp_path / "producer.password"
+    password_file.write_text(passwords["producer"] + "\n")
+    os.chmod(password_file, 0o600)
+
+    def produce(**credentials) -> set[str]:
+        with ClusterProducer(zookeeper, acks="flushed", zookeeper_tls=ZooKeeperTls(True, ca_cert),
+                             tls=True, tls_ca_file=ca_cert, **credentials) as producer:
+            sent = [producer.send("page-views", b"view-%d" % i) for i in range(20)]
+            producer.flush(timeout=60)
+        return {type(f.exception()).__name__ + str(f.exception())
+                for f in sent if f.exception()}
+
+    # the producer with its password from the store, over TLS (certificate
+    # and address checked): every message taken
+    assert produce(sasl_username="producer", sasl_password_file=str(password_file)) == set()
+    # a wrong password: refused
+    password_file.write_text("not-the-password\n")
+    refused = produce(sasl_username="producer", sasl_password_file=str(password_file))
+    assert refused and all("SASL_AUTHENTICATION_FAILED" in e for e in refused), refused
 
 
 def one_broker_settings() -> str:

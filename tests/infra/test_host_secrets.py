@@ -22,6 +22,8 @@ import sys
 import pytest
 from cryptography import x509
 
+import cloud_helpers
+
 from broker.client.cluster_producer import ClusterProducer
 from broker.coordination.zk import make_client, start_client
 from broker.coordination.zk_acls import Identity
@@ -30,8 +32,7 @@ from broker.security import store
 from broker.security.ca import CertificateAuthority
 from broker.security.password_file import read_password_file
 from infra import host_secrets
-from infra.cloud_secrets import make_authority
-from infra.local.lab_security import HTTP_USERS, USERS, ZK_IDENTITIES, cluster_acls
+from infra.local.lab_security import HTTP_USERS, USERS, cluster_acls
 from infra.local.cloud_stand_ins import InstanceMetadataStandIn, SecretStoreStandIn, sigv4_signature
 from infra.topology import load_topology
 
@@ -43,31 +44,14 @@ TOPOLOGY = os.path.join(os.path.dirname(__file__), "..", "..", "infra", "local",
 
 
 def readable_by(service: str) -> list[str]:
-    reads = host_secrets.READS[service]
-    return [f"{ENV}/{name}" for name in (
-        ["ca"] + [f"users/{u}" for u in reads.users]
-        + [f"zookeeper/{z}" for z in reads.zookeeper]
-        + ([f"http/{h}" for h, _ in HTTP_USERS] if reads.http else []))]
+    return cloud_helpers.readable_by(ENV, service)
 
 
 @pytest.fixture
 def secret_store(tmp_path):
     """The environment's secrets as module secrets makes them (an authority
     the operator put), and a key per service granted its readers'."""
-    standin = SecretStoreStandIn(REGION)
-    ca_json, _ca_cert = make_authority(ENV, str(tmp_path / "operator"))
-    with open(ca_json) as f:
-        standin.put(f"{ENV}/ca", f.read())
-    passwords = {}
-    for user in USERS:
-        passwords[user] = f"pw-{user}-1"
-        standin.put(f"{ENV}/users/{user}", passwords[user])
-    for identity in ZK_IDENTITIES:
-        standin.put(f"{ENV}/zookeeper/{identity}", f"samsa-{identity}:zk-{identity}")
-    for user, _role in HTTP_USERS:
-        standin.put(f"{ENV}/http/{user}", f"http-{user}")
-    for service in host_secrets.READS:
-        standin.grant(f"AKID{service.upper()}", f"secret-{service}", readable_by(service))
+    standin, passwords, _ = cloud_helpers.fill_secret_store(REGION, ENV, str(tmp_path / "operator"))
     with standin.serving() as endpoint:
         yield standin, endpoint, passwords
 
@@ -318,25 +302,32 @@ def test_each_services_secured_options_are_taken_by_its_command(secret_store, tm
     assert [e for e in expected if e not in lines] == [], printed.stdout
 
 
-def test_a_zookeeper_host_gets_the_lines_of_its_tls_port(secret_store, tmp_path):
+def test_a_zookeeper_host_gets_its_images_tls_settings(secret_store, tmp_path):
     _standin, endpoint, _ = secret_store
     out = tmp_path / "security"
-    zoo_cfg = tmp_path / "conf" / "secured.cfg"
-    zoo_cfg.parent.mkdir(mode=0o700)
+    env_file = out / "zookeeper.env"
     done = run_fetch(endpoint, "zookeeper", out, "--name", "zookeeper-1", "--host", "10.10.1.5",
-                     "--zoo-cfg-out", str(zoo_cfg))
+                     "--zookeeper-env-out", str(env_file))
     assert done.returncode == 0, done.stderr
-    lines = dict(line.split("=", 1) for line in zoo_cfg.read_text().splitlines())
-    key_store = str(tmp_path / "conf" / "zookeeper.pem")
-    assert lines["secureClientPort"] == "2181" and "clientPort" not in lines
-    assert lines["ssl.keyStore.location"] == key_store
-    assert lines["ssl.keyStore.type"] == "PEM" and lines["ssl.clientAuth"] == "none"
-    assert lines["serverCnxnFactory"].endswith("NettyServerCnxnFactory")
+    # docker run --env-file: KEY=value lines, the samsa/zookeeper image's settings
+    values = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+    key_store = str(out / "zookeeper.pem")
+    assert values == {"ZOO_PORT": "2181", "ZOO_TLS_KEY_STORE": key_store,
+                      "ZOO_TLS_TRUST_STORE": str(out / "ca" / "ca.crt"),
+                      "ZOO_TLS_CLIENT_AUTH": "none", "ZOO_TLS_QUORUM": "true"}
+    dockerfile = open(os.path.join(os.path.dirname(__file__), "..", "..", "infra", "docker",
+                                   "zookeeper", "Dockerfile")).read()
+    assert all(f"{key}=" in dockerfile for key in values)      # settings the image has
     held = open(key_store).read()
     assert "PRIVATE KEY" in held and "CERTIFICATE" in held
     assert stat.S_IMODE(os.stat(key_store).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(env_file).st_mode) == 0o600
     # the member's own users: none (it reads only the authority)
     assert not os.path.exists(out / "users") and not os.path.exists(out / "http")
+    refused = run_fetch(endpoint, "broker", tmp_path / "b", "--name", "b", "--host", "10.0.0.1",
+                        "--zookeeper-env-out", str(tmp_path / "z.env"))
+    assert refused.returncode == 2 and "--zookeeper-env-out is for zookeeper, not broker" in \
+        refused.stderr, refused
 
 
 def test_the_analysis_stack_gets_the_warehouse_settings_its_dags_read(secret_store, tmp_path):

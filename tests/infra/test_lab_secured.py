@@ -28,7 +28,7 @@ from infra.local.lab import Lab, LabError, free_topology
 from infra.local.lab_security import (ADMIN, AUDIT_TOPIC, LAG, MIRROR, PRODUCER, USERS,
                                       LabSecurity, cluster_acls)
 from infra.local.network.runner import missing_requirements
-from infra.topology import NetworkSpec, SecuritySpec, to_toml
+from infra.topology import NetworkSpec, SecuritySpec, ZooKeeperSpec, to_toml
 from lab_helpers import small_topology
 
 
@@ -152,7 +152,10 @@ def test_a_lab_does_not_switch_between_open_and_secured_over_its_data(tmp_path):
 @pytest.mark.timeout(300)
 def test_a_secured_lab_serves_its_services_and_refuses_strangers(tmp_path):
     topology = free_topology(small_topology(dc_brokers=2, analysis_brokers=1, mirror=True))
-    topology = dataclasses.replace(topology, security=SecuritySpec(enabled=True))
+    # an ensemble of three, whose members speak TLS to each other too
+    topology = dataclasses.replace(topology, security=SecuritySpec(enabled=True),
+                                   zookeeper=ZooKeeperSpec(size=3))
+    topology = free_topology(topology)
     topology_file = tmp_path / "topology.toml"
     topology_file.write_text(to_toml(topology))
     state = tmp_path / "lab"
@@ -210,6 +213,14 @@ def test_a_secured_lab_serves_its_services_and_refuses_strangers(tmp_path):
                 refused_client.start(timeout=4)
             refused_client.stop()
             refused_client.close()
+        # the members' quorum and election ports are TLS (sslQuorum) and the
+        # ensemble formed over them
+        for member in (1, 2, 3):
+            zoo_cfg = state / "zookeeper" / f"zk-{member}" / "zoo.cfg"
+            assert "sslQuorum=true" in zoo_cfg.read_text()
+        modes = sorted(str(server_mode(topology.host, port, tls=lab.zookeeper_probe_context()))
+                       for port in topology.zookeeper_client_ports())
+        assert modes == ["follower", "follower", "leader"], modes
         # a stranger over TLS (the authority's certificate is no secret)
         # reads the registry, cannot read the users or register a broker
         stranger = KazooClient(hosts=lab.zookeeper_connect("dc-a"), timeout=10,

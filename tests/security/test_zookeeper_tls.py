@@ -205,3 +205,44 @@ def test_the_tools_and_the_registry_take_tls_to_zookeeper(tls_zookeeper, pki, tm
                               "--timeout", "3", "list"], env=env_plain,
                              capture_output=True, timeout=60)
     assert refused.returncode == 3 and b"cannot reach ZooKeeper" in refused.stderr
+
+
+def test_an_ensembles_members_speak_tls_to_each_other(pki, tmp_path):
+    # sslQuorum: the quorum and election ports are TLS too, each member
+    # presenting its certificate (the lab's ensembles run so, and the cloud's)
+    import socket
+    import ssl
+    cert, key = pki["zookeeper"]
+    ensemble = ZooKeeperEnsemble(3, str(tmp_path), tls=ZooKeeperServerTls(
+        cert, key, pki["ca"], client_auth="none", plaintext=False, quorum=True))
+    ensemble.start()
+    try:
+        modes = sorted(str(s.mode()) for s in ensemble.servers)
+        assert modes == ["follower", "follower", "leader"], modes
+        for server in ensemble.servers:
+            assert "sslQuorum=true" in open(server.config_path).read()
+        # written through one member, read through another: the quorum works over TLS
+        clients = []
+        for server in (ensemble.servers[0], ensemble.servers[2]):
+            connect = f"{server.host}:{server.secure_port}"
+            clients.append(make_client(connect, tls=ZooKeeperTls(True, pki["ca"])))
+            start_client(clients[-1], connect)
+        writer, reader = clients
+        try:
+            writer.create("/over-tls", b"agreed")
+            reader.sync("/over-tls")
+            assert reader.get("/over-tls")[0] == b"agreed"
+        finally:
+            for client in clients:
+                client.stop()
+                client.close()
+        # an election port answers a TLS handshake (a member's certificate
+        # presented) with the member's certificate, and nothing in plaintext
+        member = ensemble.servers[0]
+        context = ssl.create_default_context(cafile=pki["ca"])
+        context.load_cert_chain(cert, key)
+        with socket.create_connection((member.host, member.election_port), timeout=5) as raw:
+            with context.wrap_socket(raw, server_hostname=member.host) as tls:
+                assert tls.getpeercert()["subject"]
+    finally:
+        ensemble.stop()

@@ -31,6 +31,17 @@ cfg=/conf/zoo.cfg
   echo "autopurge.snapRetainCount=${ZOO_SNAP_RETAIN_COUNT}"
   if [ -n "${ZOO_SERVERS}" ]; then
     echo "${ZOO_SERVERS}" | tr ',' '\n' | sed 's/^\([0-9]*\)=/server.\1=/'
+    if [ "${ZOO_TLS_QUORUM}" = "true" ]; then
+      # TLS between the members too (quorum and election ports), with the
+      # same key store; each member proves itself with its certificate and
+      # checks the other's address (or the name it resolves back to) in it
+      [ -n "${ZOO_TLS_KEY_STORE}" ] || { echo "ZOO_TLS_QUORUM=true needs ZOO_TLS_KEY_STORE" >&2; exit 2; }
+      echo "sslQuorum=true"
+      echo "ssl.quorum.keyStore.location=${ZOO_TLS_KEY_STORE}"
+      echo "ssl.quorum.keyStore.type=PEM"
+      echo "ssl.quorum.trustStore.location=${ZOO_TLS_TRUST_STORE}"
+      echo "ssl.quorum.trustStore.type=PEM"
+    fi
   fi
 } > "$cfg"
 [ -z "${ZOO_SERVERS}" ] || echo "${ZOO_MY_ID}" > /data/myid

@@ -49,6 +49,37 @@ own_dir() {
   docker run --rm --user root --network none -v "$3:/owned" --entrypoint chown "$1" "$2" /owned
 }
 
+# image_user IMAGE USER: USER's uid:gid as IMAGE knows it.
+image_user() {
+  docker run --rm --network none --entrypoint sh "$1" -c "echo \$(id -u $2):\$(id -g $2)"
+}
+
+# fetch_secrets IMAGE USER SERVICE NAME DIR OUTPUTS...: the host's secrets,
+# read from the environment's secret store (the secrets named
+# $SAMSA_SECRETS/..., module secrets' name; in the instance's region) by
+# python -m infra.host_secrets fetch in IMAGE (samsa/samsa), run as USER
+# (uid:gid, the service's) into DIR (made USER's alone, mounted at the same
+# path); the host's certificate NAME for its private address and the private
+# DNS name that address resolves back to; OUTPUTS the fetch's --*-out
+# options (files in DIR). The AWS endpoints are the instance's (its role's
+# credentials from the metadata service), or $SECRETS_ENDPOINT when set.
+fetch_secrets() {
+  local image=$1 user=$2 service=$3 name=$4 dir=$5 region address hostname
+  shift 5
+  region=$(metadata placement/region)
+  address=$(metadata local-ipv4)
+  hostname=$(metadata local-hostname)
+  mkdir -p "$dir"
+  chown "$user" "$dir"
+  chmod 700 "$dir"
+  local aws=(-e "AWS_EC2_METADATA_SERVICE_ENDPOINT=${METADATA_URL:-http://169.254.169.254}")
+  [ -z "${SECRETS_ENDPOINT:-}" ] || aws+=(-e "AWS_ENDPOINT_URL_SECRETS_MANAGER=$SECRETS_ENDPOINT")
+  docker run --rm --network host --user "$user" -v "$dir:$dir" "${aws[@]}" \
+    --entrypoint python3 "$image" -m infra.host_secrets fetch --service "$service" \
+    --environment "$SAMSA_SECRETS" --region "$region" --name "$name" \
+    --host "$address" --host "$hostname" --out "$dir" "$@"
+}
+
 # state_dir DEVICE DIR: DIR on the data volume DEVICE (made a file system
 # the first time only; mounted at every boot through fstab, by its UUID), or a
 # plain directory when DEVICE is "" (no data volume). The units started after
@@ -67,14 +98,21 @@ state_dir() {
   fi
 }
 
-# service_unit NAME DESCRIPTION DOCKER_RUN_ARGS...: the unit samsa-NAME that
-# runs the container NAME (docker run --rm --network host ARGS; its log
-# rotated), removes a leftover one first, gives it 60 s to stop, restarts on
-# failure, and needs the state directory mounted; (re)started with what it
-# says now. No argument may hold a space, '%' or '$' (systemd's own syntax).
+# service_unit NAME DESCRIPTION [--options FILE] DOCKER_RUN_ARGS...: the unit
+# samsa-NAME that runs the container NAME (docker run --rm --network host
+# ARGS; its log rotated), removes a leftover one first, gives it 60 s to
+# stop, restarts on failure, and needs the state directory mounted;
+# (re)started with what it says now. With --options, the words of
+# SAMSA_SECURED_OPTIONS in FILE (host_secrets fetch --options-out) follow the
+# arguments. No argument may hold a space, '%' or '$' (systemd's own syntax).
 service_unit() {
-  local name=$1 description=$2 arg
+  local name=$1 description=$2 arg options_file="" options=""
   shift 2
+  if [ "${1:-}" = "--options" ]; then
+    options_file=$2
+    options=' $SAMSA_SECURED_OPTIONS'
+    shift 2
+  fi
   for arg in "$@"; do
     case "$arg" in *[[:space:]%\$]*) echo "service_unit $name: argument '$arg' holds a space, % or \$" >&2; return 1 ;; esac
   done
@@ -86,8 +124,9 @@ Wants=network-online.target
 After=docker.service network-online.target
 ${SAMSA_STATE_DIR:+RequiresMountsFor=$SAMSA_STATE_DIR}
 [Service]
+${options_file:+EnvironmentFile=$options_file}
 ExecStartPre=-/usr/bin/docker rm -f $name
-ExecStart=/usr/bin/docker run --rm --name $name --network host --log-opt max-size=100m --log-opt max-file=5 $*
+ExecStart=/usr/bin/docker run --rm --name $name --network host --log-opt max-size=100m --log-opt max-file=5 $*$options
 ExecStop=/usr/bin/docker stop -t 60 $name
 TimeoutStopSec=90
 Restart=always

@@ -53,6 +53,7 @@ module "dc_us_east" {
   broker_config_toml  = file("${path.module}/rendered/broker-dc-us-east.toml")
   broker_acls_toml    = file("${path.module}/rendered/acls-dc-us-east.toml")
   samsa_image         = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  secrets_name        = module.secrets.name
   write_mb_per_s      = var.write_mb_per_s
   retention_hours     = var.retention_hours
   ami_id              = var.ami_ids[var.datacenters["dc-us-east"]]
@@ -77,6 +78,7 @@ module "dc_eu_west" {
   broker_config_toml  = file("${path.module}/rendered/broker-dc-eu-west.toml")
   broker_acls_toml    = file("${path.module}/rendered/acls-dc-eu-west.toml")
   samsa_image         = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  secrets_name        = module.secrets.name
   write_mb_per_s      = var.write_mb_per_s
   retention_hours     = var.retention_hours
   ami_id              = var.ami_ids[var.datacenters["dc-eu-west"]]
@@ -106,6 +108,7 @@ module "analysis" {
   broker_config_toml = file("${path.module}/rendered/broker-analysis.toml")
   broker_acls_toml   = file("${path.module}/rendered/acls-analysis.toml")
   samsa_image        = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  secrets_name       = module.secrets.name
   write_mb_per_s     = var.write_mb_per_s * length(var.datacenters)
   retention_hours    = var.retention_hours
   ami_id             = var.ami_ids[var.analysis_region]
@@ -149,10 +152,11 @@ module "mirror" {
     dc_eu_west = module.dc_eu_west.zookeeper_connect,
     analysis   = module.analysis.zookeeper_connect
   }
-  image       = "${var.image_registry}/samsa/samsa:${var.image_version}"
-  ami_id      = var.ami_ids[var.analysis_region]
-  kms_key_arn = module.analysis.kms_key_arn
-  tags        = var.tags
+  image        = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  secrets_name = module.secrets.name
+  ami_id       = var.ami_ids[var.analysis_region]
+  kms_key_arn  = module.analysis.kms_key_arn
+  tags         = var.tags
 
   # the secrets it reads at boot (module secrets)
   secret_arns          = local.secret_arns.mirror

@@ -27,6 +27,7 @@ module "dc_staging" {
   broker_config_toml   = file("${path.module}/rendered/broker-dc-staging.toml")
   broker_acls_toml     = file("${path.module}/rendered/acls-dc-staging.toml")
   samsa_image          = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  secrets_name         = module.secrets.name
   write_mb_per_s       = var.write_mb_per_s
   retention_hours      = var.retention_hours
   broker_instance_type = "t3.large"
@@ -59,6 +60,7 @@ module "analysis" {
   broker_config_toml   = file("${path.module}/rendered/broker-analysis.toml")
   broker_acls_toml     = file("${path.module}/rendered/acls-analysis.toml")
   samsa_image          = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  secrets_name         = module.secrets.name
   write_mb_per_s       = var.write_mb_per_s
   retention_hours      = var.retention_hours
   broker_instance_type = "t3.large"
@@ -91,10 +93,11 @@ module "mirror" {
     dc_staging = module.dc_staging.zookeeper_connect,
     analysis   = module.analysis.zookeeper_connect
   }
-  image       = "${var.image_registry}/samsa/samsa:${var.image_version}"
-  ami_id      = var.ami_ids[var.analysis_region]
-  kms_key_arn = module.analysis.kms_key_arn
-  tags        = var.tags
+  image        = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  secrets_name = module.secrets.name
+  ami_id       = var.ami_ids[var.analysis_region]
+  kms_key_arn  = module.analysis.kms_key_arn
+  tags         = var.tags
 
   # the secrets it reads at boot (module secrets)
   secret_arns          = local.secret_arns.mirror

@@ -38,12 +38,15 @@ module "network" {
 }
 
 module "zookeeper" {
-  source     = "../zookeeper"
-  name       = var.name
-  size       = var.zookeeper_size
-  image      = var.zookeeper_image
-  vpc_id     = module.network.vpc_id
-  subnet_ids = module.network.private_subnet_ids
+  source = "../zookeeper"
+  name   = var.name
+  size   = var.zookeeper_size
+  image  = var.zookeeper_image
+  # its members' secrets read with samsa/samsa's host_secrets at boot
+  tools_image  = var.samsa_image
+  secrets_name = var.secrets_name
+  vpc_id       = module.network.vpc_id
+  subnet_ids   = module.network.private_subnet_ids
   # its own VPC, and the other-region clients (the mirror's consumer group
   # coordinates in each source cluster's ZooKeeper)
   client_cidrs = concat([module.network.vpc_cidr], values(var.remote_client_cidrs))
@@ -83,6 +86,7 @@ module "brokers" {
   broker_config_toml = var.broker_config_toml
   acls_toml          = var.broker_acls_toml
   image              = var.samsa_image
+  secrets_name       = var.secrets_name
   write_mb_per_s     = var.write_mb_per_s
   replication_factor = var.replication_factor
   retention_hours    = var.retention_hours

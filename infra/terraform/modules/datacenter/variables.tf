@@ -130,3 +130,8 @@ variable "secrets_kms_key_arn" {
   type        = string
   default     = null
 }
+
+variable "secrets_name" {
+  description = "The environment's secrets (module secrets' name, e.g. samsa-prod), read at boot: its ZooKeeper and brokers run secured (docs/security.md, \"In the cloud\"). \"\": they run open."
+  type        = string
+}

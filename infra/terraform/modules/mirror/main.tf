@@ -18,11 +18,14 @@ module "service" {
   ami_id        = var.ami_id
   kms_key_arn   = var.kms_key_arn
   user_data = [for i in range(var.processes) : templatefile("${path.module}/user_data.sh.tftpl", {
-    boot_common   = file("${path.module}/../../boot/common.sh")
-    process       = i
-    mirror_config = local.config
-    image         = var.image
-    config_dir    = "/etc/samsa"
+    boot_common      = file("${path.module}/../../boot/common.sh")
+    metadata_url     = "http://169.254.169.254"
+    process          = i
+    mirror_config    = local.config
+    image            = var.image
+    secrets          = var.secrets_name
+    secrets_endpoint = ""
+    config_dir       = "/etc/samsa"
   })]
   tags = local.tags
 

@@ -90,3 +90,12 @@ variable "secrets_kms_key_arns" {
   type        = list(string)
   default     = []
 }
+
+variable "secrets_name" {
+  description = "The environment's secrets (module secrets' name, e.g. samsa-prod), read at boot by python -m infra.host_secrets: the mirror runs secured (docs/security.md, \"In the cloud\"). \"\": it runs open (no TLS, no authentication)."
+  type        = string
+  validation {
+    condition     = can(regex("^([A-Za-z0-9_+=.@-]+)?$", var.secrets_name))
+    error_message = "secrets_name: the secrets' prefix (letters, digits and _+=.@-), or \"\" to run open."
+  }
+}

@@ -36,3 +36,8 @@ output "secret_names" {
     { for k, s in aws_secretsmanager_secret.operator_put : k => s.name },
   )
 }
+
+output "name" {
+  description = "The secrets' prefix (their names are NAME/...): what the hosts read at boot (secrets_name of the modules that boot from it)."
+  value       = var.name
+}

@@ -29,13 +29,18 @@ module "service" {
   kms_key_arn    = var.kms_key_arn
   data_volume_gb = var.data_volume_gb
   user_data = [for i in range(var.size) : templatefile("${path.module}/user_data.sh.tftpl", {
-    boot_common = file("${path.module}/../../boot/common.sh")
-    member_id   = i + 1
-    address     = local.member_ips[i]
-    servers     = local.servers
-    image       = var.image
-    data_device = "/dev/xvdb"
-    state_dir   = "/var/lib/samsa"
+    boot_common      = file("${path.module}/../../boot/common.sh")
+    metadata_url     = "http://169.254.169.254"
+    member_id        = i + 1
+    address          = local.member_ips[i]
+    servers          = local.servers
+    image            = var.image
+    tools_image      = var.tools_image
+    secrets          = var.secrets_name
+    secrets_endpoint = ""
+    data_device      = "/dev/xvdb"
+    state_dir        = "/var/lib/samsa"
+    config_dir       = "/etc/samsa"
   })]
   tags = local.tags
 

@@ -93,3 +93,21 @@ variable "secrets_kms_key_arns" {
   type        = list(string)
   default     = []
 }
+
+variable "secrets_name" {
+  description = "The environment's secrets (module secrets' name, e.g. samsa-prod), read at boot by python -m infra.host_secrets: the ensemble runs secured (docs/security.md, \"In the cloud\"). \"\": it runs open (no TLS, no authentication)."
+  type        = string
+  validation {
+    condition     = can(regex("^([A-Za-z0-9_+=.@-]+)?$", var.secrets_name))
+    error_message = "secrets_name: the secrets' prefix (letters, digits and _+=.@-), or \"\" to run open."
+  }
+}
+
+variable "tools_image" {
+  description = "The samsa/samsa image whose python -m infra.host_secrets reads a member's secrets at boot when secured (REGISTRY/samsa/samsa:VERSION)."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9.:-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$", var.tools_image))
+    error_message = "tools_image: a reference with its registry, repository and tag (REGISTRY/samsa/samsa:VERSION)."
+  }
+}
