@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "the chroot",
                        zookeeper_security=False)     # its [serve.credentials] say
     s.add_argument("--db", dest="db_url", metavar="URL", help="database URL (default SQLite)")
+    s.add_argument("--db-credentials-file", metavar="FILE",
+                   help="the database's username and password (JSON, as RDS keeps a master "
+                        "user's secret), read for every new connection")
     s.add_argument("--registry", metavar="URL", help="schema registry (default: ZooKeeper)")
     s.add_argument("--http-port", type=int, help="HTTP port (default 8090; 0 = any free)")
     cli.add_settings_options(s, config_help="TOML settings file ([serve] table)")
@@ -101,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                + REPORT_STATUS)
     r.add_argument("--db", dest="db_url", metavar="URL",
                    help="database URL (default: SQLite audit.db in --data-dir)")
+    r.add_argument("--db-credentials-file", metavar="FILE",
+                   help="the database's username and password (JSON, as RDS keeps a master "
+                        "user's secret), read for every new connection")
     r.add_argument("--data-dir", default=".")
     r.add_argument("--topic")
     r.add_argument("--from", dest="begin", metavar="TIME", help="default: --hours ago")
@@ -115,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = cli.end_help_with(sub.add_parser("db", help="database maintenance"), DB_STATUS)
     d.add_argument("action", choices=["upgrade", "revision"])
     d.add_argument("--db", dest="db_url", metavar="URL")
+    d.add_argument("--db-credentials-file", metavar="FILE",
+                   help="the database's username and password (JSON, as RDS keeps a master "
+                        "user's secret), read for every new connection")
     d.add_argument("--data-dir", default=".")
     return p
 
@@ -143,10 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from audit.config import ServeConfig
         return cli.run_service(ServeConfig, args, run_serve, table="serve",
-                               flags=("db_url", "registry", "http_port"),
+                               flags=("db_url", "db_credentials_file", "registry",
+                                      "http_port"),
                                overrides=analysis_cluster,
                                clusters={"zookeeper": "127.0.0.1:2181/analysis"})
     from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    from audit.store import CredentialsError
     try:
         if args.command == "report":
             return run_report(args)
@@ -154,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
             return run_db(args)
     except ArgumentError as exc:          # a URL sqlalchemy cannot read
         print(f"error: bad database URL {args.db_url!r}: {exc}", file=sys.stderr)
+        return cli.EXIT_BAD_SETTINGS
+    except CredentialsError as exc:       # --db-credentials-file missing or malformed
+        print(f"error: {exc}", file=sys.stderr)
         return cli.EXIT_BAD_SETTINGS
     except DBAPIError as exc:             # refused, no such host, a file it cannot open
         print(f"error: cannot reach the audit database at {_safe_url(_url(args))}: "
@@ -205,7 +220,7 @@ def _url(args) -> str:
 
 def _store(args):
     from audit.store import Store
-    return Store(_url(args))
+    return Store(_url(args), credentials_file=args.db_credentials_file or "")
 
 
 def run_report(args) -> int:

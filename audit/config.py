@@ -88,6 +88,11 @@ class ServeConfig:
     db_url: str = ""
     """SQLAlchemy URL of the database; empty = SQLite, <data_dir>/audit.db.
     PostgreSQL: postgresql+psycopg://user@host:port/database."""
+    db_credentials_file: str = ""
+    """A JSON file with the database's ``username`` and ``password`` (the
+    form of RDS's managed master user secret), read for every new
+    connection: a rotated password is taken without a restart; empty: the
+    URL's."""
     data_dir: str = "."
     http_host: str = "127.0.0.1"
     http_port: int = 8090

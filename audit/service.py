@@ -33,7 +33,8 @@ class AuditService:
         from schemas.registry import SchemaRegistry
         from schemas.wire import ValueReader
         self.config = config
-        self.store = store or Store(config.effective_db_url)
+        self.store = store or Store(config.effective_db_url,
+                                    credentials_file=config.db_credentials_file)
         self.store.upgrade()
         self.registry = SchemaRegistry.open(
             config.effective_registry,

@@ -18,7 +18,12 @@ The schema is created and upgraded by Alembic (audit/migrations):
 ``python -m audit db upgrade`` does it from the command line.
 
 SQLite (a file) is the embedded default; PostgreSQL is used by giving its
-URL (``postgresql+psycopg://user@host:port/db``).
+URL (``postgresql+psycopg://user@host:port/db``). Its user and password may
+come from a credentials file instead (``credentials_file``: JSON with
+``username`` and ``password``, the form of the secret RDS keeps for a
+database's master user), read again for every new connection: a password
+rotated in the file is taken without a restart (the connections already
+open stay as they are, as PostgreSQL keeps them).
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from sqlalchemy import (
     Table,
     Text,
     create_engine,
+    event,
     func,
     select,
 )
@@ -110,11 +116,40 @@ def default_url(directory: str = ".") -> str:
     return f"sqlite:///{os.path.abspath(os.path.join(directory, 'audit.db'))}"
 
 
+class CredentialsError(ValueError):
+    """A database credentials file that cannot be read or is not one."""
+
+
+def read_credentials(path: str) -> tuple[str, str]:
+    """(username, password) of the credentials file ``path``: a JSON object
+    with both, as RDS keeps a database's master user secret."""
+    try:
+        with open(path) as f:
+            held = json.load(f)
+    except OSError as exc:
+        raise CredentialsError(f"cannot read the database credentials {path}: "
+                               f"{exc.strerror}") from None
+    except ValueError:
+        raise CredentialsError(f"the database credentials {path} are not JSON") from None
+    if not (isinstance(held, dict) and isinstance(held.get("username"), str)
+            and isinstance(held.get("password"), str) and held["username"]):
+        raise CredentialsError(f"the database credentials {path}: a JSON object with "
+                               f"\"username\" and \"password\" is expected")
+    return held["username"], held["password"]
+
+
 class Store:
-    def __init__(self, url: str, engine: Engine | None = None) -> None:
+    def __init__(self, url: str, engine: Engine | None = None,
+                 credentials_file: str = "") -> None:
         self.url = url
         self.engine = engine or create_engine(url, future=True, pool_pre_ping=True)
         self.dialect = self.engine.dialect.name
+        if credentials_file:
+            read_credentials(credentials_file)          # a bad file: said now, not later
+
+            @event.listens_for(self.engine, "do_connect")
+            def _credentials(_dialect, _record, _args, params) -> None:
+                params["user"], params["password"] = read_credentials(credentials_file)
 
     # ------------------------------------------------------------ schema
 

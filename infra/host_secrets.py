@@ -34,6 +34,14 @@ the same settings follow from them (docs/security.md, "In the cloud").
         rotation), and adds the cluster's ACLs (rendered by python -m
         infra.render), as the ``cluster`` ZooKeeper identity over TLS
 
+    python -m infra.host_secrets database --secret-id ARN --region us-east-2 \\
+            --out /etc/samsa/security/audit-db.json [--every 60]
+        (the audit's host) writes the username and password of the secret RDS
+        keeps for a database's master user (JSON, the owner's alone), which
+        the audit reads for every new connection (--db-credentials-file);
+        with ``--every``, reads it again that often and rewrites the file when
+        RDS has rotated it (a long-running unit beside the audit's)
+
 Every boot reads the secrets again: a rotated password is taken when its
 service restarts. The AWS endpoints are boto3's: the instance's role, or
 ``AWS_ENDPOINT_URL_SECRETS_MANAGER`` (the tests' stand-in,
@@ -308,6 +316,43 @@ def acls_toml(entries) -> str:
     return "\n".join(lines)
 
 
+def database_credentials(store: SecretStore, secret_id: str) -> str:
+    """The ``username`` and ``password`` of RDS's master user secret
+    ``secret_id`` (JSON, what the audit's --db-credentials-file takes)."""
+    text = store.get(secret_id)
+    try:
+        held = json.loads(text)
+    except ValueError:
+        raise SecretError(f"secret {secret_id} is not JSON (RDS's master user secret is)"
+                          ) from None
+    if not (isinstance(held, dict) and all(isinstance(held.get(k), str) and held[k]
+                                           for k in ("username", "password"))):
+        raise SecretError(f"secret {secret_id} has no username and password")
+    return json.dumps({"username": held["username"], "password": held["password"]}) + "\n"
+
+
+def keep_database_credentials(store: SecretStore, secret_id: str, path: str,
+                              every: float, stop) -> None:
+    """Read ``secret_id`` every ``every`` seconds until ``stop`` (an Event)
+    is set, rewriting ``path`` when it changed (a rotation). A read that
+    fails is logged and the file kept: the next read may succeed."""
+    log = logging.getLogger("host_secrets")
+    while not stop.wait(every):
+        try:
+            value = database_credentials(store, secret_id)
+        except SecretError as exc:
+            log.warning("the database credentials not read again (kept as they are): %s", exc)
+            continue
+        try:
+            with open(path) as f:
+                same = f.read() == value
+        except OSError:
+            same = False
+        if not same:
+            write_private(path, value)
+            log.info("the database credentials changed (rotated): %s written again", path)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m infra.host_secrets", description=__doc__,
@@ -336,6 +381,14 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--zookeeper-env-out", help="(zookeeper) write the samsa/zookeeper image's "
                                                "TLS settings here (docker run --env-file), its "
                                                "key store beside it (zookeeper.pem)")
+    d = sub.add_parser("database", help="(the audit) write a database's master user "
+                                        "credentials from RDS's secret, and keep them")
+    d.add_argument("--secret-id", required=True, help="the secret RDS keeps (its ARN)")
+    d.add_argument("--region", required=True, help="the secret's region: the host's own")
+    d.add_argument("--out", required=True, help="the credentials file (JSON, made 0600)")
+    d.add_argument("--every", type=float, default=0.0,
+                   help="read it again every so many seconds and rewrite the file when it "
+                        "changed, until stopped (0: once)")
     v = sub.add_parser("provision", help="(a broker) write the users and ACLs in ZooKeeper")
     v.add_argument("--security", required=True, help="the directory fetch wrote")
     v.add_argument("--acls", required=True, help="the cluster's ACL file (python -m infra.render)")
@@ -374,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
                                   zookeeper_environment(security, args.name, key_store))
                 print(f"the ZooKeeper image's TLS settings in {args.zookeeper_env_out}")
             return 0
+        if args.command == "database":
+            return _database(args)
         return _provision(args)
     except (SecretError, AuthorityError, ValueError) as exc:
         print(f"python -m infra.host_secrets: {exc}", file=sys.stderr)
@@ -386,6 +441,22 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"python -m infra.host_secrets: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+
+
+def _database(args) -> int:
+    import signal
+    import threading
+    store = SecretsManager(args.region)
+    write_private(args.out, database_credentials(store, args.secret_id))
+    print(f"the database credentials of {args.secret_id} in {args.out}", flush=True)
+    if args.every > 0:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(message)s")
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        keep_database_credentials(store, args.secret_id, args.out, args.every, stop)
+    return 0
 
 
 def _provision(args) -> int:

@@ -30,6 +30,7 @@ TERRAFORM = os.path.join(os.path.dirname(__file__), "..", "..", "infra", "terraf
 ZOOKEEPER_MODULE = os.path.join(TERRAFORM, "modules", "zookeeper")
 BROKER_MODULE = os.path.join(TERRAFORM, "modules", "broker-cluster")
 MIRROR_MODULE = os.path.join(TERRAFORM, "modules", "mirror")
+AUDIT_MODULE = os.path.join(TERRAFORM, "modules", "audit")
 RENDERED = os.path.join(TERRAFORM, "environments", "production", "rendered")
 #: the broker's instance address (as the metadata stand-in gives it)
 BROKER_ADDRESS = "127.0.0.31"
@@ -175,6 +176,9 @@ def test_the_modules_and_the_tests_give_the_scripts_the_same_inputs():
     assert module_template_inputs(MIRROR_MODULE) == {
         "boot_common", "metadata_url", "process", "mirror_config", "image", "secrets",
         "secrets_endpoint", "config_dir"}
+    assert module_template_inputs(AUDIT_MODULE) == {
+        "boot_common", "metadata_url", "image", "secrets", "secrets_endpoint", "zookeeper",
+        "db_host", "db_port", "db_name", "db_secret_arn", "config_dir"}
 
 
 def boot_ensemble(instances, tmp_path, state, secured: dict | None = None,
@@ -446,6 +450,94 @@ def test_secured_scripts_boot_a_tls_ensemble_and_a_broker_only_users_reach(insta
     password_file.write_text("not-the-password\n")
     refused = produce(sasl_username="producer", sasl_password_file=str(password_file))
     assert refused and all("SASL_AUTHENTICATION_FAILED" in e for e in refused), refused
+
+
+def test_a_rendered_audit_script_serves_from_rds_and_takes_its_rotation(
+        instances, containers, tmp_path, zookeeper):
+    # issue 31's named defects: the database's master user is the one RDS
+    # made (module postgres: the database's name, "audit"), not a name of
+    # ours; its password, in the secret RDS keeps and rotates, is read again
+    import urllib.request
+
+    from broker.security.ca import CertificateAuthority
+    from container_helpers import free_ports
+    from infra.local.cloud_stand_ins import SecretStoreStandIn
+
+    # RDS: the samsa/postgres image, TLS alone (rds.force_ssl), its master
+    # user and password as RDS makes them
+    ca = CertificateAuthority.create(str(tmp_path / "ca"))
+    certs = tmp_path / "db-certs"
+    cert, key = ca.issue("rds", ["127.0.0.1"], str(certs))
+    for path in (cert, key, str(certs)):
+        os.chmod(path, 0o755 if path == str(certs) else 0o644)   # read by the image's user
+    (port,) = free_ports(1)
+    database = containers.run("rds", latest("postgres"), env={
+        "PGPORT": str(port), "POSTGRES_DB": "audit", "POSTGRES_USER": "audit",
+        "POSTGRES_PASSWORD": "rds-pw-1", "PG_TLS_CERT_FILE": f"/tls/{os.path.basename(cert)}",
+        "PG_TLS_KEY_FILE": f"/tls/{os.path.basename(key)}"}, files={"/tls": str(certs)},
+        ready=lambda s: s.exec(["pg_isready", "-h", "127.0.0.1", "-p", str(port), "-q"])[0] == 0)
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-0123-AbCdEf"
+    store = SecretStoreStandIn(REGION)
+    store.put(arn, json.dumps({"username": "audit", "password": "rds-pw-1"}))
+    key_id, secret_key = "AKIDAUDIT", "secret-audit"
+    store.grant(key_id, secret_key, [arn])
+    metadata = InstanceMetadataStandIn({
+        "local-ipv4": "127.0.0.41", "local-hostname": LOOPBACK_NAME, "placement/region": REGION,
+        **role_metadata("audit")})
+    state = tmp_path / "state"
+    state.mkdir()
+    config_dir = state / "etc-audit"
+    with store.serving() as endpoint, metadata.serving() as url:
+        script = render(os.path.join(AUDIT_MODULE, "user_data.sh.tftpl"), {
+            "metadata_url": url, "image": latest("samsa"), "secrets": "",
+            "secrets_endpoint": endpoint,
+            "zookeeper": zookeeper.connect_string("/boot-audit-analysis"),
+            "db_host": "127.0.0.1", "db_port": port, "db_name": "audit",
+            "db_secret_arn": arn, "config_dir": str(config_dir)},
+            _own_dir(tmp_path, "render-audit"))
+        instance = instances("audit-instance", str(state))
+        instances.services += ["audit", "audit-db-credentials"]
+        done = boot(instance, script)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+        def verdicts() -> int:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:8090/api/verdicts",
+                                            timeout=5) as answer:
+                    return answer.status
+            except OSError as exc:
+                return getattr(exc, "code", 0)
+
+        wait_until(lambda: verdicts() == 200, 90,
+                   what=lambda: f"the audit to answer from its database ({verdicts()})")
+        credentials = config_dir / "security" / "database.json"
+        assert json.loads(credentials.read_text()) == {"username": "audit",
+                                                       "password": "rds-pw-1"}
+        name = instance.container.get_wrapped_container().name
+        assert subprocess.run(["docker", "exec", name, "systemctl", "is-active",
+                               "samsa-audit-db-credentials"], capture_output=True,
+                              text=True).stdout.strip() == "active"
+
+        # RDS rotates the password: the kept credentials take it (the unit
+        # reads the secret every minute, and at its start: restarted here so
+        # as not to wait), and the audit's next connections use it
+        psql = ["docker", "exec", database.container.get_wrapped_container().name, "psql",
+                "-h", "/tmp", "-p", str(port), "-U", "postgres", "-q", "-c"]
+        subprocess.run([*psql, "ALTER ROLE audit PASSWORD 'rds-pw-2'"], check=True,
+                       capture_output=True)
+        store.put(arn, json.dumps({"username": "audit", "password": "rds-pw-2"}))
+        subprocess.run(["docker", "exec", name, "systemctl", "restart",
+                        "samsa-audit-db-credentials"], check=True, capture_output=True)
+        wait_until(lambda: "rds-pw-2" in credentials.read_text(), 30,
+                   what="the rotated password to be kept")
+        subprocess.run([*psql, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                               "WHERE usename = 'audit'"], check=True, capture_output=True)
+        wait_until(lambda: verdicts() == 200, 30,
+                   what=lambda: f"the audit to reconnect with the new password ({verdicts()})")
+        # the audit itself was not restarted
+        assert subprocess.run(["docker", "exec", name, "systemctl", "show", "-p",
+                               "NRestarts", "samsa-audit"], capture_output=True,
+                              text=True).stdout.strip() == "NRestarts=0"
 
 
 def one_broker_settings() -> str:

@@ -436,3 +436,50 @@ def test_provision_without_a_zookeeper_fails_in_one_line(tmp_path):
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach ZooKeeper" in lines[0], done.stderr
+
+
+def test_the_audit_host_keeps_its_database_credentials_as_rds_rotates_them(secret_store,
+                                                                          tmp_path):
+    # issue 31: RDS's master user secret (username and password, its user
+    # the database's, not a name of ours) read into the file the audit reads
+    # for every new connection, and read again so a rotation is taken
+    import signal
+    from broker_helpers import wait_until
+    standin, endpoint, _ = secret_store
+    arn = "arn:aws:secretsmanager:us-east-2:123456789012:secret:rds!db-1234-AbCdEf"
+    standin.put(arn, json.dumps({"username": "audit", "password": "rds-pw-1"}))
+    standin.grant("AKIDDB", "secret-db", [arn])
+    out = tmp_path / "security" / "audit-db.json"
+    env = {**os.environ, "AWS_ENDPOINT_URL_SECRETS_MANAGER": endpoint,
+           "AWS_ACCESS_KEY_ID": "AKIDDB", "AWS_SECRET_ACCESS_KEY": "secret-db",
+           "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+           "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    command = [sys.executable, "-m", "infra.host_secrets", "database", "--secret-id", arn,
+               "--region", REGION, "--out", str(out)]
+    once = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert once.returncode == 0, once.stderr
+    assert json.loads(out.read_text()) == {"username": "audit", "password": "rds-pw-1"}
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+
+    keeper = subprocess.Popen([*command, "--every", "0.2"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        standin.put(arn, json.dumps({"username": "audit", "password": "rds-pw-2"}))
+        wait_until(lambda: "rds-pw-2" in out.read_text(), 30, what="the rotation to be taken")
+        standin.put(arn, json.dumps({"username": "audit", "password": "rds-pw-3"}))
+        wait_until(lambda: "rds-pw-3" in out.read_text(), 30, what="the next rotation")
+    finally:
+        keeper.send_signal(signal.SIGTERM)
+        _, err = keeper.communicate(timeout=30)
+    assert keeper.returncode == 0, err
+    assert "changed (rotated)" in err
+
+    for value, words in (("not json", "is not JSON"),
+                         (json.dumps({"username": "audit"}), "has no username and password")):
+        standin.put(arn, value)
+        bad = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad
+        assert words in bad.stderr
+    denied = subprocess.run([*command[:5], arn + "-other", *command[6:]], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert denied.returncode == 2 and "AccessDeniedException" in denied.stderr, denied

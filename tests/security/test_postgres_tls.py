@@ -100,3 +100,51 @@ def test_airflow_reaches_its_database_over_tls(tls_postgres, tmp_path):
             assert "Connection successful" in done.stdout + done.stderr
         else:
             assert "no encryption" in done.stdout + done.stderr
+
+
+def test_the_audit_takes_a_rotated_password_from_its_credentials_file(tmp_path):
+    # issue 31: RDS keeps the master user's password in a secret it rotates;
+    # the audit reads the user and password from that secret's form for
+    # every new connection, so a rotation needs no restart
+    import json
+    from sqlalchemy import text
+    from audit.store import CredentialsError
+    ca = CertificateAuthority.create(str(tmp_path / "ca"))
+    cert, key = ca.issue("postgres", ["127.0.0.1"], str(tmp_path / "certs"))
+    server = PostgresServer(database="audit", user="audit", tls=PostgresTls(
+        cert, key, ca.cert_path, password="pw-1")).start()
+    try:
+        url = (f"postgresql+psycopg://127.0.0.1:{server.port}/audit"
+               f"?sslmode=verify-full&sslrootcert={ca.cert_path}")
+        credentials = tmp_path / "audit-db.json"
+        credentials.write_text(json.dumps({"username": "audit", "password": "pw-1",
+                                           "engine": "postgres"}))
+        store = Store(url, credentials_file=str(credentials))
+        try:
+            store.upgrade()
+            with store.engine.begin() as conn:
+                conn.execute(text("ALTER ROLE audit PASSWORD 'pw-2'"))    # the rotation
+            store.engine.dispose()                   # the next query opens a new connection
+            with pytest.raises(Exception, match="password authentication failed"):
+                store.revision()                     # the file still says pw-1
+            credentials.write_text(json.dumps({"username": "audit", "password": "pw-2"}))
+            assert store.revision() == Store.head_revision()     # taken, no restart
+        finally:
+            store.close()
+        # the commands take the file too; a malformed one is said in one line
+        done = subprocess.run([sys.executable, "-m", "audit", "db", "revision", "--db", url,
+                                "--db-credentials-file", str(credentials)],
+                               capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        credentials.write_text('{"password": "pw-2"}')
+        bad = subprocess.run([sys.executable, "-m", "audit", "db", "revision", "--db", url,
+                              "--db-credentials-file", str(credentials)],
+                             capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2, bad
+        assert bad.stderr.strip().splitlines() == [
+            f"error: the database credentials {credentials}: a JSON object with \"username\" "
+            f"and \"password\" is expected"]
+        with pytest.raises(CredentialsError):
+            Store(url, credentials_file=str(tmp_path / "none.json"))
+    finally:
+        server.stop()

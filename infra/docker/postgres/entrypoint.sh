@@ -19,5 +19,16 @@ CREATE DATABASE "${POSTGRES_DB}" OWNER "${POSTGRES_USER}";
 SQL
   "$bin/pg_ctl" -D /data -m fast -w stop >/dev/null
 fi
+tls=""
+if [ -n "${PG_TLS_CERT_FILE}" ]; then
+  # TLS alone over TCP (as RDS with rds.force_ssl): the certificate and key
+  # copied where PostgreSQL accepts a key (its own, 0600), every TCP line of
+  # pg_hba.conf hostssl
+  install -m 0600 "${PG_TLS_CERT_FILE}" /data/server.crt
+  install -m 0600 "${PG_TLS_KEY_FILE}" /data/server.key
+  sed -i 's/^host /hostssl /' /data/pg_hba.conf
+  tls="-c ssl=on -c ssl_cert_file=/data/server.crt -c ssl_key_file=/data/server.key"
+fi
+# shellcheck disable=SC2086
 exec "$bin/postgres" -D /data -c listen_addresses="${PG_LISTEN}" -c port="${PGPORT}" -c jit=off \
-  -c unix_socket_directories=/tmp
+  -c unix_socket_directories=/tmp $tls

@@ -69,15 +69,36 @@ fetch_secrets() {
   region=$(metadata placement/region)
   address=$(metadata local-ipv4)
   hostname=$(metadata local-hostname)
-  mkdir -p "$dir"
-  chown "$user" "$dir"
-  chmod 700 "$dir"
-  local aws=(-e "AWS_EC2_METADATA_SERVICE_ENDPOINT=${METADATA_URL:-http://169.254.169.254}")
-  [ -z "${SECRETS_ENDPOINT:-}" ] || aws+=(-e "AWS_ENDPOINT_URL_SECRETS_MANAGER=$SECRETS_ENDPOINT")
-  docker run --rm --network host --user "$user" -v "$dir:$dir" "${aws[@]}" \
-    --entrypoint python3 "$image" -m infra.host_secrets fetch --service "$service" \
+  secrets_dir "$user" "$dir"
+  host_secrets "$image" "$user" "$dir" fetch --service "$service" \
     --environment "$SAMSA_SECRETS" --region "$region" --name "$name" \
     --host "$address" --host "$hostname" --out "$dir" "$@"
+}
+
+# secrets_dir USER DIR: DIR made, USER's (uid:gid) alone.
+secrets_dir() {
+  mkdir -p "$2"
+  chown "$1" "$2"
+  chmod 700 "$2"
+}
+
+# aws_endpoints: the docker run options that give a container the AWS
+# endpoints of the instance: its metadata service (its role's credentials),
+# and $SECRETS_ENDPOINT for Secrets Manager when set.
+aws_endpoints() {
+  echo "-e AWS_EC2_METADATA_SERVICE_ENDPOINT=${METADATA_URL:-http://169.254.169.254}"
+  [ -z "${SECRETS_ENDPOINT:-}" ] || echo "-e AWS_ENDPOINT_URL_SECRETS_MANAGER=$SECRETS_ENDPOINT"
+}
+
+# host_secrets IMAGE USER DIR ARGS...: python -m infra.host_secrets ARGS, run
+# once in IMAGE as USER with DIR mounted at the same path and the instance's
+# AWS endpoints.
+host_secrets() {
+  local image=$1 user=$2 dir=$3
+  shift 3
+  # shellcheck disable=SC2046
+  docker run --rm --network host --user "$user" -v "$dir:$dir" $(aws_endpoints) \
+    --entrypoint python3 "$image" -m infra.host_secrets "$@"
 }
 
 # state_dir DEVICE DIR: DIR on the data volume DEVICE (made a file system

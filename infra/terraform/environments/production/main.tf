@@ -172,7 +172,8 @@ module "audit" {
   zookeeper_connect = module.analysis.zookeeper_connect
   reader_cidrs      = concat([module.analysis.vpc_cidr], var.operator_cidrs)
   db_multi_az       = true
-  samsa_wheel_url   = var.samsa_wheel_url
+  image             = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  secrets_name      = module.secrets.name
   ami_id            = var.ami_ids[var.analysis_region]
   kms_key_arn       = module.analysis.kms_key_arn
   tags              = var.tags

@@ -1,6 +1,8 @@
-# The audit service (python -m audit serve) on one instance, its database a
-# PostgreSQL (module postgres) whose master password RDS keeps in Secrets
-# Manager: no password in a variable, in the state or in user data.
+# The audit service (python -m audit serve, the samsa/samsa image) on one
+# instance, its database a PostgreSQL (module postgres) whose master user and
+# password RDS keeps (and rotates) in Secrets Manager: no password in a
+# variable, in the state or in user data; the instance reads that secret at
+# boot and again every minute (user_data.sh.tftpl).
 
 locals {
   tags = merge(var.tags, { "samsa:module" = "audit" })
@@ -44,12 +46,20 @@ module "service" {
   ami_id        = var.ami_id
   kms_key_arn   = var.kms_key_arn
   policy_json   = data.aws_iam_policy_document.audit.json
-  wheel_url     = var.samsa_wheel_url
   user_data = [templatefile("${path.module}/user_data.sh.tftpl", {
-    zookeeper       = var.zookeeper_connect
-    db_host         = module.database.address
-    db_secret_arn   = module.database.secret_arn
-    samsa_wheel_url = var.samsa_wheel_url
+    boot_common      = file("${path.module}/../../boot/common.sh")
+    metadata_url     = "http://169.254.169.254"
+    image            = var.image
+    secrets          = var.secrets_name
+    secrets_endpoint = ""
+    zookeeper        = var.zookeeper_connect
+    # the database RDS made: its master user (the database's name, module
+    # postgres) and password are in the secret it keeps and rotates
+    db_host       = module.database.address
+    db_port       = module.database.port
+    db_name       = module.database.database
+    db_secret_arn = module.database.secret_arn
+    config_dir    = "/etc/samsa"
   })]
   tags = local.tags
 

@@ -63,9 +63,22 @@ variable "db_backup_days" {
   }
 }
 
-variable "samsa_wheel_url" {
-  description = "Where the instance fetches the Samsa wheel."
+variable "image" {
+  description = "The samsa/samsa image the audit service runs (the one make test runs, pushed to the environment's registry): REGISTRY/samsa/samsa:VERSION."
   type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9.:-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$", var.image))
+    error_message = "image: a reference with its registry, repository and tag (REGISTRY/samsa/samsa:VERSION)."
+  }
+}
+
+variable "secrets_name" {
+  description = "The environment's secrets (module secrets' name, e.g. samsa-prod), read at boot by python -m infra.host_secrets: the audit service runs secured (docs/security.md, \"In the cloud\"). \"\": it runs open (no TLS, no authentication)."
+  type        = string
+  validation {
+    condition     = can(regex("^([A-Za-z0-9_+=.@-]+)?$", var.secrets_name))
+    error_message = "secrets_name: the secrets' prefix (letters, digits and _+=.@-), or \"\" to run open."
+  }
 }
 
 variable "instance_type" {

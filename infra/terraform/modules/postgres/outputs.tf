@@ -12,3 +12,13 @@ output "security_group_id" {
   description = "The database's security group."
   value       = aws_security_group.db.id
 }
+
+output "database" {
+  description = "The database's name, which is also its master user's (the secret RDS keeps holds both: username and password)."
+  value       = aws_db_instance.this.db_name
+}
+
+output "port" {
+  description = "The database's port."
+  value       = aws_db_instance.this.port
+}
