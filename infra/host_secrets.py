@@ -42,6 +42,12 @@ the same settings follow from them (docs/security.md, "In the cloud").
         with ``--every``, reads it again that often and rewrites the file when
         RDS has rotated it (a long-running unit beside the audit's)
 
+    python -m infra.host_secrets database-url --credentials FILE \\
+            --url 'postgresql+psycopg://HOST:5432/airflow?sslmode=require'
+        prints the URL with the user and password of FILE (what ``database``
+        wrote) put in, quoted: Airflow's metadata database, at each start of
+        its components (the samsa/analysis image's SAMSA_DB_CREDENTIALS_FILE)
+
 Every boot reads the secrets again: a rotated password is taken when its
 service restarts. The AWS endpoints are boto3's: the instance's role, or
 ``AWS_ENDPOINT_URL_SECRETS_MANAGER`` (the tests' stand-in,
@@ -331,6 +337,27 @@ def database_credentials(store: SecretStore, secret_id: str) -> str:
     return json.dumps({"username": held["username"], "password": held["password"]}) + "\n"
 
 
+def database_url(credentials_file: str, url: str) -> str:
+    """``url`` (no user or password of its own) with the user and password
+    of ``credentials_file`` (JSON: username, password) put in."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+    try:
+        with open(credentials_file) as f:
+            held = json.load(f)
+        username, password = held["username"], held["password"]
+    except OSError as exc:
+        raise SecretError(f"cannot read the database credentials {credentials_file}: "
+                          f"{exc.strerror}") from None
+    except (ValueError, KeyError, TypeError):
+        raise SecretError(f"the database credentials {credentials_file}: a JSON object with "
+                          f"\"username\" and \"password\" is expected") from None
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.hostname or "@" in parts.netloc:
+        raise SecretError(f"not a database URL without a user: {url!r}")
+    netloc = f"{quote(username, safe='')}:{quote(password, safe='')}@{parts.netloc}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
 def keep_database_credentials(store: SecretStore, secret_id: str, path: str,
                               every: float, stop) -> None:
     """Read ``secret_id`` every ``every`` seconds until ``stop`` (an Event)
@@ -389,6 +416,10 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--every", type=float, default=0.0,
                    help="read it again every so many seconds and rewrite the file when it "
                         "changed, until stopped (0: once)")
+    u = sub.add_parser("database-url", help="print a database URL with the user and password "
+                                            "of a credentials file put in")
+    u.add_argument("--credentials", required=True, help="the file database wrote")
+    u.add_argument("--url", required=True, help="the URL, without a user or password")
     v = sub.add_parser("provision", help="(a broker) write the users and ACLs in ZooKeeper")
     v.add_argument("--security", required=True, help="the directory fetch wrote")
     v.add_argument("--acls", required=True, help="the cluster's ACL file (python -m infra.render)")
@@ -429,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "database":
             return _database(args)
+        if args.command == "database-url":
+            print(database_url(args.credentials, args.url))
+            return 0
         return _provision(args)
     except (SecretError, AuthorityError, ValueError) as exc:
         print(f"python -m infra.host_secrets: {exc}", file=sys.stderr)

@@ -31,6 +31,7 @@ ZOOKEEPER_MODULE = os.path.join(TERRAFORM, "modules", "zookeeper")
 BROKER_MODULE = os.path.join(TERRAFORM, "modules", "broker-cluster")
 MIRROR_MODULE = os.path.join(TERRAFORM, "modules", "mirror")
 AUDIT_MODULE = os.path.join(TERRAFORM, "modules", "audit")
+ANALYSIS_MODULE = os.path.join(TERRAFORM, "modules", "analysis-stack")
 RENDERED = os.path.join(TERRAFORM, "environments", "production", "rendered")
 #: the broker's instance address (as the metadata stand-in gives it)
 BROKER_ADDRESS = "127.0.0.31"
@@ -179,6 +180,10 @@ def test_the_modules_and_the_tests_give_the_scripts_the_same_inputs():
     assert module_template_inputs(AUDIT_MODULE) == {
         "boot_common", "metadata_url", "image", "secrets", "secrets_endpoint", "zookeeper",
         "db_host", "db_port", "db_name", "db_secret_arn", "config_dir"}
+    assert module_template_inputs(ANALYSIS_MODULE) == {
+        "boot_common", "metadata_url", "image", "secrets", "secrets_endpoint",
+        "warehouse_config", "db_host", "db_port", "db_name", "db_secret_arn", "state_dir",
+        "config_dir"}
 
 
 def boot_ensemble(instances, tmp_path, state, secured: dict | None = None,
@@ -459,28 +464,7 @@ def test_a_rendered_audit_script_serves_from_rds_and_takes_its_rotation(
     # ours; its password, in the secret RDS keeps and rotates, is read again
     import urllib.request
 
-    from broker.security.ca import CertificateAuthority
-    from container_helpers import free_ports
-    from infra.local.cloud_stand_ins import SecretStoreStandIn
-
-    # RDS: the samsa/postgres image, TLS alone (rds.force_ssl), its master
-    # user and password as RDS makes them
-    ca = CertificateAuthority.create(str(tmp_path / "ca"))
-    certs = tmp_path / "db-certs"
-    cert, key = ca.issue("rds", ["127.0.0.1"], str(certs))
-    for path in (cert, key, str(certs)):
-        os.chmod(path, 0o755 if path == str(certs) else 0o644)   # read by the image's user
-    (port,) = free_ports(1)
-    database = containers.run("rds", latest("postgres"), env={
-        "PGPORT": str(port), "POSTGRES_DB": "audit", "POSTGRES_USER": "audit",
-        "POSTGRES_PASSWORD": "rds-pw-1", "PG_TLS_CERT_FILE": f"/tls/{os.path.basename(cert)}",
-        "PG_TLS_KEY_FILE": f"/tls/{os.path.basename(key)}"}, files={"/tls": str(certs)},
-        ready=lambda s: s.exec(["pg_isready", "-h", "127.0.0.1", "-p", str(port), "-q"])[0] == 0)
-    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-0123-AbCdEf"
-    store = SecretStoreStandIn(REGION)
-    store.put(arn, json.dumps({"username": "audit", "password": "rds-pw-1"}))
-    key_id, secret_key = "AKIDAUDIT", "secret-audit"
-    store.grant(key_id, secret_key, [arn])
+    port, database, store, arn = rds(containers, tmp_path, "audit", "rds-pw-1")
     metadata = InstanceMetadataStandIn({
         "local-ipv4": "127.0.0.41", "local-hostname": LOOPBACK_NAME, "placement/region": REGION,
         **role_metadata("audit")})
@@ -521,11 +505,7 @@ def test_a_rendered_audit_script_serves_from_rds_and_takes_its_rotation(
         # RDS rotates the password: the kept credentials take it (the unit
         # reads the secret every minute, and at its start: restarted here so
         # as not to wait), and the audit's next connections use it
-        psql = ["docker", "exec", database.container.get_wrapped_container().name, "psql",
-                "-h", "/tmp", "-p", str(port), "-U", "postgres", "-q", "-c"]
-        subprocess.run([*psql, "ALTER ROLE audit PASSWORD 'rds-pw-2'"], check=True,
-                       capture_output=True)
-        store.put(arn, json.dumps({"username": "audit", "password": "rds-pw-2"}))
+        psql = rotate(database, port, store, arn, "audit", "rds-pw-2")
         subprocess.run(["docker", "exec", name, "systemctl", "restart",
                         "samsa-audit-db-credentials"], check=True, capture_output=True)
         wait_until(lambda: "rds-pw-2" in credentials.read_text(), 30,
@@ -538,6 +518,153 @@ def test_a_rendered_audit_script_serves_from_rds_and_takes_its_rotation(
         assert subprocess.run(["docker", "exec", name, "systemctl", "show", "-p",
                                "NRestarts", "samsa-audit"], capture_output=True,
                               text=True).stdout.strip() == "NRestarts=0"
+
+
+def test_a_secured_boot_without_the_authority_keeps_asking_then_fails(instances, tmp_path):
+    # an environment's first apply: the instances boot before the operator
+    # puts the authority; each asks again (every 20 s, 90 times in the cloud;
+    # once here), then fails saying so, its service not started
+    from cloud_helpers import access_key, readable_by
+    from infra.local.cloud_stand_ins import SecretStoreStandIn
+
+    store = SecretStoreStandIn(REGION)             # nothing put yet
+    store.grant(*access_key("broker"), readable_by(SECRETS, "broker"))
+    metadata = InstanceMetadataStandIn({
+        "local-ipv4": BROKER_ADDRESS, "local-hostname": LOOPBACK_NAME,
+        "placement/availability-zone": "us-east-1b", "placement/region": REGION,
+        **role_metadata("broker")})
+    state = tmp_path / "state"
+    state.mkdir()
+    with store.serving() as endpoint, metadata.serving() as url:
+        script = render(os.path.join(BROKER_MODULE, "user_data.sh.tftpl"), {
+            "metadata_url": url, "broker_id": 0, "zookeeper": "127.0.0.21:2181/dc-us-east",
+            "broker_config": one_broker_settings(), "acls": "", "image": latest("samsa"),
+            "secrets": SECRETS, "secrets_endpoint": endpoint, "data_device": "",
+            "state_dir": str(state), "config_dir": str(state / "etc")},
+            _own_dir(tmp_path, "render-broker"))
+        instance = instances("broker-instance-noca", str(state))
+        done = boot(instance, "export FETCH_ATTEMPTS=1\n" + script)
+    assert done.returncode != 0
+    assert f"secret {SECRETS}/ca: ResourceNotFoundException" in done.stderr, done.stderr
+    assert "broker's secrets not had after 1 attempts" in done.stderr, done.stderr
+    name = instance.container.get_wrapped_container().name
+    assert subprocess.run(["docker", "exec", name, "test", "-e",
+                           "/etc/systemd/system/samsa-broker-0.service"]).returncode == 1
+
+
+def rds(containers, tmp_path, user: str, password: str):
+    """RDS as the modules make it: the samsa/postgres image, TLS alone (its
+    rds.force_ssl), the database and its master user named ``user``; and
+    the secret RDS keeps for that user in a stand-in of Secrets Manager,
+    readable by the role of ``user``'s service (role_metadata(user)):
+    (port, the database's container, the stand-in, the secret's ARN)."""
+    from broker.security.ca import CertificateAuthority
+    from container_helpers import free_ports
+    from infra.local.cloud_stand_ins import SecretStoreStandIn
+
+    ca = CertificateAuthority.create(str(tmp_path / "rds-ca"))
+    certs = tmp_path / "rds-certs"
+    cert, key = ca.issue("rds", ["127.0.0.1"], str(certs))
+    for path in (cert, key):
+        os.chmod(path, 0o644)               # read by the image's user
+    os.chmod(certs, 0o755)
+    (port,) = free_ports(1)
+    database = containers.run(f"rds-{user}", latest("postgres"), env={
+        "PGPORT": str(port), "POSTGRES_DB": user, "POSTGRES_USER": user,
+        "POSTGRES_PASSWORD": password, "PG_TLS_CERT_FILE": f"/tls/{os.path.basename(cert)}",
+        "PG_TLS_KEY_FILE": f"/tls/{os.path.basename(key)}"}, files={"/tls": str(certs)},
+        ready=lambda s: s.exec(["pg_isready", "-h", "127.0.0.1", "-p", str(port), "-q"])[0] == 0)
+    arn = f"arn:aws:secretsmanager:{REGION}:123456789012:secret:rds!db-{user}-AbCdEf"
+    store = SecretStoreStandIn(REGION)
+    store.put(arn, json.dumps({"username": user, "password": password}))
+    store.grant(f"AKID{user.upper()}", f"secret-{user}", [arn])
+    return port, database, store, arn
+
+
+def rotate(database, port: int, store, arn: str, user: str, password: str) -> list[str]:
+    """RDS rotating ``user``'s password: changed in the database and in its
+    secret. Returns the psql command (as the superuser) for more SQL."""
+    psql = ["docker", "exec", database.container.get_wrapped_container().name, "psql",
+            "-h", "/tmp", "-p", str(port), "-U", "postgres", "-q", "-c"]
+    subprocess.run([*psql, f"ALTER ROLE {user} PASSWORD '{password}'"], check=True,
+                   capture_output=True)
+    store.put(arn, json.dumps({"username": user, "password": password}))
+    return psql
+
+
+def test_a_rendered_analysis_stack_script_runs_airflow_with_both_dags_on_rds(
+        instances, containers, tmp_path, zookeeper):
+    # issue 31: Airflow from the samsa/analysis image (its DAGs folder the
+    # image's: the named defect was a DAGS_FOLDER the wheel did not hold), its
+    # database RDS's with the master user RDS made, restarted on a rotation
+    import urllib.request
+
+    from infra.local.airflow_stack import PROJECT_DAGS
+
+    port, database, store, arn = rds(containers, tmp_path, "airflow", "rds-pw-1")
+    metadata = InstanceMetadataStandIn({
+        "local-ipv4": "127.0.0.1", "local-hostname": LOOPBACK_NAME, "placement/region": REGION,
+        **role_metadata("airflow")})
+    state = tmp_path / "state"
+    state.mkdir()
+    config_dir = state / "etc-analysis"
+    warehouse = (f'[loader]\nzookeeper = "{zookeeper.connect_string("/boot-analysis")}"\n'
+                 f'output = "s3a://samsa-warehouse/warehouse"\nmaster = "local[*]"\n'
+                 f'cluster_name = "analysis"\n\n[warehouse]\n'
+                 f'audit_url = "http://127.0.0.1:8090"\n')
+    with store.serving() as endpoint, metadata.serving() as url:
+        script = render(os.path.join(ANALYSIS_MODULE, "user_data.sh.tftpl"), {
+            "metadata_url": url, "image": latest("analysis"), "secrets": "",
+            "secrets_endpoint": endpoint, "warehouse_config": warehouse,
+            "db_host": "127.0.0.1", "db_port": port, "db_name": "airflow",
+            "db_secret_arn": arn, "state_dir": str(state), "config_dir": str(config_dir)},
+            _own_dir(tmp_path, "render-analysis"))
+        instance = instances("analysis-instance", str(state))
+        instances.services += [f"airflow-{c}" for c in (
+            "api-server", "scheduler", "dag-processor", "triggerer", "db-credentials")]
+        done = boot(instance, script)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+        def health() -> dict:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:8080/api/v2/monitor/health",
+                                            timeout=5) as answer:
+                    return json.load(answer)
+            except (OSError, ValueError):
+                return {}
+
+        def database_healthy() -> bool:
+            return health().get("metadatabase", {}).get("status") == "healthy"
+
+        def dags() -> set[str]:
+            listed = subprocess.run(
+                ["docker", "exec", "airflow-scheduler", "/usr/local/bin/analysis", "airflow",
+                 "dags", "list", "--output", "json"], capture_output=True, text=True,
+                timeout=120)
+            lines = [line for line in listed.stdout.splitlines() if line.startswith("[")]
+            return {d["dag_id"] for d in json.loads(lines[-1])} if lines else set()
+
+        wait_until(database_healthy, 300, interval=2,
+                   what=lambda: f"Airflow to answer with its database healthy: {health()}")
+        wait_until(lambda: set(PROJECT_DAGS) <= dags(), 180, interval=5,
+                   what=lambda: f"both DAGs loaded from the image's folder: {dags()}")
+        assert (state / "airflow" / "simple_auth_manager_passwords.json.generated").exists()
+
+        # RDS rotates the password: the kept credentials take it (restarted
+        # here so as not to wait the minute), the path unit restarts Airflow's
+        # components, which come back with the new one
+        before = subprocess.run(["docker", "inspect", "-f", "{{.Id}}", "airflow-api-server"],
+                                capture_output=True, text=True).stdout
+        rotate(database, port, store, arn, "airflow", "rds-pw-2")
+        name = instance.container.get_wrapped_container().name
+        subprocess.run(["docker", "exec", name, "systemctl", "restart",
+                        "samsa-airflow-db-credentials"], check=True, capture_output=True)
+        wait_until(lambda: subprocess.run(
+            ["docker", "inspect", "-f", "{{.Id}}", "airflow-api-server"], capture_output=True,
+            text=True).stdout not in ("", before), 60, what="the API server restarted")
+        wait_until(database_healthy, 300, interval=2,
+                   what=lambda: f"Airflow back with the new password: {health()}")
+        assert "rds-pw-2" in (config_dir / "security" / "database.json").read_text()
 
 
 def one_broker_settings() -> str:

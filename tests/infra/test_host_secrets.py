@@ -483,3 +483,28 @@ def test_the_audit_host_keeps_its_database_credentials_as_rds_rotates_them(secre
     denied = subprocess.run([*command[:5], arn + "-other", *command[6:]], env=env,
                             capture_output=True, text=True, timeout=60)
     assert denied.returncode == 2 and "AccessDeniedException" in denied.stderr, denied
+
+
+def test_a_database_url_gets_the_credentials_files_user_and_password_quoted(tmp_path):
+    # Airflow's metadata database at each start of its components (the
+    # samsa/analysis image's SAMSA_DB_CREDENTIALS_FILE): RDS's passwords may
+    # hold characters a URL must quote
+    from sqlalchemy.engine import make_url
+    credentials = tmp_path / "database.json"
+    credentials.write_text(json.dumps({"username": "airflow", "password": "p@ss/w:rd%?#"}))
+    url = host_secrets.database_url(str(credentials),
+                                    "postgresql+psycopg://db.internal:5432/airflow?sslmode=require")
+    parsed = make_url(url)
+    assert (parsed.username, parsed.password, parsed.host, parsed.port, parsed.database) == \
+        ("airflow", "p@ss/w:rd%?#", "db.internal", 5432, "airflow")
+    assert parsed.query == {"sslmode": "require"}
+    printed = subprocess.run([sys.executable, "-m", "infra.host_secrets", "database-url",
+                              "--credentials", str(credentials), "--url",
+                              "postgresql+psycopg://db.internal:5432/airflow"],
+                             capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0 and make_url(printed.stdout.strip()).password == "p@ss/w:rd%?#"
+    with pytest.raises(host_secrets.SecretError, match="without a user"):
+        host_secrets.database_url(str(credentials), "postgresql+psycopg://u:p@db/airflow")
+    credentials.write_text("{}")
+    with pytest.raises(host_secrets.SecretError, match="username"):
+        host_secrets.database_url(str(credentials), "postgresql+psycopg://db/airflow")

@@ -20,6 +20,17 @@ if ! id -un >/dev/null 2>&1; then
     > "$NSS_WRAPPER_GROUP"
   export LD_PRELOAD=libnss_wrapper.so NSS_WRAPPER_PASSWD NSS_WRAPPER_GROUP
 fi
+# SAMSA_DB_URL (postgresql+psycopg://HOST:PORT/DB?..., no user) and
+# SAMSA_DB_CREDENTIALS_FILE (JSON username and password: the secret RDS keeps
+# for the master user): Airflow's metadata database, its user and password put
+# in at every start (a rotated password: restart the components)
+if [ -n "${SAMSA_DB_CREDENTIALS_FILE:-}" ]; then
+  AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=$(python3 -m infra.host_secrets database-url \
+    --credentials "$SAMSA_DB_CREDENTIALS_FILE" --url "${SAMSA_DB_URL:?SAMSA_DB_URL is needed}")
+  # Airflow 3's async engine too: psycopg 3 serves both (its own guess is asyncpg)
+  AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC=$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN
+  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC
+fi
 # the components reach the API server's execution API on the API server's port
 : "${AIRFLOW__CORE__EXECUTION_API_SERVER_URL:=http://127.0.0.1:${AIRFLOW__API__PORT:-8080}/execution/}"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL

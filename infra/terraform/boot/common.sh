@@ -62,17 +62,27 @@ image_user() {
 # path); the host's certificate NAME for its private address and the private
 # DNS name that address resolves back to; OUTPUTS the fetch's --*-out
 # options (files in DIR). The AWS endpoints are the instance's (its role's
-# credentials from the metadata service), or $SECRETS_ENDPOINT when set.
+# credentials from the metadata service), or $SECRETS_ENDPOINT when set. A
+# fetch that fails (the authority not put yet: an environment's first apply)
+# is tried again every 20 s, $FETCH_ATTEMPTS times (90: 30 minutes).
 fetch_secrets() {
-  local image=$1 user=$2 service=$3 name=$4 dir=$5 region address hostname
+  local image=$1 user=$2 service=$3 name=$4 dir=$5 region address hostname attempt
   shift 5
   region=$(metadata placement/region)
   address=$(metadata local-ipv4)
   hostname=$(metadata local-hostname)
   secrets_dir "$user" "$dir"
-  host_secrets "$image" "$user" "$dir" fetch --service "$service" \
-    --environment "$SAMSA_SECRETS" --region "$region" --name "$name" \
-    --host "$address" --host "$hostname" --out "$dir" "$@"
+  for attempt in $(seq "${FETCH_ATTEMPTS:-90}"); do
+    if host_secrets "$image" "$user" "$dir" fetch --service "$service" \
+        --environment "$SAMSA_SECRETS" --region "$region" --name "$name" \
+        --host "$address" --host "$hostname" --out "$dir" "$@"; then
+      return 0
+    fi
+    echo "fetch_secrets: attempt $attempt failed (above); again in 20 s" >&2
+    [ "$attempt" = "${FETCH_ATTEMPTS:-90}" ] || sleep 20
+  done
+  echo "fetch_secrets: $service's secrets not had after ${FETCH_ATTEMPTS:-90} attempts" >&2
+  return 1
 }
 
 # secrets_dir USER DIR: DIR made, USER's (uid:gid) alone.

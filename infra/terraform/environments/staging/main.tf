@@ -132,7 +132,8 @@ module "analysis_stack" {
   audit_url         = module.audit.url
   ui_cidrs          = length(var.operator_cidrs) > 0 ? var.operator_cidrs : [module.analysis.vpc_cidr]
   warehouse_bucket  = var.warehouse_bucket
-  samsa_wheel_url   = var.samsa_wheel_url
+  image             = "${var.image_registry}/samsa/analysis:${var.image_version}"
+  secrets_name      = module.secrets.name
   ami_id            = var.ami_ids[var.analysis_region]
   kms_key_arn       = module.analysis.kms_key_arn
   tags              = var.tags

@@ -77,15 +77,6 @@ variable "image_version" {
   }
 }
 
-variable "samsa_wheel_url" {
-  description = "The Samsa wheel the instances install (s3:// or https://)."
-  type        = string
-  validation {
-    condition     = can(regex("^(s3|https)://", var.samsa_wheel_url))
-    error_message = "samsa_wheel_url must be an s3:// or https:// URL."
-  }
-}
-
 variable "tags" {
   description = "Tags added to every resource."
   type        = map(string)

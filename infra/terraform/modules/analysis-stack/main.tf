@@ -1,9 +1,25 @@
-# The analysis stack: Airflow (API server, scheduler, DAG processor; the
-# LocalExecutor; metadata in PostgreSQL) and the warehouse loader's Spark
-# (spark-submit, local[*]) on one instance, the warehouse in an S3 bucket.
+# The analysis stack: Airflow (API server, scheduler, DAG processor,
+# triggerer; the LocalExecutor; metadata in PostgreSQL) and the warehouse
+# loader's Spark (spark-submit, local[*]) on one instance, from the
+# samsa/analysis image; the warehouse in an S3 bucket.
 
 locals {
   tags = merge(var.tags, { "samsa:module" = "analysis-stack" })
+
+  # the DAGs' settings (hadoop_loader/config.py): the loader's and the
+  # warehouse's tables, the [warehouse] table last (a secured boot adds its
+  # lines after it)
+  warehouse_config = <<-TOML
+    [loader]
+    zookeeper = "${var.zookeeper_connect}"
+    output = "s3a://${aws_s3_bucket.warehouse.bucket}/warehouse"
+    master = "local[*]"
+    cluster_name = "analysis"
+
+    [warehouse]
+    audit_url = "${var.audit_url}"
+    spark_args = "--conf spark.hadoop.fs.s3a.aws.credentials.provider=software.amazon.awssdk.auth.credentials.InstanceProfileCredentialsProvider"
+  TOML
 }
 
 resource "aws_s3_bucket" "warehouse" {
@@ -105,14 +121,21 @@ module "service" {
   kms_key_arn    = var.kms_key_arn
   root_volume_gb = 200 # Spark's staging and shuffle space
   policy_json    = data.aws_iam_policy_document.analysis.json
-  wheel_url      = var.samsa_wheel_url
   user_data = [templatefile("${path.module}/user_data.sh.tftpl", {
-    zookeeper       = var.zookeeper_connect
-    audit_url       = var.audit_url
-    output          = "s3a://${aws_s3_bucket.warehouse.bucket}/warehouse"
-    db_host         = module.database.address
-    db_secret_arn   = module.database.secret_arn
-    samsa_wheel_url = var.samsa_wheel_url
+    boot_common      = file("${path.module}/../../boot/common.sh")
+    metadata_url     = "http://169.254.169.254"
+    image            = var.image
+    secrets          = var.secrets_name
+    secrets_endpoint = ""
+    warehouse_config = local.warehouse_config
+    # the database RDS made: its master user (the database's name, module
+    # postgres) and password are in the secret it keeps and rotates
+    db_host       = module.database.address
+    db_port       = module.database.port
+    db_name       = module.database.database
+    db_secret_arn = module.database.secret_arn
+    state_dir     = "/var/lib/samsa"
+    config_dir    = "/etc/samsa"
   })]
   tags = local.tags
 

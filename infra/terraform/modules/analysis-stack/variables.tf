@@ -61,9 +61,22 @@ variable "db_instance_class" {
   default     = "db.t4g.small"
 }
 
-variable "samsa_wheel_url" {
-  description = "Where the instance fetches the Samsa wheel (installed with its airflow extra)."
+variable "image" {
+  description = "The samsa/analysis image the stack runs (the one make test runs: Airflow, the DAGs, the loader's Spark; pushed to the environment's registry): REGISTRY/samsa/analysis:VERSION."
   type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9.:-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$", var.image))
+    error_message = "image: a reference with its registry, repository and tag (REGISTRY/samsa/analysis:VERSION)."
+  }
+}
+
+variable "secrets_name" {
+  description = "The environment's secrets (module secrets' name, e.g. samsa-prod), read at boot by python -m infra.host_secrets: the loader reads the analysis cluster as its user, the DAGs ask the audit over HTTPS (docs/security.md, \"In the cloud\"). \"\": open."
+  type        = string
+  validation {
+    condition     = can(regex("^([A-Za-z0-9_+=.@-]+)?$", var.secrets_name))
+    error_message = "secrets_name: the secrets' prefix (letters, digits and _+=.@-), or \"\" to run open."
+  }
 }
 
 variable "ami_id" {

@@ -21,7 +21,6 @@ module "role" {
   source            = "../service-role"
   name              = var.name
   extra_policy_json = var.policy_json
-  wheel_url         = var.wheel_url
   tags              = var.tags
 
   # the secrets it reads at boot (module secrets)

@@ -77,12 +77,6 @@ variable "policy_json" {
   default     = null
 }
 
-variable "wheel_url" {
-  description = "The Samsa wheel its instances install (read access to that s3:// object)."
-  type        = string
-  default     = null
-}
-
 variable "tags" {
   description = "Tags added to every resource."
   type        = map(string)

@@ -36,26 +36,6 @@ resource "aws_iam_role_policy" "extra" {
   policy = var.extra_policy_json
 }
 
-locals {
-  wheel_from_s3 = var.wheel_url != null && startswith(coalesce(var.wheel_url, "-"), "s3://")
-}
-
-data "aws_iam_policy_document" "wheel" {
-  count = local.wheel_from_s3 ? 1 : 0
-  statement {
-    sid       = "ReadTheSamsaWheel"
-    actions   = ["s3:GetObject"]
-    resources = ["arn:aws:s3:::${trimprefix(var.wheel_url, "s3://")}"]
-  }
-}
-
-resource "aws_iam_role_policy" "wheel" {
-  count  = local.wheel_from_s3 ? 1 : 0
-  name   = "samsa-wheel"
-  role   = aws_iam_role.this.id
-  policy = data.aws_iam_policy_document.wheel[0].json
-}
-
 # the secrets it reads at boot, and their keys through Secrets Manager only
 data "aws_iam_policy_document" "secrets" {
   count = length(var.secret_arns) > 0 ? 1 : 0

@@ -13,12 +13,6 @@ variable "extra_policy_json" {
   default     = null
 }
 
-variable "wheel_url" {
-  description = "The Samsa wheel the service's instances install: an s3:// object they may read (null or https://: no S3 permission)."
-  type        = string
-  default     = null
-}
-
 variable "tags" {
   description = "Tags added to every resource."
   type        = map(string)
