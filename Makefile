@@ -9,7 +9,7 @@ CHECKOV := .venv-checkov/bin/checkov
 .DEFAULT_GOAL := help
 
 .PHONY: demo-down demo-broker demo-lab drill drill-network drill-loss lab-up lab-status lab-down
-.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication bench-network bench-mirror-wan bench-tls bench-scram bench-startup images images-down \
+.PHONY: setup demo test test-images test-fast test-asan bench bench-peers bench-mirror bench-audit bench-loader bench-freshness bench-scale bench-containers bench-replication bench-network bench-mirror-wan bench-tls bench-scram bench-startup images images-down push-images \
 	airflow-up airflow-status airflow-down tf-local-up tf-local-down clean help
 
 # make test requires the C accelerator wherever it can be built (a compiler
@@ -50,6 +50,8 @@ help:
 	@echo "make bench-freshness  produce -> audit complete -> Parquet on the demo's pipeline"
 	@echo "make images  build the services' container images offline (docs/containers.md)"
 	@echo "make images-down  stop the dockerd that make images started"
+	@echo "make push-images REGISTRY=host[/path]  push the images the cloud runs, tagged"
+	@echo "             VERSION-REVISION (TAG=... to choose; infra/terraform/README.md)"
 	@echo "make bench-containers  the containerized pipeline ready, containers vs processes"
 	@echo "make bench-replication  replication's produce cost, failover times, re-replication (~3 min)"
 	@echo "make bench-network  what the network lab's router carries per MTU and link (root, ~4 min)"
@@ -164,6 +166,12 @@ images: setup
 
 images-down:
 	$(PY) -m infra.docker.engine down
+
+# the images the cloud instances run, to the environment's registry (ECR):
+# infra/docker/push.py; the engine must be logged in to it
+push-images: setup
+	@test -n "$(REGISTRY)" || { echo "make push-images: REGISTRY=host[/path] is needed" >&2; exit 2; }
+	$(PY) -m infra.docker.push --registry $(REGISTRY) $(if $(TAG),--tag $(TAG))
 
 test-fast: setup
 	@trap '$(PY) -m infra.docker.engine down-if-idle' EXIT; \

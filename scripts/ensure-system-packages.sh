@@ -35,6 +35,10 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=("postgre
 # iptables: the network lab's router cuts and drops packets with it (root;
 # infra/local/network/runner.py names what else it needs)
 command -v iptables-restore >/dev/null 2>&1 || [ -x /usr/sbin/iptables-restore ] || missing+=("iptables")
+# Docker's registry (distribution): python -m infra.docker.push is tested
+# pushing to a real registry (tests/containers/test_push.py); the package's
+# own systemd service is not used
+[ -x /usr/bin/docker-registry ] || missing+=("docker-registry")
 # fincore: the drop-behind test asks the kernel which pages of a file are cached
 command -v fincore >/dev/null 2>&1 || missing+=("util-linux-extra")
 

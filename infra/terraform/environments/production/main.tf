@@ -41,7 +41,7 @@ locals {
 
 module "dc_us_east" {
   source              = "../../modules/datacenter"
-  zookeeper_image     = "${var.image_registry}/samsa/zookeeper:${var.image_version}"
+  zookeeper_image     = "${local.image_registry}/samsa/zookeeper:${var.image_version}"
   providers           = { aws = aws.dc_us_east }
   name                = "samsa-prod-use1"
   cluster             = "dc-us-east"
@@ -52,7 +52,7 @@ module "dc_us_east" {
   remote_client_cidrs = local.mirror_clients
   broker_config_toml  = file("${path.module}/rendered/broker-dc-us-east.toml")
   broker_acls_toml    = file("${path.module}/rendered/acls-dc-us-east.toml")
-  samsa_image         = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  samsa_image         = "${local.image_registry}/samsa/samsa:${var.image_version}"
   secrets_name        = module.secrets.name
   write_mb_per_s      = var.write_mb_per_s
   retention_hours     = var.retention_hours
@@ -66,7 +66,7 @@ module "dc_us_east" {
 
 module "dc_eu_west" {
   source              = "../../modules/datacenter"
-  zookeeper_image     = "${var.image_registry}/samsa/zookeeper:${var.image_version}"
+  zookeeper_image     = "${local.image_registry}/samsa/zookeeper:${var.image_version}"
   providers           = { aws = aws.dc_eu_west }
   name                = "samsa-prod-euw1"
   cluster             = "dc-eu-west"
@@ -77,7 +77,7 @@ module "dc_eu_west" {
   remote_client_cidrs = local.mirror_clients
   broker_config_toml  = file("${path.module}/rendered/broker-dc-eu-west.toml")
   broker_acls_toml    = file("${path.module}/rendered/acls-dc-eu-west.toml")
-  samsa_image         = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  samsa_image         = "${local.image_registry}/samsa/samsa:${var.image_version}"
   secrets_name        = module.secrets.name
   write_mb_per_s      = var.write_mb_per_s
   retention_hours     = var.retention_hours
@@ -91,7 +91,7 @@ module "dc_eu_west" {
 
 module "analysis" {
   source             = "../../modules/datacenter"
-  zookeeper_image    = "${var.image_registry}/samsa/zookeeper:${var.image_version}"
+  zookeeper_image    = "${local.image_registry}/samsa/zookeeper:${var.image_version}"
   providers          = { aws = aws.analysis }
   name               = "samsa-prod-analysis"
   cluster            = "analysis"
@@ -107,7 +107,7 @@ module "analysis" {
   }
   broker_config_toml = file("${path.module}/rendered/broker-analysis.toml")
   broker_acls_toml   = file("${path.module}/rendered/acls-analysis.toml")
-  samsa_image        = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  samsa_image        = "${local.image_registry}/samsa/samsa:${var.image_version}"
   secrets_name       = module.secrets.name
   write_mb_per_s     = var.write_mb_per_s * length(var.datacenters)
   retention_hours    = var.retention_hours
@@ -152,7 +152,7 @@ module "mirror" {
     dc_eu_west = module.dc_eu_west.zookeeper_connect,
     analysis   = module.analysis.zookeeper_connect
   }
-  image        = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  image        = "${local.image_registry}/samsa/samsa:${var.image_version}"
   secrets_name = module.secrets.name
   ami_id       = var.ami_ids[var.analysis_region]
   kms_key_arn  = module.analysis.kms_key_arn
@@ -172,7 +172,7 @@ module "audit" {
   zookeeper_connect = module.analysis.zookeeper_connect
   reader_cidrs      = concat([module.analysis.vpc_cidr], var.operator_cidrs)
   db_multi_az       = true
-  image             = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  image             = "${local.image_registry}/samsa/samsa:${var.image_version}"
   secrets_name      = module.secrets.name
   ami_id            = var.ami_ids[var.analysis_region]
   kms_key_arn       = module.analysis.kms_key_arn
@@ -193,7 +193,7 @@ module "analysis_stack" {
   audit_url         = module.audit.url
   ui_cidrs          = length(var.operator_cidrs) > 0 ? var.operator_cidrs : [module.analysis.vpc_cidr]
   warehouse_bucket  = var.warehouse_bucket
-  image             = "${var.image_registry}/samsa/analysis:${var.image_version}"
+  image             = "${local.image_registry}/samsa/analysis:${var.image_version}"
   secrets_name      = module.secrets.name
   ami_id            = var.ami_ids[var.analysis_region]
   kms_key_arn       = module.analysis.kms_key_arn
@@ -202,4 +202,17 @@ module "analysis_stack" {
   # the secrets it reads at boot (module secrets)
   secret_arns          = local.secret_arns.analysis
   secrets_kms_key_arns = [module.analysis.kms_key_arn]
+}
+
+# the environment's registry (module registry): an ECR repository per image
+# the instances run, in the analysis region (the other regions pull from it)
+module "registry" {
+  source      = "../../modules/registry"
+  providers   = { aws = aws.analysis }
+  kms_key_arn = module.analysis.kms_key_arn
+  tags        = var.tags
+}
+
+locals {
+  image_registry = var.image_registry != "" ? var.image_registry : module.registry.registry
 }

@@ -38,3 +38,8 @@ output "warehouse" {
   description = "Where the loader writes the Parquet."
   value       = module.analysis_stack.warehouse
 }
+
+output "registry" {
+  description = "The environment's registry (module registry): make push-images REGISTRY=... pushes the images there."
+  value       = module.registry.registry
+}

@@ -68,16 +68,17 @@ variable "ami_ids" {
 }
 
 variable "image_registry" {
-  description = "Where the project's images are pushed (infra/terraform/README.md, \"Boot\"), e.g. 123456789012.dkr.ecr.us-east-2.amazonaws.com: the instances pull REGISTRY/samsa/<image>:<image_version>."
+  description = "Where the project's images are pushed (infra/terraform/README.md, \"Boot\"), e.g. 123456789012.dkr.ecr.us-east-2.amazonaws.com: the instances pull REGISTRY/samsa/<image>:<image_version>. \"\" (the default): the environment's own (module registry, its output registry)."
   type        = string
+  default     = ""
   validation {
-    condition     = can(regex("^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$", var.image_registry))
-    error_message = "image_registry: a registry host (and path), no scheme."
+    condition     = var.image_registry == "" || can(regex("^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*$", var.image_registry))
+    error_message = "image_registry: a registry host (and path), no scheme; or \"\" for the environment's own."
   }
 }
 
 variable "image_version" {
-  description = "The tag of the images the instances run (the project's version, make images)."
+  description = "The tag of the images the instances run: what make push-images printed (VERSION-REVISION, a tag per build; the registry's tags are immutable)."
   type        = string
   validation {
     condition     = can(regex("^[A-Za-z0-9._-]{1,128}$", var.image_version))

@@ -15,7 +15,7 @@ locals {
 
 module "dc_staging" {
   source               = "../../modules/datacenter"
-  zookeeper_image      = "${var.image_registry}/samsa/zookeeper:${var.image_version}"
+  zookeeper_image      = "${local.image_registry}/samsa/zookeeper:${var.image_version}"
   name                 = "samsa-stg-dc"
   cluster              = "dc-staging"
   cidr                 = "10.110.0.0/16"
@@ -26,7 +26,7 @@ module "dc_staging" {
   remote_client_cidrs  = { mirror = local.analysis_cidr }
   broker_config_toml   = file("${path.module}/rendered/broker-dc-staging.toml")
   broker_acls_toml     = file("${path.module}/rendered/acls-dc-staging.toml")
-  samsa_image          = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  samsa_image          = "${local.image_registry}/samsa/samsa:${var.image_version}"
   secrets_name         = module.secrets.name
   write_mb_per_s       = var.write_mb_per_s
   retention_hours      = var.retention_hours
@@ -43,7 +43,7 @@ module "dc_staging" {
 
 module "analysis" {
   source             = "../../modules/datacenter"
-  zookeeper_image    = "${var.image_registry}/samsa/zookeeper:${var.image_version}"
+  zookeeper_image    = "${local.image_registry}/samsa/zookeeper:${var.image_version}"
   name               = "samsa-stg-analysis"
   cluster            = "analysis"
   cidr               = local.analysis_cidr
@@ -59,7 +59,7 @@ module "analysis" {
   }
   broker_config_toml   = file("${path.module}/rendered/broker-analysis.toml")
   broker_acls_toml     = file("${path.module}/rendered/acls-analysis.toml")
-  samsa_image          = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  samsa_image          = "${local.image_registry}/samsa/samsa:${var.image_version}"
   secrets_name         = module.secrets.name
   write_mb_per_s       = var.write_mb_per_s
   retention_hours      = var.retention_hours
@@ -93,7 +93,7 @@ module "mirror" {
     dc_staging = module.dc_staging.zookeeper_connect,
     analysis   = module.analysis.zookeeper_connect
   }
-  image        = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  image        = "${local.image_registry}/samsa/samsa:${var.image_version}"
   secrets_name = module.secrets.name
   ami_id       = var.ami_ids[var.analysis_region]
   kms_key_arn  = module.analysis.kms_key_arn
@@ -112,7 +112,7 @@ module "audit" {
   zookeeper_connect = module.analysis.zookeeper_connect
   reader_cidrs      = concat([module.analysis.vpc_cidr], var.operator_cidrs)
   db_multi_az       = false
-  image             = "${var.image_registry}/samsa/samsa:${var.image_version}"
+  image             = "${local.image_registry}/samsa/samsa:${var.image_version}"
   secrets_name      = module.secrets.name
   ami_id            = var.ami_ids[var.analysis_region]
   kms_key_arn       = module.analysis.kms_key_arn
@@ -132,7 +132,7 @@ module "analysis_stack" {
   audit_url         = module.audit.url
   ui_cidrs          = length(var.operator_cidrs) > 0 ? var.operator_cidrs : [module.analysis.vpc_cidr]
   warehouse_bucket  = var.warehouse_bucket
-  image             = "${var.image_registry}/samsa/analysis:${var.image_version}"
+  image             = "${local.image_registry}/samsa/analysis:${var.image_version}"
   secrets_name      = module.secrets.name
   ami_id            = var.ami_ids[var.analysis_region]
   kms_key_arn       = module.analysis.kms_key_arn
@@ -141,4 +141,16 @@ module "analysis_stack" {
   # the secrets it reads at boot (module secrets)
   secret_arns          = local.secret_arns.analysis
   secrets_kms_key_arns = [module.analysis.kms_key_arn]
+}
+
+# the environment's registry (module registry): an ECR repository per image
+# the instances run, in the analysis region (the other regions pull from it)
+module "registry" {
+  source      = "../../modules/registry"
+  kms_key_arn = module.analysis.kms_key_arn
+  tags        = var.tags
+}
+
+locals {
+  image_registry = var.image_registry != "" ? var.image_registry : module.registry.registry
 }

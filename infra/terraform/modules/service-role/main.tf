@@ -22,11 +22,33 @@ resource "aws_iam_role_policy_attachment" "managed" {
   for_each = toset([
     "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
     "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy",
-    # the project's images, pulled at boot (infra/terraform/boot/common.sh)
-    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
   ])
   role       = aws_iam_role.this.name
   policy_arn = each.value
+}
+
+# the project's images, pulled at boot (infra/terraform/boot/common.sh): the
+# account's samsa/* repositories (module registry) in any region, nothing else
+data "aws_caller_identity" "current" {}
+
+data "aws_iam_policy_document" "images" {
+  statement {
+    sid       = "LogInToTheRegistry"
+    actions   = ["ecr:GetAuthorizationToken"]
+    resources = ["*"] # ECR's token is not a resource of a repository
+  }
+  statement {
+    sid = "PullTheProjectsImages"
+    actions = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
+    "ecr:BatchCheckLayerAvailability"]
+    resources = ["arn:aws:ecr:*:${data.aws_caller_identity.current.account_id}:repository/samsa/*"]
+  }
+}
+
+resource "aws_iam_role_policy" "images" {
+  name   = "samsa-images"
+  role   = aws_iam_role.this.id
+  policy = data.aws_iam_policy_document.images.json
 }
 
 resource "aws_iam_role_policy" "extra" {
