@@ -30,6 +30,7 @@ module "service" {
   ami_id         = var.ami_id
   kms_key_arn    = var.kms_key_arn
   root_volume_gb = 30
+  data_volume_gb = local.data_volume_gb
   user_data = [for i in range(var.brokers) : templatefile("${path.module}/user_data.sh.tftpl", {
     boot_common      = file("${path.module}/../../boot/common.sh")
     metadata_url     = "http://169.254.169.254"
@@ -82,19 +83,14 @@ resource "aws_vpc_security_group_ingress_rule" "metrics" {
 }
 
 # the data volume outlives the instance: replacing a broker keeps its log
-resource "aws_ebs_volume" "data" {
-  count             = var.brokers
-  availability_zone = module.service.availability_zones[count.index]
-  size              = local.data_volume_gb
-  type              = "gp3"
-  encrypted         = true
-  kms_key_id        = var.kms_key_arn
-  tags              = merge(local.tags, { Name = "${var.name}-${var.cluster}-broker-${count.index}-data" })
+# its data volumes were resources of this module: now service-instances'
+# (the same volumes, moved, not made anew)
+moved {
+  from = aws_ebs_volume.data
+  to   = module.service.aws_ebs_volume.data
 }
 
-resource "aws_volume_attachment" "data" {
-  count       = var.brokers
-  device_name = "/dev/xvdb"
-  volume_id   = aws_ebs_volume.data[count.index].id
-  instance_id = module.service.instance_ids[count.index]
+moved {
+  from = aws_volume_attachment.data
+  to   = module.service.aws_volume_attachment.data
 }

@@ -22,3 +22,8 @@ output "data_volume_gb" {
   description = "Each broker's data volume size (the formula in the README, or the override)."
   value       = local.data_volume_gb
 }
+
+output "data_volume_ids" {
+  description = "Each instance's data volume: a volume of its own in its subnet's zone, which outlives the instance (and no plan may destroy)."
+  value       = module.service.data_volume_ids
+}

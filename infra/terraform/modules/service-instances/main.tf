@@ -40,7 +40,7 @@ resource "aws_instance" "this" {
   ebs_optimized               = true
   monitoring                  = true
   user_data                   = var.user_data[length(var.user_data) == 1 ? 0 : count.index]
-  user_data_replace_on_change = true
+  user_data_replace_on_change = false
 
   metadata_options {
     http_tokens   = "required" # IMDSv2 only
@@ -54,16 +54,45 @@ resource "aws_instance" "this" {
     volume_size = var.root_volume_gb
   }
 
-  dynamic "ebs_block_device" {
-    for_each = var.data_volume_gb == null ? [] : [var.data_volume_gb]
-    content {
-      device_name = "/dev/xvdb"
-      encrypted   = true
-      kms_key_id  = var.kms_key_arn
-      volume_type = "gp3"
-      volume_size = ebs_block_device.value
-    }
-  }
-
   tags = merge(var.tags, { Name = "${var.name}-${count.index}" })
+
+  lifecycle {
+    # a new image or setting changes the boot script: it is not applied by
+    # replacing every instance at once (nor by stopping each to rewrite its
+    # user data), but rolled, one instance at a time, by the operator
+    # (terraform apply -replace=...; infra/terraform/README.md, "Upgrades")
+    ignore_changes = [user_data, ami]
+  }
+}
+
+# each instance's subnet: its data volume is made in that subnet's zone (not
+# in the instance's, which a replacement instance would change)
+data "aws_subnet" "instance" {
+  count = var.data_volume_gb == null ? 0 : var.instances
+  id    = var.subnet_ids[count.index % length(var.subnet_ids)]
+}
+
+# the data volumes: resources of their own, so that they outlive their
+# instances (a replaced instance gets the same volume back), and that no
+# plan may destroy (prevent_destroy: a change that would replace one is an
+# error, not a lost log)
+resource "aws_ebs_volume" "data" {
+  count             = var.data_volume_gb == null ? 0 : var.instances
+  availability_zone = data.aws_subnet.instance[count.index].availability_zone
+  size              = var.data_volume_gb
+  type              = "gp3"
+  encrypted         = true
+  kms_key_id        = var.kms_key_arn
+  tags              = merge(var.tags, { Name = "${var.name}-${count.index}-data" })
+
+  lifecycle {
+    prevent_destroy = true
+  }
+}
+
+resource "aws_volume_attachment" "data" {
+  count       = var.data_volume_gb == null ? 0 : var.instances
+  device_name = "/dev/xvdb"
+  volume_id   = aws_ebs_volume.data[count.index].id
+  instance_id = aws_instance.this[count.index].id
 }

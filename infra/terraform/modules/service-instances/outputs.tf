@@ -17,3 +17,8 @@ output "availability_zones" {
   description = "Each instance's availability zone."
   value       = aws_instance.this[*].availability_zone
 }
+
+output "data_volume_ids" {
+  description = "Each instance's data volume (none without data_volume_gb)."
+  value       = aws_ebs_volume.data[*].id
+}

@@ -50,7 +50,7 @@ variable "root_volume_gb" {
 }
 
 variable "data_volume_gb" {
-  description = "An encrypted data volume attached as /dev/xvdb, deleted with the instance (null: none; a service whose data must outlive its instance attaches its own)."
+  description = "Each instance's encrypted data volume (GB), attached as /dev/xvdb: a volume of its own in its subnet's zone, which outlives the instance and which no plan may destroy (null: none)."
   type        = number
   default     = null
 }

@@ -12,3 +12,8 @@ output "instance_ids" {
   description = "The members' instances, member i + 1 at index i."
   value       = module.service.instance_ids
 }
+
+output "data_volume_ids" {
+  description = "Each instance's data volume: a volume of its own in its subnet's zone, which outlives the instance (and no plan may destroy)."
+  value       = module.service.data_volume_ids
+}
