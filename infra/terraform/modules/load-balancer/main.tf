@@ -60,6 +60,7 @@ resource "aws_lb_target_group" "brokers" {
     protocol            = "TCP"
     port                = "traffic-port"
     interval            = var.health_check.interval_seconds
+    timeout             = var.health_check.timeout_seconds # below the interval: AWS's TCP default, 10 s, is not
     unhealthy_threshold = var.health_check.fall
     healthy_threshold   = var.health_check.rise
   }

@@ -38,16 +38,17 @@ variable "port" {
 }
 
 variable "health_check" {
-  description = "TCP health check of each broker, as the lab's HAProxy has it (infra/topology.py LoadBalancerSpec): interval, fall (failures to mark DOWN), rise (successes to mark UP). AWS allows intervals of 5 s and more: the lab's 0.5 s becomes 5 s."
+  description = "TCP health check of each broker, as the lab's HAProxy has it (infra/topology.py LoadBalancerSpec): interval, timeout (below the interval, as AWS requires: its TCP default of 10 s is refused with a 5 s interval), fall (failures to mark DOWN), rise (successes to mark UP). AWS allows intervals of 5 s and more: the lab's 0.5 s becomes 5 s."
   type = object({
     interval_seconds = number
+    timeout_seconds  = number
     fall             = number
     rise             = number
   })
-  default = { interval_seconds = 5, fall = 2, rise = 2 }
+  default = { interval_seconds = 5, timeout_seconds = 3, fall = 2, rise = 2 }
   validation {
-    condition     = var.health_check.interval_seconds >= 5 && var.health_check.interval_seconds <= 300 && var.health_check.fall >= 2 && var.health_check.fall <= 10 && var.health_check.rise >= 2 && var.health_check.rise <= 10
-    error_message = "health_check: interval 5-300 s, fall and rise 2-10 (the NLB's limits)."
+    condition     = var.health_check.interval_seconds >= 5 && var.health_check.interval_seconds <= 300 && var.health_check.timeout_seconds >= 2 && var.health_check.timeout_seconds < var.health_check.interval_seconds && var.health_check.timeout_seconds <= 120 && var.health_check.fall >= 2 && var.health_check.fall <= 10 && var.health_check.rise >= 2 && var.health_check.rise <= 10
+    error_message = "health_check: interval 5-300 s, timeout 2-120 s and below the interval, fall and rise 2-10 (the NLB's limits)."
   }
 }
 
