@@ -123,9 +123,18 @@ def test_security_posture():
                 assert "module.role" in body["iam_instance_profile"], f"{where}: own role"
             if rtype == "aws_lb":
                 assert body.get("internal") is True, where
-    # ZooKeeper's client port: inside the VPC only, validated
-    zk = blocks(os.path.join(TF, "modules", "zookeeper"), "variable")["client_cidrs"]
-    assert "0.0.0.0/0" in zk["validation"][0]["condition"]
+    # every variable of address ranges a security group admits is validated by
+    # parsing each range (IPv4, /8 or narrower), not by matching one
+    # spelling of the internet; modules/zookeeper/tests plans the refusals
+    parsed = 'tonumber(split("/", c)[1]) >= 8'
+    for module, names in (("zookeeper", ["client_cidrs"]), ("load-balancer", ["producer_cidrs"]),
+                          ("broker-cluster", ["client_cidrs", "metrics_cidrs"]),
+                          ("audit", ["reader_cidrs"]), ("analysis-stack", ["ui_cidrs"]),
+                          ("mirror", ["metrics_cidrs"])):
+        variables = blocks(os.path.join(TF, "modules", module), "variable")
+        for name in names:
+            condition = variables[name]["validation"][0]["condition"]
+            assert parsed in condition and "0.0.0.0/0" not in condition, (module, name)
 
 
 @pytest.mark.parametrize("environment", CLOUD_ENVIRONMENTS)

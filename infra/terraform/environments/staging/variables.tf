@@ -95,8 +95,8 @@ variable "operator_cidrs" {
   type        = list(string)
   default     = []
   validation {
-    condition     = !contains(var.operator_cidrs, "0.0.0.0/0")
-    error_message = "operator_cidrs must not admit the whole internet."
+    condition     = alltrue([for c in var.operator_cidrs : try(can(regex("^[0-9.]+/[0-9]+$", c)) && cidrhost(c, 0) != "" && tonumber(split("/", c)[1]) >= 8, false)])
+    error_message = "operator_cidrs: IPv4 ranges (a.b.c.d/n), each /8 or narrower: never the whole internet, in any spelling (0.0.0.0/0, 0.0.0.0/1, ...)."
   }
 }
 

@@ -35,8 +35,8 @@ variable "ui_cidrs" {
   description = "Who may open the Airflow UI (port 8080): the operators' network. Never 0.0.0.0/0."
   type        = list(string)
   validation {
-    condition     = length(var.ui_cidrs) > 0 && !contains(var.ui_cidrs, "0.0.0.0/0")
-    error_message = "ui_cidrs must be given and must not admit the whole internet."
+    condition     = length(var.ui_cidrs) > 0 && alltrue([for c in var.ui_cidrs : try(can(regex("^[0-9.]+/[0-9]+$", c)) && cidrhost(c, 0) != "" && tonumber(split("/", c)[1]) >= 8, false)])
+    error_message = "ui_cidrs: one or more IPv4 ranges (a.b.c.d/n), each /8 or narrower: never the whole internet, in any spelling (0.0.0.0/0, 0.0.0.0/1, ...)."
   }
 }
 

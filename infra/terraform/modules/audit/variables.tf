@@ -30,8 +30,8 @@ variable "reader_cidrs" {
   description = "Who may open the report pages and the API (port 8090): the analysis VPC (the DAGs) and the operators' network. Never 0.0.0.0/0."
   type        = list(string)
   validation {
-    condition     = length(var.reader_cidrs) > 0 && !contains(var.reader_cidrs, "0.0.0.0/0")
-    error_message = "reader_cidrs must be given and must not admit the whole internet."
+    condition     = length(var.reader_cidrs) > 0 && alltrue([for c in var.reader_cidrs : try(can(regex("^[0-9.]+/[0-9]+$", c)) && cidrhost(c, 0) != "" && tonumber(split("/", c)[1]) >= 8, false)])
+    error_message = "reader_cidrs: one or more IPv4 ranges (a.b.c.d/n), each /8 or narrower: never the whole internet, in any spelling (0.0.0.0/0, 0.0.0.0/1, ...)."
   }
 }
 

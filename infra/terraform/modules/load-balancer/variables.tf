@@ -26,8 +26,8 @@ variable "producer_cidrs" {
   description = "Who may connect: the producers' networks. Never 0.0.0.0/0."
   type        = list(string)
   validation {
-    condition     = length(var.producer_cidrs) > 0 && !contains(var.producer_cidrs, "0.0.0.0/0")
-    error_message = "producer_cidrs must be given and must not admit the whole internet."
+    condition     = length(var.producer_cidrs) > 0 && alltrue([for c in var.producer_cidrs : try(can(regex("^[0-9.]+/[0-9]+$", c)) && cidrhost(c, 0) != "" && tonumber(split("/", c)[1]) >= 8, false)])
+    error_message = "producer_cidrs: one or more IPv4 ranges (a.b.c.d/n), each /8 or narrower: never the whole internet, in any spelling (0.0.0.0/0, 0.0.0.0/1, ...)."
   }
 }
 

@@ -35,8 +35,8 @@ variable "client_cidrs" {
   description = "Who may connect to the client port (2181): the VPC's range (brokers, mirror, loader, audit run there). Never 0.0.0.0/0."
   type        = list(string)
   validation {
-    condition     = length(var.client_cidrs) > 0 && !contains(var.client_cidrs, "0.0.0.0/0")
-    error_message = "client_cidrs must be given and must not admit the whole internet."
+    condition     = length(var.client_cidrs) > 0 && alltrue([for c in var.client_cidrs : try(can(regex("^[0-9.]+/[0-9]+$", c)) && cidrhost(c, 0) != "" && tonumber(split("/", c)[1]) >= 8, false)])
+    error_message = "client_cidrs: one or more IPv4 ranges (a.b.c.d/n), each /8 or narrower: never the whole internet, in any spelling (0.0.0.0/0, 0.0.0.0/1, ...)."
   }
 }
 

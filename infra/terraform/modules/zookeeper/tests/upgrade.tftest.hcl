@@ -64,3 +64,54 @@ run "an_upgrade_keeps_every_data_volume" {
     error_message = "an upgrade must keep every member's data volume"
   }
 }
+
+run "the_client_port_admits_exactly_the_ranges_given" {
+  command = plan
+
+  variables {
+    client_cidrs = ["10.10.0.0/16", "10.30.0.0/16"]
+  }
+
+  assert {
+    condition     = toset([for r in aws_vpc_security_group_ingress_rule.client : r.cidr_ipv4]) == toset(["10.10.0.0/16", "10.30.0.0/16"])
+    error_message = "the client port (2181) admits the ranges given, nothing else"
+  }
+  assert {
+    condition     = alltrue([for r in aws_vpc_security_group_ingress_rule.client : r.from_port == 2181 && r.to_port == 2181])
+    error_message = "only the client port"
+  }
+}
+
+# the whole internet in any spelling, a range wider than /8, and what is not
+# an IPv4 range are refused (parsed, not matched against "0.0.0.0/0")
+run "the_whole_internet_spelled_otherwise_is_refused" {
+  command = plan
+  variables {
+    client_cidrs = ["10.10.0.0/16", "0.0.0.0/1"]
+  }
+  expect_failures = [var.client_cidrs]
+}
+
+run "a_range_wider_than_8_is_refused" {
+  command = plan
+  variables {
+    client_cidrs = ["10.0.0.0/7"]
+  }
+  expect_failures = [var.client_cidrs]
+}
+
+run "ipv6_everything_is_refused" {
+  command = plan
+  variables {
+    client_cidrs = ["::/0"]
+  }
+  expect_failures = [var.client_cidrs]
+}
+
+run "what_is_not_a_range_is_refused" {
+  command = plan
+  variables {
+    client_cidrs = ["10.10.0.0"]
+  }
+  expect_failures = [var.client_cidrs]
+}
