@@ -579,10 +579,20 @@ class NetworkDrill:
             if gone:
                 times["gone"] = time.monotonic() - blocked
 
+            holding: list[str] = []
+
             def fenced() -> bool:
+                """It leads nothing and is in no in-sync set, but one it is
+                the last of: a partition whose other replicas had fallen
+                behind goes offline keeping its last in-sync set, so that
+                the first of them to return leads again (the controller's
+                rule, broker/coordination/controller.py)."""
                 parts = watch.partitions(cluster)
-                return bool(parts) and all(p.leader != broker and broker not in p.isr
-                                           for p in parts)
+                holding[:] = [f"{p.topic}/{p.partition} leader {p.leader} isr {list(p.isr)}"
+                              for p in parts
+                              if p.leader == broker or (broker in p.isr and not (
+                                  p.leader < 0 and tuple(p.isr) == (broker,)))]
+                return bool(parts) and not holding
             if spec.replicated:
                 if wait_until(fenced, 60, interval=0.5):
                     times["fenced"] = time.monotonic() - blocked
@@ -611,7 +621,7 @@ class NetworkDrill:
             fault.observed["fencing"] = (
                 (f"{len(led_before)} partitions it led got other leaders and it left every "
                  f"in-sync set {times['fenced']:.1f} s after the block" if "fenced" in times
-                 else "NOT fenced")
+                 else f"NOT fenced (still held by {', '.join(holding[:5])})")
                 + f"; every replica in sync again {in_sync:.1f} s after it registered")
             fault.effects["it was fenced (no leadership, out of every in-sync set)"] = \
                 "fenced" in times
