@@ -50,6 +50,11 @@ def _get(audit_url: str, path: str, query: dict, timeout_s: float,
          credentials: HttpCredentials | None = None) -> bytes:
     url = f"{audit_url.rstrip('/')}{path}?{urllib.parse.urlencode(query)}"
     credentials = credentials or HttpCredentials()
+    if credentials.username and not url.startswith("https:"):
+        # a password is not sent in clear: a secured audit serves HTTPS alone
+        raise AuditUnavailable(f"audit service {audit_url}: not asked as {credentials.username} "
+                               f"over plain HTTP (its password would cross in clear): "
+                               f"give its https:// URL")
     try:
         request = urllib.request.Request(url, headers=credentials.headers())
         handlers = [NoRedirects()]

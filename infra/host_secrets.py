@@ -370,14 +370,18 @@ def keep_database_credentials(store: SecretStore, secret_id: str, path: str,
         except SecretError as exc:
             log.warning("the database credentials not read again (kept as they are): %s", exc)
             continue
-        try:
-            with open(path) as f:
-                same = f.read() == value
-        except OSError:
-            same = False
-        if not same:
+        if not _holds(path, value):
             write_private(path, value)
             log.info("the database credentials changed (rotated): %s written again", path)
+
+
+def _holds(path: str, value: str) -> bool:
+    """Whether the file ``path`` holds ``value`` already."""
+    try:
+        with open(path) as f:
+            return f.read() == value
+    except OSError:
+        return False
 
 
 def parser() -> argparse.ArgumentParser:
@@ -481,8 +485,13 @@ def _database(args) -> int:
     import signal
     import threading
     store = SecretsManager(args.region)
-    write_private(args.out, database_credentials(store, args.secret_id))
-    print(f"the database credentials of {args.secret_id} in {args.out}", flush=True)
+    value = database_credentials(store, args.secret_id)
+    if _holds(args.out, value):           # a rewrite would restart what watches it
+        print(f"the database credentials of {args.secret_id} in {args.out}: unchanged",
+              flush=True)
+    else:
+        write_private(args.out, value)
+        print(f"the database credentials of {args.secret_id} in {args.out}", flush=True)
     if args.every > 0:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(message)s")

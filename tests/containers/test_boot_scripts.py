@@ -45,6 +45,8 @@ SECRETS, REGION = "samsa-boot", "us-east-1"
 #: 127.0.0.1 (the kernel's source address on loopback), which resolves to
 #: localhost; in a VPC, the instance's address to its ip-10-...internal name
 LOOPBACK_NAME = "localhost"
+#: the datacenter's load balancer's DNS name, which producers dial over TLS
+LOAD_BALANCER_NAME = "samsa-boot-lb-0123456789.elb.us-east-1.amazonaws.com"
 
 
 def render(template: str, values: dict, directory, local_values: dict | None = None) -> str:
@@ -173,7 +175,8 @@ def test_the_modules_and_the_tests_give_the_scripts_the_same_inputs():
         "tools_image", "secrets", "secrets_endpoint", "data_device", "state_dir", "config_dir"}
     assert module_template_inputs(BROKER_MODULE) == {
         "boot_common", "metadata_url", "broker_id", "zookeeper", "broker_config", "acls",
-        "image", "secrets", "secrets_endpoint", "data_device", "state_dir", "config_dir"}
+        "image", "secrets", "secrets_endpoint", "certificate_names", "data_device", "state_dir",
+        "config_dir"}
     assert module_template_inputs(MIRROR_MODULE) == {
         "boot_common", "metadata_url", "process", "mirror_config", "image", "secrets",
         "secrets_endpoint", "config_dir"}
@@ -265,7 +268,7 @@ def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instanc
             "broker_config": one_broker_settings(),
             "acls": open(os.path.join(RENDERED, "acls-dc-us-east.toml")).read(),
             "image": latest("samsa"), "secrets": "", "secrets_endpoint": "",
-            "data_device": "", "state_dir": str(state),
+            "certificate_names": Hcl("[]"), "data_device": "", "state_dir": str(state),
             "config_dir": str(state / "etc-broker-0")}, _own_dir(tmp_path, "render-broker"))
         instance = instances("broker-instance-0", str(state))
         instances.services.append("broker-0")
@@ -288,6 +291,11 @@ def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instanc
         sent = [producer.send("boot-check", b"event-%d" % i) for i in range(20)]
         producer.flush(timeout=60)
     assert [f.exception() for f in sent] == [None] * 20
+    # the image's health check asks the metrics port where the broker binds it
+    wait_until(lambda: subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.Health.Status}}", "broker-0"],
+        capture_output=True, text=True).stdout.strip() == "healthy", 60,
+        what="the broker's container to be healthy")
     # its log is on the instance's state directory, its settings as rendered
     assert any((state / "broker-0" / "log").iterdir())
     assert (state / "etc-broker-0" / "broker.toml").read_text().startswith(
@@ -307,8 +315,8 @@ def test_a_broker_without_a_zone_in_its_metadata_does_not_start(instances, tmp_p
         script = render(os.path.join(BROKER_MODULE, "user_data.sh.tftpl"), {
             "metadata_url": url, "broker_id": 0, "zookeeper": "127.0.0.21:2181/dc-us-east",
             "broker_config": one_broker_settings(), "acls": "", "image": latest("samsa"),
-            "secrets": "", "secrets_endpoint": "", "data_device": "", "state_dir": str(state),
-            "config_dir": str(state / "etc")},
+            "secrets": "", "secrets_endpoint": "", "certificate_names": Hcl("[]"),
+            "data_device": "", "state_dir": str(state), "config_dir": str(state / "etc")},
             _own_dir(tmp_path, "render-broker"))
         instance = instances("broker-instance-nozone", str(state))
         done = boot(instance, script)
@@ -407,13 +415,27 @@ def test_secured_scripts_boot_a_tls_ensemble_and_a_broker_only_users_reach(insta
             "broker_config": one_broker_settings(),
             "acls": open(os.path.join(RENDERED, "acls-dc-us-east.toml")).read(),
             "image": latest("samsa"), "secrets": SECRETS, "secrets_endpoint": endpoint,
-            "data_device": "", "state_dir": str(state), "config_dir": str(config_dir)},
+            "certificate_names": Hcl(f'["{LOAD_BALANCER_NAME}"]'), "data_device": "",
+            "state_dir": str(state), "config_dir": str(config_dir)},
             _own_dir(tmp_path, "render-broker"))
         instance = instances("broker-instance-0", str(state))
         instances.services.append("broker-0")
         done = boot(instance, script)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "credentials written" in done.stdout, done.stdout[-3000:]
+    # its certificate names its address, its DNS name and the load balancer
+    # (producers dial that name over TLS)
+    from cryptography import x509
+    cert = x509.load_pem_x509_certificate(
+        (config_dir / "security" / "certs" / "broker-0.crt").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {str(a) for a in names.get_values_for_type(x509.IPAddress)} == {BROKER_ADDRESS}
+    assert set(names.get_values_for_type(x509.DNSName)) == {LOOPBACK_NAME, LOAD_BALANCER_NAME}
+    # the image's health check asks /healthz over HTTPS (its /metrics wants a user)
+    wait_until(lambda: subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.Health.Status}}", "broker-0"],
+        capture_output=True, text=True).stdout.strip() == "healthy", 60,
+        what="the secured broker's container to be healthy")
     # what the broker read is its role's: no other service's identity
     assert (config_dir / "security" / "zookeeper" / "cluster.zk").exists()
     assert not (config_dir / "security" / "zookeeper" / "mirror.zk").exists()
@@ -539,8 +561,9 @@ def test_a_secured_boot_without_the_authority_keeps_asking_then_fails(instances,
         script = render(os.path.join(BROKER_MODULE, "user_data.sh.tftpl"), {
             "metadata_url": url, "broker_id": 0, "zookeeper": "127.0.0.21:2181/dc-us-east",
             "broker_config": one_broker_settings(), "acls": "", "image": latest("samsa"),
-            "secrets": SECRETS, "secrets_endpoint": endpoint, "data_device": "",
-            "state_dir": str(state), "config_dir": str(state / "etc")},
+            "secrets": SECRETS, "secrets_endpoint": endpoint,
+            "certificate_names": Hcl("[]"), "data_device": "", "state_dir": str(state),
+            "config_dir": str(state / "etc")},
             _own_dir(tmp_path, "render-broker"))
         instance = instances("broker-instance-noca", str(state))
         done = boot(instance, "export FETCH_ATTEMPTS=1\n" + script)

@@ -5,6 +5,7 @@ fail, fails, and a refused write leaves the registry as it was."""
 from __future__ import annotations
 
 import base64
+import os
 import json
 import socket
 import ssl
@@ -357,3 +358,15 @@ def test_the_warehouse_settings_give_the_dags_their_credentials(tmp_path):
         "/etc/samsa/ca.crt", "dags", "/run/secrets/dags")
     with pytest.raises((ConfigError, ValueError), match="go together"):
         load(WarehouseConfig, str(config), {"audit_password_file": ""}, table="warehouse")
+
+
+def test_the_audits_password_is_never_sent_over_plain_http(tmp_path):
+    # a secured audit serves HTTPS alone: a DAG given its http:// URL with a
+    # user would send the password in clear; it refuses before connecting
+    from audit.remote import AuditUnavailable, HttpCredentials, fetch_verdicts
+    password = tmp_path / "airflow.password"
+    password.write_text("http-airflow\n")
+    os.chmod(password, 0o600)
+    with pytest.raises(AuditUnavailable, match="over plain HTTP"):
+        fetch_verdicts("http://127.0.0.1:1", 0, 3_600_000, credentials=HttpCredentials(
+            username="airflow", password_file=str(password)))

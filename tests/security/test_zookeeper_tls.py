@@ -237,12 +237,23 @@ def test_an_ensembles_members_speak_tls_to_each_other(pki, tmp_path):
                 client.stop()
                 client.close()
         # an election port answers a TLS handshake (a member's certificate
-        # presented) with the member's certificate, and nothing in plaintext
+        # presented) with the member's certificate
         member = ensemble.servers[0]
         context = ssl.create_default_context(cafile=pki["ca"])
         context.load_cert_chain(cert, key)
         with socket.create_connection((member.host, member.election_port), timeout=5) as raw:
             with context.wrap_socket(raw, server_hostname=member.host) as tls:
                 assert tls.getpeercert()["subject"]
+        # a peer whose certificate another authority issued is refused there
+        stranger_cert, stranger_key = pki["stranger"]
+        stranger = ssl.create_default_context(cafile=pki["ca"])
+        stranger.load_cert_chain(stranger_cert, stranger_key)
+        with pytest.raises(ssl.SSLError, match="CERTIFICATE|certificate|UNKNOWN_CA|unknown ca"):
+            with socket.create_connection((member.host, member.election_port),
+                                          timeout=5) as raw:
+                with stranger.wrap_socket(raw, server_hostname=member.host) as tls:
+                    # TLS 1.3: the server's refusal of the client's certificate
+                    # (an alert) comes after the client's side of the handshake
+                    tls.recv(1)
     finally:
         ensemble.stop()

@@ -49,9 +49,11 @@ own_dir() {
   docker run --rm --user root --network none -v "$3:/owned" --entrypoint chown "$1" "$2" /owned
 }
 
-# image_user IMAGE USER: USER's uid:gid as IMAGE knows it.
+# image_user IMAGE USER: USER's uid:gid as IMAGE knows it (fails when IMAGE
+# has no such user).
 image_user() {
-  docker run --rm --network none --entrypoint sh "$1" -c "echo \$(id -u $2):\$(id -g $2)"
+  docker run --rm --network none --entrypoint sh "$1" \
+    -ec 'u=$(id -u "$1"); g=$(id -g "$1"); echo "$u:$g"' image_user "$2"
 }
 
 # fetch_secrets IMAGE USER SERVICE NAME DIR OUTPUTS...: the host's secrets,
@@ -109,6 +111,20 @@ host_secrets() {
   # shellcheck disable=SC2046
   docker run --rm --network host --user "$user" -v "$dir:$dir" $(aws_endpoints) \
     --entrypoint python3 "$image" -m infra.host_secrets "$@"
+}
+
+# every_boot: this script run again at every boot of the instance, from
+# cloud-init's per-boot scripts (it runs user data once per instance): the
+# secrets read anew (a rotated password taken, the host's certificate issued
+# anew), the units restarted with what they now say. Nothing when the script
+# is not a file cloud-init ran (run by hand from stdin, or a test).
+every_boot() {
+  local dir=/var/lib/cloud/scripts/per-boot self
+  self=$(readlink -f "$0" 2>/dev/null) || return 0
+  if [ -d /var/lib/cloud ] && [ -f "$self" ] && [ "$(dirname "$self")" != "$dir" ]; then
+    mkdir -p "$dir"
+    install -m 0700 "$self" "$dir/samsa-boot.sh"
+  fi
 }
 
 # state_dir DEVICE DIR: DIR on the data volume DEVICE (made a file system

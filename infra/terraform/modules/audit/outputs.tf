@@ -1,6 +1,6 @@
 output "url" {
-  description = "The audit report (heatmap), /api/verdicts and /metrics, inside the VPC."
-  value       = "http://${module.service.private_ips[0]}:8090"
+  description = "The audit report (heatmap), /api/verdicts and /metrics, inside the VPC: HTTPS when secured (secrets_name), its certificate issued for this address."
+  value       = "${var.secrets_name != "" ? "https" : "http"}://${module.service.private_ips[0]}:8090"
 }
 
 output "security_group_id" {

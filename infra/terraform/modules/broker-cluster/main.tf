@@ -32,18 +32,19 @@ module "service" {
   root_volume_gb = 30
   data_volume_gb = local.data_volume_gb
   user_data = [for i in range(var.brokers) : templatefile("${path.module}/user_data.sh.tftpl", {
-    boot_common      = file("${path.module}/../../boot/common.sh")
-    metadata_url     = "http://169.254.169.254"
-    broker_id        = i
-    zookeeper        = local.zookeeper_with_root
-    broker_config    = var.broker_config_toml
-    acls             = var.acls_toml
-    image            = var.image
-    secrets          = var.secrets_name
-    secrets_endpoint = ""
-    data_device      = "/dev/xvdb"
-    state_dir        = "/var/lib/samsa"
-    config_dir       = "/etc/samsa"
+    boot_common       = file("${path.module}/../../boot/common.sh")
+    metadata_url      = "http://169.254.169.254"
+    broker_id         = i
+    zookeeper         = local.zookeeper_with_root
+    broker_config     = var.broker_config_toml
+    acls              = var.acls_toml
+    image             = var.image
+    secrets           = var.secrets_name
+    secrets_endpoint  = ""
+    certificate_names = var.certificate_names
+    data_device       = "/dev/xvdb"
+    state_dir         = "/var/lib/samsa"
+    config_dir        = "/etc/samsa"
   })]
   tags = local.tags
 

@@ -190,3 +190,13 @@ variable "secrets_name" {
     error_message = "secrets_name: the secrets' prefix (letters, digits and _+=.@-), or \"\" to run open."
   }
 }
+
+variable "certificate_names" {
+  description = "More names the brokers' certificates are valid for, beside each broker's private address and DNS name: the load balancer's DNS name, which producers dial over TLS."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for n in var.certificate_names : can(regex("^[A-Za-z0-9.-]+$", n))])
+    error_message = "certificate_names: DNS names (letters, digits, '.' and '-')."
+  }
+}

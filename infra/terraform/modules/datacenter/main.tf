@@ -87,6 +87,8 @@ module "brokers" {
   acls_toml          = var.broker_acls_toml
   image              = var.samsa_image
   secrets_name       = var.secrets_name
+  # producers dial the load balancer's name over TLS: the brokers' certificates name it
+  certificate_names  = var.load_balancer ? [module.load_balancer[0].dns_name] : []
   write_mb_per_s     = var.write_mb_per_s
   replication_factor = var.replication_factor
   retention_hours    = var.retention_hours

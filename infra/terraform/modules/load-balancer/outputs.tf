@@ -12,3 +12,8 @@ output "arn" {
   description = "The load balancer's ARN."
   value       = aws_lb.this.arn
 }
+
+output "dns_name" {
+  description = "The load balancer's DNS name: what producers dial, so the brokers' certificates name it too."
+  value       = aws_lb.this.dns_name
+}
