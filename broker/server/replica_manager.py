@@ -46,6 +46,9 @@ Invariants:
     until a read succeeds). ZooKeeper may name the follower in sync (and
     the controller elect it) before this broker hears that its write
     succeeded; nothing acknowledged meanwhile may be missing from it;
+  * an expansion's write succeeds only while the assignment is the one
+    this broker last read (a ZooKeeper transaction checks its version): a
+    replica a reassignment dropped is never written back in sync;
   * at most one in-sync write per partition is in flight.
 
 Threads: everything here runs on the broker's event loop, except the
@@ -88,6 +91,9 @@ from .metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
+# what an expansion's write returns when the assignment it checked has changed
+ASSIGNMENT_CHANGED = object()
+
 _ENTRY_COUNT = struct.Struct(">i")
 
 
@@ -124,6 +130,7 @@ class PartitionReplica:
     partition: int
     log: Log
     replicas: tuple[int, ...] = ()
+    assignment_version: int = -1      # the version of the assignment ``replicas`` came from
     min_insync: int = 1
     role: Role = Role.NONE
     leader: int = NO_LEADER
@@ -298,19 +305,20 @@ class ReplicaManager:
             if topic not in self._watched_topics:
                 self._watched_topics.add(topic)
                 DataWatch(self.client, paths.replicated_topic_path(topic),
-                          lambda data, _stat, _event, t=topic: self._on_assignment(t, data))
+                          lambda data, stat, _event, t=topic: self._on_assignment(t, data, stat))
 
-    def _on_assignment(self, topic: str, data: bytes | None) -> bool | None:
+    def _on_assignment(self, topic: str, data: bytes | None, stat) -> bool | None:
         if data is None:
             self._watched_topics.discard(topic)
-            self._loop.call_soon_threadsafe(self._assignment_changed, topic, None)
+            self._loop.call_soon_threadsafe(self._assignment_changed, topic, None, -1)
             return False                  # stop watching: a new topic of the name is watched anew
         try:
             assignment = TopicAssignment.from_json(data)
         except ValueError as exc:
             log.error("replication: ignoring topic %s: %s", quote_name(topic), exc)
             return None
-        self._loop.call_soon_threadsafe(self._assignment_changed, topic, assignment)
+        self._loop.call_soon_threadsafe(self._assignment_changed, topic, assignment,
+                                        stat.version if stat is not None else -1)
         for p, replicas in enumerate(assignment.partitions):
             if self.broker_id in replicas and (topic, p) not in self._watched_states:
                 self._watched_states.add((topic, p))
@@ -347,7 +355,8 @@ class ReplicaManager:
     def _set_addresses(self, addresses: dict[int, tuple[str, int]]) -> None:
         self.addresses = addresses
 
-    def _assignment_changed(self, topic: str, assignment: TopicAssignment | None) -> None:
+    def _assignment_changed(self, topic: str, assignment: TopicAssignment | None,
+                            version: int) -> None:
         if self.stopping:
             return
         local = self.logs.get(topic)
@@ -379,7 +388,7 @@ class ReplicaManager:
         for p, replicas in enumerate(assignment.partitions):
             if p < len(local.logs) and self.broker_id in replicas:
                 rep = self._replica(topic, p, local.logs[p])
-                rep.replicas = replicas
+                rep.replicas, rep.assignment_version = replicas, version
                 rep.min_insync = min_insync
                 for gone in set(rep.followers) - set(replicas):
                     del rep.followers[gone]
@@ -691,6 +700,14 @@ class ReplicaManager:
                 continue
             lagging = [b for b in rep.isr if b != self.broker_id and
                        now - rep.followers.get(b, FollowerProgress()).caught_up_ms > lag_max]
+            stray = [b for b in rep.isr if rep.replicas and b not in rep.replicas]
+            if stray:
+                # moved away while a write of ours was in flight (the shrink
+                # on the assignment's arrival was not sent): it fetches no more
+                log.warning("replication: %s: %s in the in-sync set but no longer replicas; "
+                            "taking them out", rep.name, stray)
+                self._write_isr(rep, tuple(b for b in rep.isr if b not in stray), "shrink")
+                continue
             if lagging:
                 log.warning("replication: %s: followers %s not caught up for %d ms; taking them "
                             "out of the in-sync set", rep.name, lagging, lag_max)
@@ -698,7 +715,11 @@ class ReplicaManager:
 
     def _write_isr(self, rep: PartitionReplica, isr: tuple[int, ...], kind: str) -> None:
         """Compare-and-set the in-sync set (on the executor); the change
-        counts once written."""
+        counts once written. An expansion also checks that the assignment is
+        still the one its followers came from: a follower that a reassignment
+        dropped meanwhile is never written back in sync (the controller's
+        last step wrote the set without it, and the new assignment may not
+        have reached this broker yet)."""
         if rep.isr_write_in_flight or self.client is None or self.stopping:
             return
         rep.isr_write_in_flight = True
@@ -707,11 +728,20 @@ class ReplicaManager:
         state = PartitionState(self.broker_id, rep.leader_epoch, isr, rep.controller_epoch)
         path = paths.partition_state_path(rep.topic, rep.partition)
         version, epoch = rep.zk_version, rep.leader_epoch
+        assignment_version = rep.assignment_version if kind == "expand" else -1
 
         def write():
             try:
-                stat = self.client.set_async(path, state.to_json(), version=version).get(timeout=5)
-                return stat
+                if assignment_version < 0:
+                    return self.client.set_async(path, state.to_json(),
+                                                 version=version).get(timeout=5)
+                tx = self.client.transaction()
+                tx.check(paths.replicated_topic_path(rep.topic), assignment_version)
+                tx.set_data(path, state.to_json(), version=version)
+                checked, written = tx.commit_async().get(timeout=5)
+                if isinstance(checked, BadVersionError):
+                    return ASSIGNMENT_CHANGED
+                return None if isinstance(written, Exception) else written
             except BadVersionError:
                 return None
             except (KazooException, KazooTimeoutError) as exc:
@@ -727,6 +757,12 @@ class ReplicaManager:
                             rep.name, kind, type(outcome).__name__)
                 if rep.isr_joining:
                     self._reread_state(rep)
+                return
+            if outcome is ASSIGNMENT_CHANGED:
+                log.info("replication: %s: in-sync expand to %s refused: the assignment "
+                         "changed meanwhile; reading the state again", rep.name, list(isr),
+                         extra={"event": "isr_expand_refused"})
+                self._reread_state(rep)
                 return
             if outcome is None:
                 # overtaken (the controller, a new leader, or an earlier write

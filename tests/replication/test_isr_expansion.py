@@ -1,6 +1,7 @@
 """A follower joining the in-sync set holds the high watermark back from the
 moment the leader sends the set's write to ZooKeeper, not from when it
-hears the answer (Kafka's "maximal ISR").
+hears the answer (Kafka's "maximal ISR"); and the leader never writes back
+in sync a follower that the assignment dropped meanwhile.
 
 The defect: the leader counted the joining follower only once its write's
 answer came back. In between, ZooKeeper already named the follower in sync
@@ -19,13 +20,15 @@ resumes and leads: every acknowledged message is there.
 """
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
 
 from broker.client.producer import Producer
 from broker.coordination import paths
-from broker_helpers import wait_until
+from broker.coordination.replica_state import TopicAssignment
+from broker_helpers import log_text, wait_until
 from cluster_helpers import REPLICATED, partition_state
 from test_failover_history import partition_values
 
@@ -168,3 +171,60 @@ def test_a_joining_follower_holds_the_high_watermark_back_while_its_write_is_una
     finally:
         for gate in gates.values():
             gate.close()
+
+
+def test_a_leader_never_writes_back_in_sync_a_follower_the_assignment_dropped(
+        zookeeper, zk_chroot, clusters):
+    """The defect (CI of eb3228c, test_reassign's controller restart): the
+    leader read the controller's last step of a reassignment (the in-sync set
+    without the replica moved away) before the new assignment, and took the
+    moved replica back in on its next fetch: ZooKeeper named in sync a broker
+    that was no replica. Here the leader's expansion is held in a gate while
+    the assignment drops the follower; once sent, it must be refused."""
+    gate = ZooKeeperGate(("127.0.0.1", zookeeper.servers[0].client_port))
+    try:
+        cluster = clusters("dropped", brokers=0)
+        for broker_id in (0, 1):
+            cluster.add_broker(broker_id, {
+                **REPLICATED, "zookeeper": f"127.0.0.1:{gate.port}{zk_chroot}-dropped",
+                "zookeeper_session_timeout_ms": 10_000})
+        create_replicated(cluster, "d", partitions=1, replication_factor=2)
+        wait_in_sync(cluster, "d", 0, {0, 1})
+        leader = wait_serving(cluster, "d", 0)
+        follower = 1 - leader
+        follower_proc = cluster.brokers[follower].proc
+        state_path = paths.partition_state_path("d", 0)
+        topic_path = paths.replicated_topic_path("d")
+        # out of the set (paused past replica_lag_time_max_ms) ...
+        follower_proc.send_signal(signal.SIGSTOP)
+        wait_in_sync(cluster, "d", 0, {leader})
+        log_start = os.path.getsize(cluster.brokers[leader].log_path)
+        try:
+            # ... back: the leader's expansion waits in the gate (both brokers
+            # reach ZooKeeper through it, so neither hears of the new
+            # assignment before the write goes)
+            gate.hold()
+            follower_proc.send_signal(signal.SIGCONT)
+            assert gate.wait_held(state_path.encode(), 20), \
+                "the leader never wrote the follower back"
+            _, before = cluster.zk.get(state_path)
+            data, stat = cluster.zk.get(topic_path)
+            dropped = TopicAssignment.from_json(data).with_replicas(0, (leader,))
+            cluster.zk.set(topic_path, dropped.to_json(), version=stat.version)
+        finally:
+            gate.release()
+
+        def settled() -> bool:
+            return "in-sync expand to" in log_text(cluster.brokers[leader].log_path,
+                                                   log_start) or \
+                cluster.zk.get(state_path)[1].version != before.version
+        wait_until(settled, 20, what="the leader's expansion to be answered")
+        data, after = cluster.zk.get(state_path)
+        assert after.version == before.version, \
+            f"the expansion was written after the assignment dropped broker {follower}: " \
+            f"{data.decode()} (version {before.version} -> {after.version})"
+        assert "refused: the assignment changed meanwhile" in \
+            log_text(cluster.brokers[leader].log_path, log_start)
+        assert partition_state(cluster, "d", 0).isr == (leader,)
+    finally:
+        gate.close()
