@@ -52,7 +52,10 @@ LOAD_BALANCER_NAME = "samsa-boot-lb-0123456789.elb.us-east-1.amazonaws.com"
 def render(template: str, values: dict, directory, local_values: dict | None = None) -> str:
     """``template`` rendered by ``terraform`` (templatefile), with
     ``boot_common`` the common steps' file and ``values`` the rest;
-    ``local_values``: HCL expressions as locals (``local.NAME`` in values)."""
+    ``local_values``: HCL expressions as locals (``local.NAME`` in values).
+    ``ssm_agent_base`` is "" (no SSM agent: Amazon's bucket cannot be
+    reached here) unless ``values`` give a stand-in's."""
+    values = {"ssm_agent_base": "", **values}
     inputs = "\n".join(f"    {key} = {_hcl(value)}" for key, value in values.items())
     common = os.path.abspath(os.path.join(TERRAFORM, "boot", "common.sh"))
     local_block = "".join(f"  {key} = {expression}\n"
@@ -83,6 +86,53 @@ def _hcl(value) -> str:
         return str(value)
     # a JSON string is an HCL one, but for HCL's template sequences
     return json.dumps(str(value)).replace("${", "$${").replace("%{", "%%{")
+
+
+@contextlib.contextmanager
+def ssm_agent_bucket(tmp_path):
+    """Amazon's bucket of the SSM agent, standing in (the real one cannot be
+    reached here): a Debian package named amazon-ssm-agent, whose unit only
+    waits, served over HTTP at the path the bucket has it. Yields the base
+    URL a module passes (``ssm_agent_base``)."""
+    import http.server
+    import threading
+
+    package = tmp_path / "ssm-package"
+    (package / "DEBIAN").mkdir(parents=True)
+    (package / "DEBIAN" / "control").write_text(
+        "Package: amazon-ssm-agent\nVersion: 0.0.0-stand-in\nArchitecture: all\n"
+        "Maintainer: Samsa tests <tests@samsa.invalid>\n"
+        "Description: a stand-in of Amazon's SSM agent (tests/containers)\n")
+    unit = package / "lib" / "systemd" / "system"
+    unit.mkdir(parents=True)
+    (unit / "amazon-ssm-agent.service").write_text(
+        "[Unit]\nDescription=SSM agent (stand-in)\n\n[Service]\nExecStart=/bin/sleep infinity\n"
+        "\n[Install]\nWantedBy=multi-user.target\n")
+    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    served = tmp_path / "ssm-bucket" / "latest" / f"debian_{arch}"
+    served.mkdir(parents=True)
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(package),
+                    str(served / "amazon-ssm-agent.deb")], check=True, capture_output=True)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *_args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a: Quiet(*a, directory=str(tmp_path / "ssm-bucket")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/latest"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def unit_state(instance, unit: str) -> str:
+    name = instance.container.get_wrapped_container().name
+    return subprocess.run(["docker", "exec", name, "systemctl", "is-active", unit],
+                          capture_output=True, text=True).stdout.strip()
 
 
 def module_template_inputs(module: str) -> set[str]:
@@ -170,21 +220,19 @@ def boot(instance, script: str) -> subprocess.CompletedProcess:
 
 
 def test_the_modules_and_the_tests_give_the_scripts_the_same_inputs():
-    assert module_template_inputs(ZOOKEEPER_MODULE) == {
-        "boot_common", "metadata_url", "member_id", "address", "servers", "image",
-        "tools_image", "secrets", "secrets_endpoint", "data_device", "state_dir", "config_dir"}
-    assert module_template_inputs(BROKER_MODULE) == {
-        "boot_common", "metadata_url", "broker_id", "zookeeper", "broker_config", "acls",
-        "image", "secrets", "secrets_endpoint", "certificate_names", "data_device", "state_dir",
+    common = {"boot_common", "ssm_agent_base", "metadata_url", "image", "secrets",
+              "secrets_endpoint"}
+    assert module_template_inputs(ZOOKEEPER_MODULE) == common | {
+        "member_id", "address", "servers", "tools_image", "data_device", "state_dir",
         "config_dir"}
-    assert module_template_inputs(MIRROR_MODULE) == {
-        "boot_common", "metadata_url", "process", "mirror_config", "image", "secrets",
-        "secrets_endpoint", "config_dir"}
-    assert module_template_inputs(AUDIT_MODULE) == {
-        "boot_common", "metadata_url", "image", "secrets", "secrets_endpoint", "zookeeper",
-        "db_host", "db_port", "db_name", "db_secret_arn", "config_dir"}
-    assert module_template_inputs(ANALYSIS_MODULE) == {
-        "boot_common", "metadata_url", "image", "secrets", "secrets_endpoint",
+    assert module_template_inputs(BROKER_MODULE) == common | {
+        "broker_id", "zookeeper", "broker_config", "acls", "certificate_names", "data_device",
+        "state_dir", "config_dir"}
+    assert module_template_inputs(MIRROR_MODULE) == common | {
+        "process", "mirror_config", "config_dir"}
+    assert module_template_inputs(AUDIT_MODULE) == common | {
+        "zookeeper", "db_host", "db_port", "db_name", "db_secret_arn", "config_dir"}
+    assert module_template_inputs(ANALYSIS_MODULE) == common | {
         "warehouse_config", "db_host", "db_port", "db_name", "db_secret_arn", "state_dir",
         "config_dir"}
 
@@ -262,8 +310,9 @@ def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instanc
     zookeeper = ",".join(f"{a}:2181" for a in MEMBERS) + "/dc-us-east"
     metadata = InstanceMetadataStandIn({"local-ipv4": BROKER_ADDRESS,
                                         "placement/availability-zone": "us-east-1b"})
-    with metadata.serving() as url:
+    with metadata.serving() as url, ssm_agent_bucket(tmp_path) as ssm_agent_base:
         script = render(os.path.join(BROKER_MODULE, "user_data.sh.tftpl"), {
+            "ssm_agent_base": ssm_agent_base,
             "metadata_url": url, "broker_id": 0, "zookeeper": zookeeper,
             "broker_config": one_broker_settings(),
             "acls": open(os.path.join(RENDERED, "acls-dc-us-east.toml")).read(),
@@ -275,6 +324,8 @@ def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instanc
         done = boot(instance, script)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert {"local-ipv4", "placement/availability-zone"} <= set(metadata.asked)
+    # issue 31: the SSM agent (Session Manager) installed from the bucket and running
+    assert unit_state(instance, "amazon-ssm-agent") == "active", done.stderr[-3000:]
 
     zk = KazooClient(hosts=zookeeper.split("/")[0], timeout=10)    # the chroot comes later
     zk.start(timeout=15)
@@ -343,6 +394,8 @@ def test_a_rendered_mirror_script_copies_the_datacenters_into_analysis(
     filled = ", ".join(f"{name.replace('-', '_')} = {_hcl(c.connect)}"
                        for name, c in clusters.items())
     script = render(os.path.join(MIRROR_MODULE, "user_data.sh.tftpl"), {
+        # the SSM agent's bucket unreachable: the boot goes on without it
+        "ssm_agent_base": "http://127.0.0.1:9/latest",
         "metadata_url": "http://169.254.169.254", "process": 0, "secrets": "",
         "secrets_endpoint": "",
         "mirror_config": Hcl(f"templatestring(local.template, {{ zookeeper = {{ {filled} }} }})"),
@@ -353,6 +406,9 @@ def test_a_rendered_mirror_script_copies_the_datacenters_into_analysis(
     instances.services.append("mirror-0")
     done = boot(instance, script)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "warning: the SSM agent was not installed from http://127.0.0.1:9/latest/debian_" \
+        in done.stderr, done.stderr[-3000:]
+    assert unit_state(instance, "amazon-ssm-agent") != "active"
 
     with ClusterProducer(clusters["dc-us-east"].connect, acks="flushed") as producer:
         sent = [producer.send("page-views", b"view-%d" % i) for i in range(100)]

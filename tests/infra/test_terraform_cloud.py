@@ -6,6 +6,7 @@ rendered from the topology model equal what the code renders now, and the
 environments' variables say what their topology says."""
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -22,6 +23,8 @@ TF = os.path.join(ROOT, "infra", "terraform")
 MODULES = sorted(os.listdir(os.path.join(TF, "modules")))
 CLOUD_MODULES = [m for m in MODULES if not m.startswith("local-")]
 CLOUD_ENVIRONMENTS = ["production", "staging"]
+#: applied once per account before the others: their state backend
+BOOTSTRAP = "bootstrap"
 OPTIONS = hcl2.SerializationOptions(strip_string_quotes=True, explicit_blocks=False)
 
 
@@ -71,7 +74,7 @@ def test_a_module_has_its_files_typed_described_variables_and_outputs(module):
 
 @pytest.mark.parametrize("directory", [os.path.join("modules", m) for m in MODULES]
                          + [os.path.join("environments", e)
-                            for e in CLOUD_ENVIRONMENTS + ["local"]])
+                            for e in CLOUD_ENVIRONMENTS + ["local", BOOTSTRAP]])
 def test_terraform_and_providers_are_pinned(directory):
     (terraform,) = read(os.path.join(TF, directory, "versions.tf"))["terraform"]
     assert terraform["required_version"].startswith(">=")
@@ -83,7 +86,8 @@ def test_terraform_and_providers_are_pinned(directory):
 
 def test_every_module_is_used_by_an_environment():
     used: set[str] = set()
-    pending = [os.path.join(TF, "environments", e) for e in CLOUD_ENVIRONMENTS + ["local"]]
+    pending = [os.path.join(TF, "environments", e)
+               for e in CLOUD_ENVIRONMENTS + ["local", BOOTSTRAP]]
     while pending:
         directory = pending.pop()
         for body in blocks(directory, "module").values():
@@ -226,3 +230,22 @@ def test_the_load_balancers_check_brokers_as_the_topology_says(environment):
         lb = dc.load_balancer
         assert (lb.health_check_ms / 1000, lb.fall, lb.rise) == \
             (check["interval_seconds"], check["fall"], check["rise"]), dc.name
+
+
+@pytest.mark.parametrize("environment", CLOUD_ENVIRONMENTS)
+def test_a_cloud_environment_keeps_its_state_in_the_bootstrapped_backend(environment):
+    """Its state in S3 under a key of its own, locked in the table the
+    bootstrap makes (the rest from backend.hcl at init), and its providers
+    tag every resource they make."""
+    (terraform,) = read(os.path.join(TF, "environments", environment, "versions.tf"))["terraform"]
+    (backend,) = terraform["backend"]
+    assert backend["s3"]["key"] == f"samsa/{environment}/terraform.tfstate"
+    lock = blocks(os.path.join(TF, "modules", "state-backend"), "resource")
+    assert lock["aws_dynamodb_table"]["locks"]["hash_key"] == "LockID"
+    providers = [p for f in glob.glob(os.path.join(TF, "environments", environment, "*.tf"))
+                 for p in read(f).get("provider", [])]
+    assert providers
+    for provider in providers:
+        (aws,) = provider.values()
+        (default_tags,) = aws["default_tags"]
+        assert default_tags["tags"] == "${var.tags}"

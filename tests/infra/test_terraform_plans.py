@@ -158,7 +158,7 @@ module "secrets" {{
         assert after["secret_string_wo_version"] == 1
 
 
-@pytest.mark.parametrize("environment", ["production", "staging"])
+@pytest.mark.parametrize("environment", ["production", "staging", "bootstrap"])
 def test_a_cloud_environment_validates(environment, tmp_path):
     directory = os.path.join(copy_tree(tmp_path), "environments", environment)
     init(directory)

@@ -21,6 +21,36 @@ install_engine() {
   systemctl enable --now docker
 }
 
+# install_ssm_agent BASE: Amazon's SSM agent (Session Manager: a shell on
+# the instance through its role, with no SSH), which Debian does not
+# package: BASE/debian_<arch>/amazon-ssm-agent.deb (the modules pass the
+# region's bucket of Amazon, reached through the S3 gateway endpoint), unless
+# it is installed already; then enabled and started. A failed install does
+# not stop the boot, because the service matters more than this way in: the
+# script says so and the next boot tries again. BASE empty: nothing is
+# installed, and the script says that too.
+install_ssm_agent() {
+  if [ -z "$1" ]; then
+    echo "SSM agent: none asked (no package location given)"
+    return 0
+  fi
+  if ! dpkg-query -W -f '${Status}' amazon-ssm-agent 2>/dev/null | grep -q "ok installed"; then
+    local deb url
+    url="$1/debian_$(dpkg --print-architecture)/amazon-ssm-agent.deb"
+    deb=$(mktemp --suffix=.deb)
+    if ! curl -sf --connect-timeout 5 --max-time 300 --retry 3 -o "$deb" "$url" \
+        || ! dpkg -i "$deb" >/dev/null; then
+      rm -f "$deb"
+      echo "warning: the SSM agent was not installed from $url; no Session Manager on" \
+           "this instance until a boot installs it" >&2
+      return 0
+    fi
+    rm -f "$deb"
+  fi
+  systemctl enable --now amazon-ssm-agent \
+    || echo "warning: the SSM agent did not start (systemctl status amazon-ssm-agent)" >&2
+}
+
 # fetch_image IMAGE: pull IMAGE unless the engine has it (an instance
 # rebooted, or a test's engine that has it built). A tag is pulled once: give
 # every build a tag of its own (image_version).

@@ -6,16 +6,28 @@
 provider "aws" {
   alias  = "dc_us_east"
   region = var.datacenters["dc-us-east"]
+
+  default_tags {
+    tags = var.tags
+  }
 }
 
 provider "aws" {
   alias  = "dc_eu_west"
   region = var.datacenters["dc-eu-west"]
+
+  default_tags {
+    tags = var.tags
+  }
 }
 
 provider "aws" {
   alias  = "analysis"
   region = var.analysis_region
+
+  default_tags {
+    tags = var.tags
+  }
 }
 
 data "aws_availability_zones" "dc_us_east" {

@@ -1,5 +1,11 @@
 terraform {
   required_version = ">= 1.11.0"
+  # state in S3, locked in DynamoDB (environments/bootstrap makes both); the
+  # bucket, lock table, KMS key and region come from backend.hcl at init:
+  #   terraform init -backend-config=backend.hcl
+  backend "s3" {
+    key = "samsa/production/terraform.tfstate"
+  }
   required_providers {
     aws = {
       source  = "hashicorp/aws"

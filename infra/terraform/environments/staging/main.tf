@@ -3,6 +3,10 @@
 
 provider "aws" {
   region = var.datacenters["dc-staging"]
+
+  default_tags {
+    tags = var.tags
+  }
 }
 
 data "aws_availability_zones" "this" {

@@ -123,6 +123,7 @@ module "service" {
   policy_json    = data.aws_iam_policy_document.analysis.json
   user_data = [templatefile("${path.module}/user_data.sh.tftpl", {
     boot_common      = file("${path.module}/../../boot/common.sh")
+    ssm_agent_base   = local.ssm_agent_base
     metadata_url     = "http://169.254.169.254"
     image            = var.image
     secrets          = var.secrets_name
@@ -142,4 +143,11 @@ module "service" {
   # the secrets it reads at boot (module secrets)
   secret_arns          = var.secret_arns
   secrets_kms_key_arns = var.secrets_kms_key_arns
+}
+
+# Amazon's SSM agent, from the region's bucket (boot/common.sh install_ssm_agent)
+data "aws_region" "ssm" {}
+
+locals {
+  ssm_agent_base = "https://amazon-ssm-${data.aws_region.ssm.name}.s3.${data.aws_region.ssm.name}.amazonaws.com/latest"
 }

@@ -48,6 +48,7 @@ module "service" {
   policy_json   = data.aws_iam_policy_document.audit.json
   user_data = [templatefile("${path.module}/user_data.sh.tftpl", {
     boot_common      = file("${path.module}/../../boot/common.sh")
+    ssm_agent_base   = local.ssm_agent_base
     metadata_url     = "http://169.254.169.254"
     image            = var.image
     secrets          = var.secrets_name
@@ -76,4 +77,11 @@ resource "aws_vpc_security_group_ingress_rule" "readers" {
   from_port         = 8090
   to_port           = 8090
   cidr_ipv4         = each.value
+}
+
+# Amazon's SSM agent, from the region's bucket (boot/common.sh install_ssm_agent)
+data "aws_region" "ssm" {}
+
+locals {
+  ssm_agent_base = "https://amazon-ssm-${data.aws_region.ssm.name}.s3.${data.aws_region.ssm.name}.amazonaws.com/latest"
 }

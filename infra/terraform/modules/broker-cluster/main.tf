@@ -33,6 +33,7 @@ module "service" {
   data_volume_gb = local.data_volume_gb
   user_data = [for i in range(var.brokers) : templatefile("${path.module}/user_data.sh.tftpl", {
     boot_common       = file("${path.module}/../../boot/common.sh")
+    ssm_agent_base    = local.ssm_agent_base
     metadata_url      = "http://169.254.169.254"
     broker_id         = i
     zookeeper         = local.zookeeper_with_root
@@ -94,4 +95,11 @@ moved {
 moved {
   from = aws_volume_attachment.data
   to   = module.service.aws_volume_attachment.data
+}
+
+# Amazon's SSM agent, from the region's bucket (boot/common.sh install_ssm_agent)
+data "aws_region" "ssm" {}
+
+locals {
+  ssm_agent_base = "https://amazon-ssm-${data.aws_region.ssm.name}.s3.${data.aws_region.ssm.name}.amazonaws.com/latest"
 }

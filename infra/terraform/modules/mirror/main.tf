@@ -19,6 +19,7 @@ module "service" {
   kms_key_arn   = var.kms_key_arn
   user_data = [for i in range(var.processes) : templatefile("${path.module}/user_data.sh.tftpl", {
     boot_common      = file("${path.module}/../../boot/common.sh")
+    ssm_agent_base   = local.ssm_agent_base
     metadata_url     = "http://169.254.169.254"
     process          = i
     mirror_config    = local.config
@@ -42,4 +43,11 @@ resource "aws_vpc_security_group_ingress_rule" "metrics" {
   from_port         = 9095
   to_port           = 9095
   cidr_ipv4         = each.value
+}
+
+# Amazon's SSM agent, from the region's bucket (boot/common.sh install_ssm_agent)
+data "aws_region" "ssm" {}
+
+locals {
+  ssm_agent_base = "https://amazon-ssm-${data.aws_region.ssm.name}.s3.${data.aws_region.ssm.name}.amazonaws.com/latest"
 }

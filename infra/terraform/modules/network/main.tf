@@ -86,6 +86,17 @@ resource "aws_route_table_association" "private" {
   route_table_id = aws_route_table.private[count.index].id
 }
 
+# S3 by a gateway endpoint: the private subnets reach S3 (the warehouse's
+# writes, ECR's image layers) through the VPC's own route, not the NAT
+# gateways, which bill every gigabyte they carry; a gateway endpoint is free
+resource "aws_vpc_endpoint" "s3" {
+  vpc_id            = aws_vpc.this.id
+  service_name      = "com.amazonaws.${data.aws_region.current.name}.s3"
+  vpc_endpoint_type = "Gateway"
+  route_table_ids   = aws_route_table.private[*].id
+  tags              = merge(local.tags, { Name = "${var.name}-s3" })
+}
+
 # flow logs: who talked to what, kept var.flow_log_retention_days, encrypted
 resource "aws_kms_key" "logs" {
   description         = "${var.name}: VPC flow logs"

@@ -22,3 +22,8 @@ output "private_route_table_ids" {
   description = "Route tables of the private subnets (for VPC peering routes between datacenters)."
   value       = aws_route_table.private[*].id
 }
+
+output "s3_endpoint_id" {
+  description = "The S3 gateway endpoint routed from the private subnets."
+  value       = aws_vpc_endpoint.s3.id
+}

@@ -52,6 +52,8 @@ resource "aws_instance" "this" {
     kms_key_id  = var.kms_key_arn
     volume_type = "gp3"
     volume_size = var.root_volume_gb
+    # the providers' default_tags do not reach a root volume
+    tags = merge(var.tags, { Name = "${var.name}-${count.index}-root" })
   }
 
   tags = merge(var.tags, { Name = "${var.name}-${count.index}" })

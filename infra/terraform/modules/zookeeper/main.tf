@@ -30,6 +30,7 @@ module "service" {
   data_volume_gb = var.data_volume_gb
   user_data = [for i in range(var.size) : templatefile("${path.module}/user_data.sh.tftpl", {
     boot_common      = file("${path.module}/../../boot/common.sh")
+    ssm_agent_base   = local.ssm_agent_base
     metadata_url     = "http://169.254.169.254"
     member_id        = i + 1
     address          = local.member_ips[i]
@@ -67,4 +68,11 @@ resource "aws_vpc_security_group_ingress_rule" "peers" {
   from_port                    = each.value
   to_port                      = each.value
   referenced_security_group_id = module.service.security_group_id
+}
+
+# Amazon's SSM agent, from the region's bucket (boot/common.sh install_ssm_agent)
+data "aws_region" "ssm" {}
+
+locals {
+  ssm_agent_base = "https://amazon-ssm-${data.aws_region.ssm.name}.s3.${data.aws_region.ssm.name}.amazonaws.com/latest"
 }
