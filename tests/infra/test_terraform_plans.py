@@ -46,8 +46,9 @@ pytestmark = pytest.mark.skipif(
            + ", ".join(d for d in PLUGIN_DIRS if d) + "; or set SAMSA_TERRAFORM_PLUGIN_DIR): "
            "the cloud modules cannot be planned offline here")
 
-SUITES = sorted(os.path.relpath(os.path.dirname(os.path.dirname(path)), TF)
-                for path in glob.glob(os.path.join(TF, "modules", "*", "tests", "*.tftest.hcl")))
+SUITES = sorted({os.path.relpath(os.path.dirname(os.path.dirname(path)), TF)
+                 for kind in ("modules", "environments")
+                 for path in glob.glob(os.path.join(TF, kind, "*", "tests", "*.tftest.hcl"))})
 
 PROVIDER_OFFLINE = """
 provider "aws" {
@@ -82,6 +83,8 @@ KEPT_VOLUMES = {"modules/broker-cluster": 3, "modules/zookeeper": 3}
 
 def test_there_are_suites():
     assert "modules/secrets" in SUITES
+    # each cloud environment planned whole, from zero (the real provider, offline)
+    assert {"environments/production", "environments/staging"} <= set(SUITES)
 
 
 @pytest.mark.parametrize("suite", SUITES)

@@ -120,7 +120,7 @@ module "service" {
   ami_id         = var.ami_id
   kms_key_arn    = var.kms_key_arn
   root_volume_gb = 200 # Spark's staging and shuffle space
-  policy_json    = data.aws_iam_policy_document.analysis.json
+  policies       = { service = data.aws_iam_policy_document.analysis.json }
   user_data = [templatefile("${path.module}/user_data.sh.tftpl", {
     boot_common      = file("${path.module}/../../boot/common.sh")
     ssm_agent_base   = local.ssm_agent_base

@@ -45,7 +45,7 @@ module "service" {
   instance_type = var.instance_type
   ami_id        = var.ami_id
   kms_key_arn   = var.kms_key_arn
-  policy_json   = data.aws_iam_policy_document.audit.json
+  policies      = { service = data.aws_iam_policy_document.audit.json }
   user_data = [templatefile("${path.module}/user_data.sh.tftpl", {
     boot_common      = file("${path.module}/../../boot/common.sh")
     ssm_agent_base   = local.ssm_agent_base

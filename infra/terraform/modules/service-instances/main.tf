@@ -18,10 +18,10 @@ resource "aws_vpc_security_group_egress_rule" "all" {
 }
 
 module "role" {
-  source            = "../service-role"
-  name              = var.name
-  extra_policy_json = var.policy_json
-  tags              = var.tags
+  source   = "../service-role"
+  name     = var.name
+  policies = var.policies
+  tags     = var.tags
 
   # the secrets it reads at boot (module secrets)
   secret_arns          = var.secret_arns

@@ -71,10 +71,10 @@ variable "kms_key_arn" {
   default     = null
 }
 
-variable "policy_json" {
-  description = "What this service alone may do (an IAM policy document; null: nothing more)."
-  type        = string
-  default     = null
+variable "policies" {
+  description = "What this service alone may do: IAM policy documents by name (module service-role's policies; {}: nothing more)."
+  type        = map(string)
+  default     = {}
 }
 
 variable "tags" {

@@ -51,11 +51,18 @@ resource "aws_iam_role_policy" "images" {
   policy = data.aws_iam_policy_document.images.json
 }
 
+# one per name: for_each over names known at plan (a count on whether an
+# unknown document is null cannot be planned from zero)
 resource "aws_iam_role_policy" "extra" {
-  count  = var.extra_policy_json == null ? 0 : 1
-  name   = "service"
-  role   = aws_iam_role.this.id
-  policy = var.extra_policy_json
+  for_each = var.policies
+  name     = each.key
+  role     = aws_iam_role.this.id
+  policy   = each.value
+}
+
+moved {
+  from = aws_iam_role_policy.extra[0]
+  to   = aws_iam_role_policy.extra["service"]
 }
 
 # the secrets it reads at boot, and their keys through Secrets Manager only

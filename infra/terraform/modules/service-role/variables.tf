@@ -7,10 +7,10 @@ variable "name" {
   }
 }
 
-variable "extra_policy_json" {
-  description = "An IAM policy document with what this service alone needs (e.g. reading one secret); null: none."
-  type        = string
-  default     = null
+variable "policies" {
+  description = "IAM policy documents with what this service alone needs, by a name of each (e.g. {service = ...}); {} for none. The names must be known at plan (the documents may not be: a policy naming a resource made in the same apply)."
+  type        = map(string)
+  default     = {}
 }
 
 variable "tags" {
