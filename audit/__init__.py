@@ -8,6 +8,7 @@ service compares the tiers with the producers (see docs/audit.md).
   lost, duplicated) and the one rule for an outcome;
 * store.py: the audit database, every monitoring event once (migrations/: its
   schema's Alembic revisions);
+* credentials.py: the database's credentials file (RDS's master-user secret);
 * service.py: the audit service, the audit topic into the database;
 * web.py: the service over HTTP (heatmap, window page, JSON API);
 * metrics.py: the counter's and the service's Prometheus collectors;

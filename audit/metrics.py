@@ -12,8 +12,11 @@ Of the audit service (``python -m audit serve``, its /metrics), ``ServiceMetrics
   samsa_audit_events_stored_total                    stored (new)
   samsa_audit_events_deduplicated_total              read again, dropped
   samsa_audit_malformed_events_total                 values that are not monitoring events
+  samsa_audit_store_failures_total                   writes the database refused (tried again)
   samsa_audit_windows{state}                         verdicts per state over the
-                                                     default period (a query per scrape)
+                                                     default period (a query per scrape;
+                                                     left out while the database cannot
+                                                     be read)
 """
 from __future__ import annotations
 
@@ -65,15 +68,26 @@ class ServiceMetrics:
                 ("samsa_audit_events_deduplicated", "Monitoring events read again, dropped",
                  service.duplicates),
                 ("samsa_audit_malformed_events", "Values of the audit topic that are not "
-                 "monitoring events", service.malformed)):
+                 "monitoring events", service.malformed),
+                ("samsa_audit_store_failures", "Writes of monitoring events the database "
+                 "refused (tried again)", service.store_failures)):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], value)
             yield family
         now = int(time.time() * 1000)
         begin = now - service.config.default_hours * 3_600_000
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from audit.credentials import CredentialsError
+        try:
+            verdicts = service.verdicts(None, begin, now)
+        except (SQLAlchemyError, CredentialsError):
+            # the database cannot be read: the counters above still answer
+            # (the store failures among them); the verdicts are left out
+            return
         windows = GaugeMetricFamily("samsa_audit_windows",
                                     "Verdicts per state over the default period",
                                     labels=["state"])
-        for state, count in summary(service.verdicts(None, begin, now)).items():
+        for state, count in summary(verdicts).items():
             windows.add_metric([state], count)
         yield windows

@@ -49,6 +49,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 
 from audit.counting import unsigned_checksum
+from audit.credentials import CredentialsError, read_credentials  # noqa: F401 (re-exported)
 
 metadata = MetaData()
 
@@ -114,28 +115,6 @@ class TierTotals:
 
 def default_url(directory: str = ".") -> str:
     return f"sqlite:///{os.path.abspath(os.path.join(directory, 'audit.db'))}"
-
-
-class CredentialsError(ValueError):
-    """A database credentials file that cannot be read or is not one."""
-
-
-def read_credentials(path: str) -> tuple[str, str]:
-    """(username, password) of the credentials file ``path``: a JSON object
-    with both, as RDS keeps a database's master user secret."""
-    try:
-        with open(path) as f:
-            held = json.load(f)
-    except OSError as exc:
-        raise CredentialsError(f"cannot read the database credentials {path}: "
-                               f"{exc.strerror}") from None
-    except ValueError:
-        raise CredentialsError(f"the database credentials {path} are not JSON") from None
-    if not (isinstance(held, dict) and isinstance(held.get("username"), str)
-            and isinstance(held.get("password"), str) and held["username"]):
-        raise CredentialsError(f"the database credentials {path}: a JSON object with "
-                               f"\"username\" and \"password\" is expected")
-    return held["username"], held["password"]
 
 
 class Store:

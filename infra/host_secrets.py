@@ -339,18 +339,15 @@ def database_credentials(store: SecretStore, secret_id: str) -> str:
 
 def database_url(credentials_file: str, url: str) -> str:
     """``url`` (no user or password of its own) with the user and password
-    of ``credentials_file`` (JSON: username, password) put in."""
+    of ``credentials_file`` (audit.credentials: JSON, username and password)
+    put in."""
     from urllib.parse import quote, urlsplit, urlunsplit
+
+    from audit.credentials import CredentialsError, read_credentials
     try:
-        with open(credentials_file) as f:
-            held = json.load(f)
-        username, password = held["username"], held["password"]
-    except OSError as exc:
-        raise SecretError(f"cannot read the database credentials {credentials_file}: "
-                          f"{exc.strerror}") from None
-    except (ValueError, KeyError, TypeError):
-        raise SecretError(f"the database credentials {credentials_file}: a JSON object with "
-                          f"\"username\" and \"password\" is expected") from None
+        username, password = read_credentials(credentials_file)
+    except CredentialsError as exc:
+        raise SecretError(str(exc)) from None
     parts = urlsplit(url)
     if not parts.scheme or not parts.hostname or "@" in parts.netloc:
         raise SecretError(f"not a database URL without a user: {url!r}")

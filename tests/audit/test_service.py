@@ -194,3 +194,61 @@ def test_report_on_a_database_behind_the_schema_says_how_to_upgrade(tmp_path):
     assert upgrade.returncode == 0, upgrade.stderr
     out = subprocess.run(report, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_database_that_cannot_be_written_holds_the_chunk_and_loses_nothing(
+        clusters, postgres_url, tmp_path, postgres_server):
+    """The credentials file gone while the service runs (an operator's
+    mistake; RDS's rotation rewrites it whole): the chunk read is kept and
+    tried again, nothing is acknowledged meanwhile, the service keeps
+    running, and once the file is back every event is stored once."""
+    analysis = clusters("analysis")
+    now = int(time.time() * 1000)
+    events, _, _ = scenario(now)
+    first, second = events[:5], events[5:]
+    credentials = tmp_path / "audit-db.json"
+    credentials.write_text(json.dumps({"username": postgres_server.user, "password": "unused"}))
+    with SchemaRegistry.open(f"zookeeper://{analysis.connect}") as registry:
+        registry.register(AUDIT_TOPIC, catalog.load(catalog.MONITORING_EVENT))
+        writer = ValueWriter(registry, AUDIT_TOPIC)
+        with ClusterProducer(analysis.connect, acks="flushed") as producer:
+            for e in first:
+                producer.send(AUDIT_TOPIC, writer.encode(e))
+            producer.flush()
+        service = AuditService(ServeConfig(zookeeper=analysis.connect, db_url=postgres_url,
+                                           db_credentials_file=str(credentials), http_port=0,
+                                           data_dir=str(tmp_path)))
+        try:
+            wait_until(lambda: service.step() >= 0 and service.stored == len(first), 60,
+                       what="the first events stored")
+            credentials.unlink()
+            service.store.engine.dispose()         # the next write opens a new connection
+            with ClusterProducer(analysis.connect, acks="flushed") as producer:
+                for e in second:
+                    producer.send(AUDIT_TOPIC, writer.encode(e))
+                producer.flush()
+            wait_until(lambda: service.step() >= 0 and service.store_failures >= 2, 60,
+                       what="the write to fail twice")
+            assert service.stored == len(first) and service.consumed == len(first)
+            port = service.serve_http()
+            status, metrics = get(port, "/metrics")
+            assert status == 200
+            failures = [line for line in metrics.splitlines()
+                        if line.startswith("samsa_audit_store_failures_total ")]
+            assert failures and float(failures[0].split()[1]) >= 2, failures
+            credentials.write_text(json.dumps({"username": postgres_server.user,
+                                               "password": "unused"}))
+            wait_until(lambda: service.step() >= 0 and service.stored == len(events), 60,
+                       what="the kept chunk stored once the file is back")
+            assert service.consumed == len(events) and service.duplicates == 0
+        finally:
+            service.close()
+    # every event once
+    store = Store(postgres_url)
+    try:
+        with store.engine.connect() as conn:
+            from sqlalchemy import text
+            assert conn.execute(text("SELECT count(*) FROM monitoring_events")).scalar() == \
+                len(events)
+    finally:
+        store.close()

@@ -17,12 +17,14 @@ from audit.config import ServeConfig
 from audit.service import AuditService
 from test_service import HOUR, scenario
 
-FAMILIES = {   # name: (type, HELP), as the service has always exposed them
+FAMILIES = {   # name: (type, HELP), as the service has always exposed them (and one more)
     "samsa_audit_events_read": ("counter", "Monitoring events read"),
     "samsa_audit_events_stored": ("counter", "Monitoring events stored (new)"),
     "samsa_audit_events_deduplicated": ("counter", "Monitoring events read again, dropped"),
     "samsa_audit_malformed_events": ("counter", "Values of the audit topic that are not "
                                                 "monitoring events"),
+    "samsa_audit_store_failures": ("counter", "Writes of monitoring events the database "
+                                              "refused (tried again)"),
     "samsa_audit_windows": ("gauge", "Verdicts per state over the default period"),
 }
 
@@ -101,7 +103,8 @@ def test_every_path_answers_as_before(zookeeper, zk_client, zk_chroot, tmp_path)
         assert {k: v for k, v in samples.items() if not k[1]} == {
             ("samsa_audit_events_read_total", ()): 9, ("samsa_audit_events_stored_total", ()): 7,
             ("samsa_audit_events_deduplicated_total", ()): 2,
-            ("samsa_audit_malformed_events_total", ()): 1}
+            ("samsa_audit_malformed_events_total", ()): 1,
+            ("samsa_audit_store_failures_total", ()): 0}
         windows = {k[1][0][1]: v for k, v in samples.items() if k[1]}
         assert windows["lost"] == 1 and windows["lost_and_duplicated"] == 1
         assert windows["complete"] == 7

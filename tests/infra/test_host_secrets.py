@@ -468,11 +468,23 @@ def test_the_audit_host_keeps_its_database_credentials_as_rds_rotates_them(secre
         wait_until(lambda: "rds-pw-2" in out.read_text(), 30, what="the rotation to be taken")
         standin.put(arn, json.dumps({"username": "audit", "password": "rds-pw-3"}))
         wait_until(lambda: "rds-pw-3" in out.read_text(), 30, what="the next rotation")
+        # a read that fails (the secret half-written, then unreadable): the
+        # file is kept as it is, the keeper goes on, and takes the next value
+        asked = len(standin.requests)
+        standin.put(arn, "not json")
+        wait_until(lambda: len(standin.requests) >= asked + 3, 30,
+                   what="the keeper to read the bad value again and again")
+        assert json.loads(out.read_text()) == {"username": "audit", "password": "rds-pw-3"}
+        assert keeper.poll() is None
+        standin.put(arn, json.dumps({"username": "audit", "password": "rds-pw-4"}))
+        wait_until(lambda: "rds-pw-4" in out.read_text(), 30, what="the value after the bad one")
     finally:
         keeper.send_signal(signal.SIGTERM)
         _, err = keeper.communicate(timeout=30)
     assert keeper.returncode == 0, err
     assert "changed (rotated)" in err
+    assert "the database credentials not read again (kept as they are)" in err and \
+        "is not JSON" in err, err
 
     for value, words in (("not json", "is not JSON"),
                          (json.dumps({"username": "audit"}), "has no username and password")):
