@@ -219,6 +219,24 @@ def boot(instance, script: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+#: where cloud-init keeps an instance's user data, and the scripts it runs at every boot
+CLOUD_INIT_USER_DATA = "/var/lib/cloud/instance/scripts/part-001"
+CLOUD_INIT_PER_BOOT = "/var/lib/cloud/scripts/per-boot/samsa-boot.sh"
+
+
+def boot_as_cloud_init(instance, script: str) -> subprocess.CompletedProcess:
+    """Run ``script`` as cloud-init runs user data: written to its file
+    under /var/lib/cloud, then run from there, as root, once."""
+    name = instance.container.get_wrapped_container().name
+    subprocess.run(["docker", "exec", "-i", name, "sh", "-c",
+                    f"mkdir -p {os.path.dirname(CLOUD_INIT_USER_DATA)} && "
+                    f"cat > {CLOUD_INIT_USER_DATA} && chmod 0700 {CLOUD_INIT_USER_DATA}"],
+                   input=script, text=True, check=True, capture_output=True)
+    boot(instance, "true")                      # systemd up first
+    return subprocess.run(["docker", "exec", name, CLOUD_INIT_USER_DATA],
+                          capture_output=True, text=True, timeout=600)
+
+
 def test_the_modules_and_the_tests_give_the_scripts_the_same_inputs():
     common = {"boot_common", "ssm_agent_base", "metadata_url", "image", "secrets",
               "secrets_endpoint"}
@@ -321,8 +339,24 @@ def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instanc
             "config_dir": str(state / "etc-broker-0")}, _own_dir(tmp_path, "render-broker"))
         instance = instances("broker-instance-0", str(state))
         instances.services.append("broker-0")
-        done = boot(instance, script)
+        done = boot_as_cloud_init(instance, script)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        # the script installed itself among cloud-init's per-boot scripts
+        name = instance.container.get_wrapped_container().name
+        per_boot = subprocess.run(["docker", "exec", name, "cat", CLOUD_INIT_PER_BOOT],
+                                  capture_output=True, text=True)
+        assert per_boot.returncode == 0 and per_boot.stdout == script, per_boot.stderr
+        mode = subprocess.run(["docker", "exec", name, "stat", "-c", "%a", CLOUD_INIT_PER_BOOT],
+                              capture_output=True, text=True).stdout.strip()
+        assert mode == "700"
+        # a reboot: cloud-init runs the per-boot copy; it does what is
+        # missing (nothing), restarts the unit, and installs no second copy
+        again = subprocess.run(["docker", "exec", name, CLOUD_INIT_PER_BOOT],
+                               capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        copies = subprocess.run(["docker", "exec", name, "ls", os.path.dirname(
+            CLOUD_INIT_PER_BOOT)], capture_output=True, text=True).stdout.split()
+        assert copies == [os.path.basename(CLOUD_INIT_PER_BOOT)]
     assert {"local-ipv4", "placement/availability-zone"} <= set(metadata.asked)
     # issue 31: the SSM agent (Session Manager) installed from the bucket and running
     assert unit_state(instance, "amazon-ssm-agent") == "active", done.stderr[-3000:]
