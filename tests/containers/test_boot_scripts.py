@@ -129,6 +129,15 @@ def ssm_agent_bucket(tmp_path):
         server.server_close()
 
 
+def wait_healthy(container: str, timeout: float = 60) -> None:
+    """Until the image's health check calls ``container`` healthy."""
+    def status() -> str:
+        return subprocess.run(["docker", "inspect", "-f", "{{.State.Health.Status}}", container],
+                              capture_output=True, text=True).stdout.strip()
+    wait_until(lambda: status() == "healthy", timeout,
+               what=lambda: f"{container}'s container to be healthy (it is {status()!r})")
+
+
 def unit_state(instance, unit: str) -> str:
     name = instance.container.get_wrapped_container().name
     return subprocess.run(["docker", "exec", name, "systemctl", "is-active", unit],
@@ -377,10 +386,7 @@ def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instanc
         producer.flush(timeout=60)
     assert [f.exception() for f in sent] == [None] * 20
     # the image's health check asks the metrics port where the broker binds it
-    wait_until(lambda: subprocess.run(
-        ["docker", "inspect", "-f", "{{.State.Health.Status}}", "broker-0"],
-        capture_output=True, text=True).stdout.strip() == "healthy", 60,
-        what="the broker's container to be healthy")
+    wait_healthy("broker-0")
     # its log is on the instance's state directory, its settings as rendered
     assert any((state / "broker-0" / "log").iterdir())
     assert (state / "etc-broker-0" / "broker.toml").read_text().startswith(
@@ -522,10 +528,7 @@ def test_secured_scripts_boot_a_tls_ensemble_and_a_broker_only_users_reach(insta
     assert {str(a) for a in names.get_values_for_type(x509.IPAddress)} == {BROKER_ADDRESS}
     assert set(names.get_values_for_type(x509.DNSName)) == {LOOPBACK_NAME, LOAD_BALANCER_NAME}
     # the image's health check asks /healthz over HTTPS (its /metrics wants a user)
-    wait_until(lambda: subprocess.run(
-        ["docker", "inspect", "-f", "{{.State.Health.Status}}", "broker-0"],
-        capture_output=True, text=True).stdout.strip() == "healthy", 60,
-        what="the secured broker's container to be healthy")
+    wait_healthy("broker-0")
     # what the broker read is its role's: no other service's identity
     assert (config_dir / "security" / "zookeeper" / "cluster.zk").exists()
     assert not (config_dir / "security" / "zookeeper" / "mirror.zk").exists()
@@ -750,16 +753,26 @@ def test_a_rendered_analysis_stack_script_runs_airflow_with_both_dags_on_rds(
             return health().get("metadatabase", {}).get("status") == "healthy"
 
         def dags() -> set[str]:
-            listed = subprocess.run(
-                ["docker", "exec", "airflow-scheduler", "/usr/local/bin/analysis", "airflow",
-                 "dags", "list", "--output", "json"], capture_output=True, text=True,
-                timeout=120)
-            lines = [line for line in listed.stdout.splitlines() if line.startswith("[")]
-            return {d["dag_id"] for d in json.loads(lines[-1])} if lines else set()
+            """The DAGs the API server lists (as the admin the image made)."""
+            try:
+                passwords = state / "airflow" / "simple_auth_manager_passwords.json.generated"
+                request = urllib.request.Request(
+                    "http://127.0.0.1:8080/auth/token", method="POST",
+                    data=json.dumps({"username": "admin", "password": json.loads(
+                        passwords.read_text())["admin"]}).encode(),
+                    headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=5) as answer:
+                    token = json.load(answer)["access_token"]
+                request = urllib.request.Request("http://127.0.0.1:8080/api/v2/dags?limit=100",
+                                                 headers={"Authorization": f"Bearer {token}"})
+                with urllib.request.urlopen(request, timeout=5) as answer:
+                    return {d["dag_id"] for d in json.load(answer)["dags"]}
+            except (OSError, ValueError, KeyError):
+                return set()
 
         wait_until(database_healthy, 300, interval=2,
                    what=lambda: f"Airflow to answer with its database healthy: {health()}")
-        wait_until(lambda: set(PROJECT_DAGS) <= dags(), 180, interval=5,
+        wait_until(lambda: set(PROJECT_DAGS) <= dags(), 180, interval=2,
                    what=lambda: f"both DAGs loaded from the image's folder: {dags()}")
         assert (state / "airflow" / "simple_auth_manager_passwords.json.generated").exists()
 
