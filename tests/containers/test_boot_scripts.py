@@ -326,6 +326,31 @@ def test_three_rendered_zookeeper_scripts_boot_an_ensemble_that_systemd_keeps_up
                what="member 1 to rejoin after the script ran again")
 
 
+@pytest.mark.parametrize("cluster", ["dc-us-east", "analysis"])
+def test_a_secured_broker_script_fits_ec2s_user_data_once_compressed(tmp_path, cluster):
+    """EC2 takes 16 KB of user data at most (before base64). A secured
+    broker's script, with production's rendered settings and ACLs, is over
+    that as it is (the defect: AWS would have refused every broker), so
+    module service-instances passes it gzip-compressed, which cloud-init
+    unpacks."""
+    import gzip
+    script = render(os.path.join(BROKER_MODULE, "user_data.sh.tftpl"), {
+        "ssm_agent_base": "https://amazon-ssm-us-east-1.s3.us-east-1.amazonaws.com/latest",
+        "metadata_url": "http://169.254.169.254", "broker_id": 0,
+        "zookeeper": "10.10.0.10:2181,10.10.16.10:2181,10.10.32.10:2181/" + cluster,
+        "broker_config": open(os.path.join(RENDERED, f"broker-{cluster}.toml")).read(),
+        "acls": open(os.path.join(RENDERED, f"acls-{cluster}.toml")).read(),
+        "image": "111122223333.dkr.ecr.us-east-2.amazonaws.com/samsa/samsa:0.1.0-aaaaaaaaaaaa",
+        "secrets": "samsa-prod", "secrets_endpoint": "",
+        "certificate_names": Hcl(f'["{LOAD_BALANCER_NAME}"]'), "data_device": "/dev/xvdb",
+        "state_dir": "/var/lib/samsa", "config_dir": "/etc/samsa"}, _own_dir(tmp_path, "render"))
+    compressed = len(gzip.compress(script.encode()))
+    assert compressed <= 16384, (len(script), compressed)
+    instances = open(os.path.join(TERRAFORM, "modules", "service-instances", "main.tf")).read()
+    assert "user_data_base64            = base64gzip(" in instances
+    print(f"{cluster}: the broker's script is {len(script)} bytes, {compressed} compressed")
+
+
 def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instances, tmp_path):
     from broker.client.cluster_producer import ClusterProducer
     from broker.coordination import paths

@@ -1,9 +1,9 @@
 variable "name" {
-  description = "Name prefix of the datacenter's resources (≤ 27 characters, e.g. \"samsa-prod-use1\")."
+  description = "Name prefix of the datacenter's resources (≤ 24 characters: its load balancer's target group is NAME-brokers, which AWS caps at 32; e.g. \"samsa-prod-use1\")."
   type        = string
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{1,26}$", var.name))
-    error_message = "name: 2-27 lower-case letters, digits and '-', starting with a letter."
+    condition     = can(regex("^[a-z][a-z0-9-]{1,23}$", var.name))
+    error_message = "name: 2-24 lower-case letters, digits and '-', starting with a letter (its load balancer's target group, NAME-brokers, must fit AWS's 32)."
   }
 }
 

@@ -2,8 +2,8 @@ variable "name" {
   description = "Name prefix (an NLB name is at most 32 characters: keep it short, e.g. \"samsa-prod-dc-a\")."
   type        = string
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{1,26}$", var.name))
-    error_message = "name: 2-27 lower-case letters, digits and '-', starting with a letter."
+    condition     = can(regex("^[a-z][a-z0-9-]{1,23}$", var.name))
+    error_message = "name: 2-24 lower-case letters, digits and '-', starting with a letter (the target group, NAME-brokers, must fit AWS's 32)."
   }
 }
 

@@ -2,8 +2,8 @@ variable "name" {
   description = "The database instance's identifier (e.g. \"samsa-prod-analysis-audit\")."
   type        = string
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{1,62}$", var.name))
-    error_message = "name: lower-case letters, digits and '-', starting with a letter."
+    condition     = can(regex("^[a-z][a-z0-9]*(-[a-z0-9]+)*$", var.name)) && length(var.name) >= 2 && length(var.name) <= 49
+    error_message = "name: 2-49 lower-case letters, digits and single '-' between them, starting with a letter (RDS refuses '--' and a trailing '-'; its monitoring role, NAME-rds-monitoring, must fit IAM's 64)."
   }
 }
 

@@ -39,7 +39,10 @@ resource "aws_instance" "this" {
   associate_public_ip_address = false
   ebs_optimized               = true
   monitoring                  = true
-  user_data                   = var.user_data[length(var.user_data) == 1 ? 0 : count.index]
+  # gzip-compressed (cloud-init unpacks it): EC2 takes 16 KB of user data
+  # at most, before base64, and a secured broker's script with its
+  # rendered settings and ACLs is over that uncompressed
+  user_data_base64            = base64gzip(var.user_data[length(var.user_data) == 1 ? 0 : count.index])
   user_data_replace_on_change = false
 
   metadata_options {
@@ -63,7 +66,7 @@ resource "aws_instance" "this" {
     # replacing every instance at once (nor by stopping each to rewrite its
     # user data), but rolled, one instance at a time, by the operator
     # (terraform apply -replace=...; infra/terraform/README.md, "Upgrades")
-    ignore_changes = [user_data, ami]
+    ignore_changes = [user_data, user_data_base64, ami]
   }
 }
 

@@ -39,8 +39,12 @@ variable "private_ips" {
 }
 
 variable "user_data" {
-  description = "Each instance's start-up script, instance i at index i (one entry: the same for all)."
+  description = "Each instance's start-up script, instance i at index i (one entry: the same for all); passed gzip-compressed, which must fit EC2's 16 KB."
   type        = list(string)
+  validation {
+    condition     = length(var.user_data) > 0 && alltrue([for u in var.user_data : length(base64gzip(u)) * 3 / 4 <= 16384])
+    error_message = "user_data: at least one script, each at most 16 KB once gzip-compressed (EC2's limit)."
+  }
 }
 
 variable "root_volume_gb" {
