@@ -23,9 +23,12 @@ and matters for exactly-once:
 HDFS needs Hadoop's native client library (libhdfs.so, ARROW_LIBHDFS_DIR)
 and its jars on the CLASSPATH (``hadoop classpath --glob``) on the driver and
 every executor, as pyarrow's documentation says; S3 takes credentials from
-the usual AWS environment and files. Neither can be run on the machines this
-project is developed on (docs/loader.md): only the local file system is
-tested.
+the usual AWS environment and files, and an S3-compatible server's address
+from the output's query (``s3://bucket/path?endpoint_override=host:port&
+scheme=http``). HDFS cannot be run on the machines this project is developed
+on (docs/loader.md); S3's file operations, the publish and its recovery are
+tested against a real S3 server, Ceph's RADOS gateway
+(tests/hadoop_loader/test_s3_output.py).
 """
 from __future__ import annotations
 
@@ -61,6 +64,33 @@ class OutputError(RuntimeError):
     """The output cannot be used (a bad URI, a file system not reachable)."""
 
 
+#: what an s3:// or s3a:// output's query may set (pyarrow's S3FileSystem's
+#: own names, as its FileSystem.from_uri takes them)
+S3_QUERY = ("endpoint_override", "scheme", "region")
+
+
+def s3_options(output: str, query: str) -> dict[str, str]:
+    """pyarrow S3FileSystem options from an S3 output's query: nothing for
+    AWS itself (region and credentials come from the environment, the
+    instance profile included); ``?endpoint_override=host:port&scheme=http``
+    for an S3-compatible server (pyarrow ignores AWS_ENDPOINT_URL). Uploads
+    send checksums only when an operation requires one: the SDK's newer
+    default (streamed uploads with trailing checksums) is refused by S3
+    servers other than AWS's (Ceph 16's gateway answers 411), and AWS accepts
+    both. The SDK reads this setting when a file system is made, and a value
+    already set in the environment is kept."""
+    options: dict[str, str] = {}
+    for name, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
+        if name not in S3_QUERY:
+            raise OutputError(f"output {output}: unknown S3 setting {name!r} (known: "
+                              f"{', '.join(S3_QUERY)})")
+        if name == "scheme" and values[-1] not in ("http", "https"):
+            raise OutputError(f"output {output}: scheme must be http or https")
+        options[name] = values[-1]
+    os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
+    return options
+
+
 class OutputFS:
     def __init__(self, output: str) -> None:
         self.output = output
@@ -85,7 +115,7 @@ class OutputFS:
             self._spark_root = output.rstrip("/")
         elif scheme in ("s3a", "s3"):
             self.kind = "s3"
-            self.fs = pafs.S3FileSystem()
+            self.fs = pafs.S3FileSystem(**s3_options(output, parsed.query))
             self.root = f"{parsed.netloc}{parsed.path}".rstrip("/")
             self._spark_root = f"s3a://{self.root}"
         else:

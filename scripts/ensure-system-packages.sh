@@ -41,17 +41,32 @@ command -v iptables-restore >/dev/null 2>&1 || [ -x /usr/sbin/iptables-restore ]
 [ -x /usr/bin/docker-registry ] || missing+=("docker-registry")
 # fincore: the drop-behind test asks the kernel which pages of a file are cached
 command -v fincore >/dev/null 2>&1 || missing+=("util-linux-extra")
+# Ceph's RADOS gateway on a one-node Ceph: a real S3 server for the loader's
+# S3 output (infra/local/ceph_s3.py). Without recommends: ceph-mgr and its
+# Python web stack are not needed (about 60 MB to download, not 150)
+bare=()
+for cmd in ceph-mon ceph-osd radosgw radosgw-admin; do
+  command -v "$cmd" >/dev/null 2>&1 || { bare=(ceph-mon ceph-osd radosgw ceph-common); break; }
+done
 
-if [ ${#missing[@]} -eq 0 ]; then
+if [ ${#missing[@]} -eq 0 ] && [ ${#bare[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "installing system packages: ${missing[*]}"
+  echo "installing system packages: ${missing[*]} ${bare[*]}"
   # wait for another apt/dpkg (another setup running at the same time) rather than fail
   apt-get -o DPkg::Lock::Timeout=300 update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}"
+  if [ ${#missing[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+      "${missing[@]}"
+  fi
+  if [ ${#bare[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+      --no-install-recommends "${bare[@]}"
+  fi
 else
-  echo "Samsa needs these system packages: ${missing[*]}" >&2
-  echo "install them with: sudo apt-get install ${missing[*]}" >&2
+  echo "Samsa needs these system packages: ${missing[*]} ${bare[*]}" >&2
+  echo "install them with: sudo apt-get install ${missing[*]}" \
+       "${bare[*]:+&& sudo apt-get install --no-install-recommends ${bare[*]}}" >&2
   exit 1
 fi

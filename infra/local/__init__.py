@@ -28,6 +28,8 @@
   at boot (Secrets Manager's GetSecretValue, signatures checked; the
   instance metadata service, IMDSv2), for the tests of the boot scripts and
   of what the hosts read;
+* ceph_s3.py: a real S3 server (Ceph's RADOS gateway on a one-node Ceph) that
+  the loader's S3 output is tested against;
 * network/: the network lab: hosts in network namespaces, WAN links with
   latency, loss and bandwidth, and network faults (``python -m infra.local.network``).
 """

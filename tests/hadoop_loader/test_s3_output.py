@@ -1,0 +1,112 @@
+"""The loader's S3 output (hadoop_loader/outputfs.py) against a real S3
+server, Ceph's RADOS gateway on a one-node Ceph (infra/local/ceph_s3.py;
+make setup installs Debian's packages), addressed as an output URI gives it
+(``s3://bucket/path?endpoint_override=host:port&scheme=http``), credentials
+from the environment as on AWS.
+
+What is shown on S3: every file operation the loader's driver makes, the
+offsets committed with the output, and the publish of a run killed half-way
+through its moves finished by the next run (``finish_interrupted``): every
+file once at its place, the offsets committed once, nothing left staged.
+What is not: Spark writing to S3 (s3a:// needs the hadoop-aws jars and the
+AWS SDK, which the images do not carry; infra/terraform/README.md says so)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hadoop_loader import job, state
+from hadoop_loader.outputfs import OutputError, OutputFS
+from infra.local.ceph_s3 import CephS3
+
+BUCKET = "samsa-warehouse"
+
+
+@pytest.fixture
+def s3(tmp_path, monkeypatch):
+    """The server, and the environment an S3 client reads (its keys)."""
+    with CephS3().start(tmp_path / "ceph") as server:
+        for name, value in server.aws_env().items():
+            monkeypatch.setenv(name, value)
+        import pyarrow.fs as pafs
+        pafs.S3FileSystem(**server.pyarrow_options()).create_dir(BUCKET)   # as Terraform does
+        yield server
+
+
+def output(server, path: str = "warehouse") -> OutputFS:
+    return OutputFS(f"s3a://{BUCKET}/{path}?endpoint_override={server.endpoint}&scheme=http")
+
+
+def test_the_drivers_file_operations_on_s3(s3):
+    out = output(s3)
+    assert out.kind == "s3" and not out.atomic_rename
+    assert out.spark_uri("page_views") == f"s3a://{BUCKET}/warehouse/page_views"
+    out.write_json(("_samsa", "a.json"), {"x": 1})
+    assert json.loads(out.read_text("_samsa", "a.json")) == {"x": 1}
+    out.write_text(("_samsa", "a.json"), '{"x": 2}')          # replaced whole (one PUT)
+    assert json.loads(out.read_text("_samsa", "a.json")) == {"x": 2}
+    assert out.create_new(("_samsa", "claim"), "first")
+    assert not out.create_new(("_samsa", "claim"), "second")
+    assert out.read_text("_samsa", "claim") == "first"
+    assert out.listdir("_samsa") == ["a.json", "claim"]
+    assert out.listdir("nothing-here") == []
+    assert out.is_dir("_samsa") and not out.is_dir("_samsa", "claim")
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    table = pa.table({"offset": pa.array(range(1000), pa.int64())})
+    with out.open_output("staged", "p.parquet") as f:
+        pq.write_table(table, f)
+    assert out.parquet_rows("staged", "p.parquet") == 1000
+    assert out.move("staged/p.parquet", "page_views/date=2026-11-29/hour=03/p.parquet")
+    assert not out.move("staged/p.parquet", "page_views/date=2026-11-29/hour=03/p.parquet")
+    assert [p for p, _ in out.files("page_views")] == \
+        ["page_views/date=2026-11-29/hour=03/p.parquet"]
+    assert not out.exists("staged", "p.parquet")
+    out.delete_dir("page_views")
+    assert not out.exists("page_views")
+    with pytest.raises(OutputError, match="replacing a directory at once needs a local output"):
+        out.swap_dir("a", "b", "c")
+
+
+def test_a_publish_killed_half_way_is_finished_by_the_next_run_on_s3(s3):
+    out = output(s3)
+    offsets = state.OffsetStore(out)
+    offsets.commit({"page_views/0-0": 100}, run="earlier")
+    # a run staged four Parquet files, wrote its manifest and moved two of
+    # them, then was killed: two files visible, two staged, no commit
+    run = "20261129T040000-0123abcd"
+    staging = f"{job.STAGING}/{run}/parquet/page_views"
+    moves = []
+    for hour in range(4):
+        staged = f"{staging}/date=2026-11-29/hour={hour:02d}/part-0.parquet"
+        out.write_text(tuple(staged.split("/")), f"rows of hour {hour}")
+        moves.append([staged, f"page_views/date=2026-11-29/hour={hour:02d}/"
+                              f"part-{run}-00000.parquet"])
+    out.write_json((job.PUBLISHING, f"{run}.json"),
+                   {"run": run, "moves": moves, "offsets": {"page_views/0-0": 250},
+                    "hours": {}})
+    for source, target in moves[:2]:
+        assert out.move(source, target)
+    assert offsets.offsets() == {"page_views/0-0": 100}
+
+    assert job.finish_interrupted(out) == 2                  # the two left
+    published = [p for p, _ in out.files("page_views")]
+    assert published == [target for _, target in moves]
+    for hour, (_, target) in enumerate(moves):
+        assert out.read_text(*target.split("/")) == f"rows of hour {hour}"
+    assert offsets.offsets() == {"page_views/0-0": 250}
+    latest = offsets.latest()
+    assert latest.run == run and latest.extra == {"recovered": True}
+    assert out.listdir(job.PUBLISHING) == [] and not out.exists(job.STAGING, run)
+    # finished once: the next run finds nothing to finish, commits nothing more
+    assert job.finish_interrupted(out) == 0
+    assert offsets.latest().sequence == latest.sequence
+
+
+def test_an_s3_output_names_only_the_settings_it_knows(s3):
+    with pytest.raises(OutputError, match="unknown S3 setting 'endpoint'"):
+        OutputFS(f"s3://{BUCKET}/warehouse?endpoint={s3.endpoint}")
+    with pytest.raises(OutputError, match="scheme must be http or https"):
+        OutputFS(f"s3://{BUCKET}/warehouse?endpoint_override={s3.endpoint}&scheme=ftp")
