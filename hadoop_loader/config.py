@@ -50,6 +50,14 @@ class LoaderConfig:
     lock_timeout_s: float = 600.0
     """How long a load waits for another load of the same output to finish
     (one load at a time per output: ``_samsa/lock``) before it gives up."""
+    staging_dir: str = ""
+    """Where a run stages its files when the output is on S3: Spark's tasks
+    write the Avro and the Parquet there, and the publish uploads them (so no
+    Hadoop S3 connector is needed). It must be a local directory that the
+    driver and every executor reach (one machine: Spark's local mode). Keep
+    it on a disk that outlives the process, so that a publish that was
+    killed can be finished. "" means ``<temp dir>/samsa-loader-staging``.
+    A local or HDFS output stages under its own ``_samsa/staging/``."""
     keep_replaced_s: float = 3600.0
     """A reloaded hour's old files stay under ``_samsa/replaced/`` this long
     (for readers still reading them); a load after that deletes them."""

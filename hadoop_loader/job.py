@@ -3,7 +3,10 @@ publish, commit the offsets last.
 
 1. Plan on the driver (plan.py) from the offsets committed with the output.
 2. One Spark task per work unit pulls its range and stages framed Avro
-   container files (pull.py) under ``<output>/_samsa/staging/<run>/``.
+   container files (pull.py) under ``<staging>/_samsa/staging/<run>/``: the
+   staging is the output itself (local, HDFS), or, for an S3 output, the
+   local ``staging_dir`` (``staging_fs``), so no Hadoop S3 connector is
+   needed.
 3. Per topic, Spark reads the staged files with the topic's latest reader
    schema (the JVM's Avro reader resolves every writer schema to it) and
    writes Parquet partitioned by event ``date`` and ``hour`` (from the
@@ -12,11 +15,15 @@ publish, commit the offsets last.
    per run (no shuffle), or exactly one (one_file_per_hour: a shuffle).
 4. Publish: a manifest of every move and of the new offsets is written
    (``_samsa/publishing/<run>.json``), the files are moved into
-   ``<output>/<topic>/date=D/hour=H/``, then the offsets are committed (the
-   commit is last) and the manifest removed. A run killed before the
-   manifest leaves nothing visible and its ranges are loaded again; a run
-   killed during the moves is finished by the next run before it plans
-   (the manifest says what is left to move), so every message lands once.
+   ``<output>/<topic>/date=D/hour=H/`` (uploaded, from a staging apart),
+   then the offsets are committed (the commit is last) and the manifest
+   removed. A run killed before the manifest leaves nothing visible and its
+   ranges are loaded again; a run killed during the moves is finished by the
+   next run before it plans (the manifest says what is left to move), so
+   every message lands once. A staging apart may be lost with what it held
+   (a new machine, a cleaned temp dir): then the next run takes back what
+   the killed run published and does not commit its offsets, so its ranges
+   are loaded again, each message still once.
 """
 from __future__ import annotations
 
@@ -82,26 +89,65 @@ class ReloadError(RuntimeError):
     changed."""
 
 
-def finish_interrupted(out: OutputFS) -> int:
-    """Finish the publish of a run killed during its moves; the moves done."""
+def staging_fs(config: LoaderConfig, out: OutputFS) -> OutputFS:
+    """Where the runs of ``out`` stage: the output itself, whose moves are
+    renames (local, HDFS), or for S3 the local ``staging_dir``, from which
+    the publish uploads (Spark then reads and writes local files only)."""
+    if out.kind != "s3":
+        return out
+    import tempfile
+    directory = config.staging_dir or os.path.join(tempfile.gettempdir(),
+                                                   "samsa-loader-staging")
+    stage = OutputFS(directory)
+    stage.makedirs()
+    return stage
+
+
+def finish_interrupted(out: OutputFS, stage: OutputFS | None = None) -> int:
+    """Finish the publish of a run killed during its moves (its staged files
+    in ``stage``, by default the output); the moves done. A run whose staged
+    files are gone (a staging apart, lost) is taken back instead: what it
+    published is deleted and its offsets are not committed, so its ranges
+    load again."""
+    stage = stage or out
     done = 0
     for name in out.listdir(PUBLISHING):
         if not name.endswith(".json"):
             continue
         manifest = json.loads(out.read_text(PUBLISHING, name))
-        done += _move_all(out, manifest["moves"])
+        run, moves = manifest["run"], manifest["moves"]
+        lost = [source for source, target in moves
+                if not stage.exists(source) and not out.exists(target)]
+        if lost:
+            taken_back = 0
+            for _source, target in moves:
+                if out.exists(target):
+                    out.delete_file(target)
+                    taken_back += 1
+            out.delete_file(PUBLISHING, name)
+            stage.delete_dir(STAGING, run)
+            log.error("interrupted run %s cannot be finished: %d of its staged files are "
+                      "gone from %s (%s...); the %d files it published were deleted and its "
+                      "offsets not committed: its ranges load again", run, len(lost),
+                      stage.output, lost[0], taken_back)
+            continue
+        moved = _publish(stage, out, moves)
+        done += moved
         state.HourRanges(out).add(manifest.get("hours", {}))
-        state.OffsetStore(out).commit(manifest["offsets"], run=manifest["run"],
-                                      extra={"recovered": True})
+        state.OffsetStore(out).commit(manifest["offsets"], run=run, extra={"recovered": True})
         out.delete_file(PUBLISHING, name)
-        out.delete_dir(STAGING, manifest["run"])
-        log.warning("finished the publish of interrupted run %s (%d files moved now)",
-                    manifest["run"], done)
+        stage.delete_dir(STAGING, run)
+        log.warning("finished the publish of interrupted run %s (%d files moved now)", run,
+                    moved)
     return done
 
 
-def _move_all(out: OutputFS, moves: list[list[str]]) -> int:
-    return sum(1 for source, target in moves if out.move(source, target))
+def _publish(stage: OutputFS, out: OutputFS, moves: list[list[str]]) -> int:
+    """Each staged file to its place (renamed, or uploaded from a staging
+    apart); how many were still staged."""
+    if stage is out:
+        return sum(1 for source, target in moves if out.move(source, target))
+    return sum(1 for source, target in moves if out.upload(stage, source, target))
 
 
 class LoadBusy(RuntimeError):
@@ -192,7 +238,8 @@ def _load(config: LoaderConfig, out: OutputFS, session: _Session) -> LoadSummary
     t0 = time.monotonic()
     run = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     summary = LoadSummary(run)
-    summary.recovered = finish_interrupted(out)
+    stage = staging_fs(config, out)
+    summary.recovered = finish_interrupted(out, stage)
     _prune_replaced(out, config.keep_replaced_s)
     offsets = state.OffsetStore(out)
     mark = time.monotonic()
@@ -215,7 +262,7 @@ def _load(config: LoaderConfig, out: OutputFS, session: _Session) -> LoadSummary
     staging = f"{STAGING}/{run}"
     try:
         mark = time.monotonic()
-        stats = _stage(spark, config, work, staging)
+        stats = _stage(spark, config, work, stage, staging)
         summary.phases["pull_and_frame"] = time.monotonic() - mark
         for row in stats:
             summary.messages += row["messages"]
@@ -224,14 +271,15 @@ def _load(config: LoaderConfig, out: OutputFS, session: _Session) -> LoadSummary
         log.info("run %s: %d messages (%d bytes) pulled by %d tasks, %d to the error output",
                  run, summary.messages, summary.bytes, len(work.units), summary.errors)
         mark = time.monotonic()
-        summary.rows = _write_parquet(spark, config, out, staging)
+        summary.rows = _write_parquet(spark, config, stage, staging)
         summary.phases["decode_and_write_parquet"] = time.monotonic() - mark
         mark = time.monotonic()
-        moves = _plan_moves(out, staging, run)
+        moves = _plan_moves(stage, staging, run)
         hours = hour_ranges(work.units, summary.rows)
         out.write_json((PUBLISHING, f"{run}.json"),
-                       {"run": run, "moves": moves, "offsets": work.ends, "hours": hours})
-        _move_all(out, moves)
+                       {"run": run, "moves": moves, "offsets": work.ends, "hours": hours,
+                        "staging": stage.output})
+        _publish(stage, out, moves)
         state.HourRanges(out).add(hours)
         offsets.commit(work.ends, run=run, extra={"rows": summary.rows,
                                                   "errors": summary.errors})
@@ -242,7 +290,7 @@ def _load(config: LoaderConfig, out: OutputFS, session: _Session) -> LoadSummary
             summary.audit_events = publish_counts(config, stats)
             summary.phases["audit_counts"] = time.monotonic() - mark
     finally:
-        out.delete_dir(staging)
+        stage.delete_dir(staging)
     summary.seconds = time.monotonic() - t0
     return summary
 
@@ -306,7 +354,7 @@ def _rebuild(config: LoaderConfig, out: OutputFS, session: _Session, hour_ms: in
              len(work.units), work.total_bytes)
     spark = session.get()
     try:
-        _stage(spark, config, work, staging, count=False)
+        _stage(spark, config, work, out, staging, count=False)
         rows = _write_parquet(spark, config, out, staging, hour_ms=hour_ms)
         partitions = {t: state.hour_partition(t, hour_ms) for t in topics}
         for topic, partition in partitions.items():      # every check before any swap
@@ -333,10 +381,11 @@ def _rebuild(config: LoaderConfig, out: OutputFS, session: _Session, hour_ms: in
         out.delete_dir(staging)
 
 
-def _stage(spark, config: LoaderConfig, work: Plan, staging: str,
+def _stage(spark, config: LoaderConfig, work: Plan, stage: OutputFS, staging: str,
            count: bool = True) -> list[dict]:
-    """Pull ``work`` in Spark tasks into ``staging``; the tasks' stats (with
-    the audit's tallies when ``count`` and the audit is on)."""
+    """Pull ``work`` in Spark tasks into ``staging`` (on ``stage``); the
+    tasks' stats (with the audit's tallies when ``count`` and the audit is
+    on)."""
     registry, fetch, codec = config.effective_registry, config.fetch_bytes, config.staging_codec
     credentials = config.credentials
     window = config.audit_window_ms if config.audit and count else None
@@ -353,7 +402,7 @@ def _stage(spark, config: LoaderConfig, work: Plan, staging: str,
     reporter.start()
     try:
         rdd = sc.parallelize(units, len(units))
-        output = config.output
+        output = stage.output
         return rdd.mapPartitions(
             lambda part: stage_units(part, output, staging, registry, fetch, window, codec,
                                      credentials)
@@ -418,8 +467,9 @@ def publish_counts(config: LoaderConfig, stats: list[dict]) -> int:
 
 def _write_parquet(spark, config: LoaderConfig, out: OutputFS, staging: str,
                    hour_ms: int | None = None) -> dict[str, dict[str, int]]:
-    """Staged Avro -> staged Parquet per topic (only the rows of the hour
-    starting at ``hour_ms`` when given); rows per topic and date/hour."""
+    """Staged Avro -> staged Parquet per topic, both under ``staging`` on
+    ``out`` (the staging's file system; only the rows of the hour starting
+    at ``hour_ms`` when given); rows per topic and date/hour."""
     from pyspark.sql import functions as F
     from schemas.registry import SchemaRegistry
     avro_root = f"{staging}/avro"
@@ -488,7 +538,8 @@ def _rows_per_hour(out: OutputFS, directory: str) -> dict[str, int]:
 
 
 def _plan_moves(out: OutputFS, staging: str, run: str) -> list[list[str]]:
-    """(staged path, final path), relative to the output root."""
+    """(staged path, relative to the staging's root on ``out``; final path,
+    relative to the output's root)."""
     moves = []
     parquet = f"{staging}/parquet"
     for topic in out.listdir(parquet):

@@ -245,6 +245,21 @@ class OutputFS:
         self.fs.move(self.path(source), self.path(target))
         return True
 
+    def upload(self, source_fs: "OutputFS", source: str, target: str) -> bool:
+        """Copy a file of another file system (``source`` relative to its
+        root) to ``target`` here, then delete the source: a move across file
+        systems. On S3 the object appears whole (one PUT, or a multipart
+        upload completed at once). False if the source is gone (uploaded
+        before)."""
+        import pyarrow.fs as pafs
+        if not source_fs.exists(source):
+            return False
+        self.makedirs(posixpath.dirname(target))
+        pafs.copy_files(source_fs.path(source), self.path(target),
+                        source_filesystem=source_fs.fs, destination_filesystem=self.fs)
+        source_fs.delete_file(source)
+        return True
+
     def swap_dir(self, new: str, target: str, aside: str) -> bool:
         """Put directory ``new`` at ``target`` in one step (paths relative to
         the root); what was at ``target`` ends at ``aside`` (made for it).

@@ -8,8 +8,11 @@ What is shown on S3: every file operation the loader's driver makes, the
 offsets committed with the output, and the publish of a run killed half-way
 through its moves finished by the next run (``finish_interrupted``): every
 file once at its place, the offsets committed once, nothing left staged.
-What is not: Spark writing to S3 (s3a:// needs the hadoop-aws jars and the
-AWS SDK, which the images do not carry; infra/terraform/README.md says so)."""
+And whole loads by Spark (local mode, real brokers): Spark stages in a local
+directory (``staging_dir``) and the publish uploads, so no Hadoop S3
+connector is needed; a load killed during its uploads is finished by the
+next; and when the killed run's staging is lost too, the next run takes its
+uploads back and loads its ranges again: every row once, each time."""
 from __future__ import annotations
 
 import json
@@ -17,8 +20,10 @@ import json
 import pytest
 
 from hadoop_loader import job, state
+from hadoop_loader.config import LoaderConfig
 from hadoop_loader.outputfs import OutputError, OutputFS
 from infra.local.ceph_s3 import CephS3
+from loader_helpers import HOUR, produce, rows_per_hour
 
 BUCKET = "samsa-warehouse"
 
@@ -110,3 +115,72 @@ def test_an_s3_output_names_only_the_settings_it_knows(s3):
         OutputFS(f"s3://{BUCKET}/warehouse?endpoint={s3.endpoint}")
     with pytest.raises(OutputError, match="scheme must be http or https"):
         OutputFS(f"s3://{BUCKET}/warehouse?endpoint_override={s3.endpoint}&scheme=ftp")
+
+
+def s3_rows(out: OutputFS) -> list[dict]:
+    """The rows of page_views in an S3 output, read from S3."""
+    import pyarrow.dataset as ds
+    if not out.exists("page_views"):
+        return []
+    return ds.dataset(out.path("page_views"), filesystem=out.fs,
+                      partitioning="hive").to_table().to_pylist()
+
+
+def s3_config(s3, cluster, tmp_path) -> LoaderConfig:
+    return LoaderConfig(
+        zookeeper=cluster.connect, whitelist="page_views", audit=False,
+        output=f"s3a://{BUCKET}/wh?endpoint_override={s3.endpoint}&scheme=http",
+        staging_dir=str(tmp_path / "staging"))
+
+
+def test_a_load_to_s3_lands_every_row_once(s3, analysis, spark, tmp_path):
+    cluster, registry = analysis
+    base = 1_800_000_000_000 - 1_800_000_000_000 % HOUR
+    want = produce(cluster, registry, 120, base)
+    config = s3_config(s3, cluster, tmp_path)
+    first = job.load(config, spark)
+    out = output(s3, "wh")
+    assert first.messages == 120 and rows_per_hour(s3_rows(out)) == want
+    assert state.OffsetStore(out).latest() is not None            # committed on S3
+    assert job.load(config, spark).units == 0                     # nothing new: nothing added
+    assert rows_per_hour(s3_rows(out)) == want
+    # staged locally, uploaded, nothing left behind on either side
+    assert not out.exists(job.STAGING) or out.listdir(job.STAGING) == []
+    assert OutputFS(config.staging_dir).listdir(job.STAGING) == []
+
+
+@pytest.mark.parametrize("staging", ["kept", "lost"])
+def test_a_load_killed_during_its_uploads_lands_every_row_once(s3, analysis, spark, tmp_path,
+                                                              monkeypatch, staging):
+    cluster, registry = analysis
+    base = 1_800_000_000_000 - 1_800_000_000_000 % HOUR
+    want = produce(cluster, registry, 90, base)
+    config = s3_config(s3, cluster, tmp_path)
+    real_upload = OutputFS.upload
+    uploaded = []
+
+    def dying_upload(self, source_fs, source, target):
+        if source.endswith(".parquet"):
+            if uploaded:
+                raise KeyboardInterrupt("killed during the publish")
+            uploaded.append(target)
+        return real_upload(self, source_fs, source, target)
+
+    with monkeypatch.context() as patched:     # (the s3 fixture's environment stays)
+        patched.setattr(OutputFS, "upload", dying_upload)
+        patched.setattr(OutputFS, "delete_dir", lambda *a, **k: None)   # a kill cleans nothing
+        with pytest.raises(KeyboardInterrupt):
+            job.load(config, spark)
+    out = output(s3, "wh")
+    assert state.OffsetStore(out).latest() is None                   # not committed
+    assert 0 < len(s3_rows(out)) < 90                                 # partly visible
+    if staging == "lost":                 # the machine replaced, its temp dir gone
+        import shutil
+        shutil.rmtree(config.staging_dir)
+    again = job.load(config, spark)
+    if staging == "kept":
+        assert again.recovered >= 1 and again.units == 0              # finished, not reloaded
+    else:
+        assert again.recovered == 0 and again.units >= 1              # taken back, reloaded
+    assert rows_per_hour(s3_rows(out)) == want
+    assert out.listdir(job.PUBLISHING) == []

@@ -15,10 +15,12 @@ locals {
     output = "s3a://${aws_s3_bucket.warehouse.bucket}/warehouse"
     master = "local[*]"
     cluster_name = "analysis"
+    # Spark stages here and the publish uploads to the bucket (no Hadoop S3
+    # connector): on the instance's disk, kept across restarts
+    staging_dir = "/data/airflow/loader-staging"
 
     [warehouse]
     audit_url = "${var.audit_url}"
-    spark_args = "--conf spark.hadoop.fs.s3a.aws.credentials.provider=software.amazon.awssdk.auth.credentials.InstanceProfileCredentialsProvider"
   TOML
 }
 
