@@ -15,8 +15,8 @@ Of the audit service (``python -m audit serve``, its /metrics), ``ServiceMetrics
   samsa_audit_store_failures_total                   writes the database refused (tried again)
   samsa_audit_windows{state}                         verdicts per state over the
                                                      default period (a query per scrape;
-                                                     left out while the database cannot
-                                                     be read)
+                                                     the last read while the database
+                                                     cannot be read)
 """
 from __future__ import annotations
 
@@ -80,14 +80,17 @@ class ServiceMetrics:
 
         from audit.credentials import CredentialsError
         try:
-            verdicts = service.verdicts(None, begin, now)
+            counts = summary(service.verdicts(None, begin, now))
+            service.last_window_counts = counts
         except (SQLAlchemyError, CredentialsError):
-            # the database cannot be read: the counters above still answer
-            # (the store failures among them); the verdicts are left out
-            return
+            # the database cannot be read: the last verdicts read stand (a
+            # loss stays paged), the counters above still answer
+            counts = service.last_window_counts
+            if counts is None:
+                return
         windows = GaugeMetricFamily("samsa_audit_windows",
                                     "Verdicts per state over the default period",
                                     labels=["state"])
-        for state, count in summary(verdicts).items():
+        for state, count in counts.items():
             windows.add_metric([state], count)
         yield windows

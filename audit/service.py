@@ -13,7 +13,10 @@ server down, a password rotated while the credentials file lags, the file
 missing. The chunk read is kept, and writing it is tried again every
 ``STORE_RETRY_S`` until it succeeds (samsa_audit_store_failures_total counts
 the failed tries). Nothing more is read meanwhile and nothing is
-acknowledged, so nothing is lost and the order is kept.
+acknowledged, so nothing is lost and the order is kept. An event that the
+database itself refuses (a value too long for its column, a character it
+cannot hold) is not retried: the chunk is stored one event at a time, and
+each event refused is counted as malformed and skipped.
 """
 from __future__ import annotations
 
@@ -59,11 +62,14 @@ class AuditService:
         self.duplicates = 0          # read again, already stored
         self.malformed = 0           # values that are not monitoring events
         self.store_failures = 0      # writes of a chunk the database refused (tried again)
-        # a chunk read but not stored yet: (events, its offsets, when it was read)
-        self._unstored: tuple[list[dict], dict, int] | None = None
+        # a chunk read but not stored yet: (its events, its offsets)
+        self._unstored: tuple[list[dict], dict] | None = None
         self._stop = threading.Event()
         self._limited_log = RateLimitedLog(log)
         self.http = None
+        # the verdicts per state /metrics last read (served while the
+        # database cannot be read)
+        self.last_window_counts: dict[str, int] | None = None
 
     # ------------------------------------------------------------ consuming
 
@@ -79,18 +85,27 @@ class AuditService:
             if read is None:
                 return 0
             self._unstored = read
-        events, offsets, received_ms = self._unstored
+        events, offsets = self._unstored
         from sqlalchemy.exc import SQLAlchemyError
+        # received when stored: a chunk held through an outage is not judged
+        # against the producers' grace as if it had arrived before it
+        received_ms = int(time.time() * 1000)
         try:
             new = self.store.add_events(events, received_ms=received_ms)
         except (SQLAlchemyError, CredentialsError) as exc:
-            self.store_failures += 1
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self._limited_log.log(logging.ERROR, "store failed",
-                                  "cannot store %d monitoring events (kept, tried again in "
-                                  "%.0f s): %s", len(events), STORE_RETRY_S, first)
-            self._stop.wait(STORE_RETRY_S)
-            return 0
+            if not _unreachable(exc):
+                # the database refuses these events themselves (a value too
+                # long for its column, a character it cannot hold): one at a
+                # time, those it refuses counted as malformed and skipped
+                new = self._store_one_by_one(events, received_ms)
+            else:
+                self.store_failures += 1
+                self._limited_log.log(logging.ERROR, "store failed",
+                                      "cannot store %d monitoring events (kept, tried again "
+                                      "in %.0f s): %s", len(events), STORE_RETRY_S,
+                                      _first_line(exc))
+                self._stop.wait(STORE_RETRY_S)
+                return 0
         self._unstored = None
         self.consumed += len(events)
         self.stored += new
@@ -98,10 +113,31 @@ class AuditService:
         self.consumer.acknowledge(offsets)
         return new
 
-    def _read(self, timeout_ms: int) -> tuple[list[dict], dict, int] | None:
+    def _store_one_by_one(self, events: list[dict], received_ms: int) -> int:
+        """Store ``events`` one at a time; the database's refusals of an
+        event counted as malformed (and left out of ``events``, so they count
+        as neither read nor stored). Raises what says the database is not
+        reachable (the chunk is then kept)."""
+        from sqlalchemy.exc import SQLAlchemyError
+        new = 0
+        for event in list(events):
+            try:
+                new += self.store.add_events([event], received_ms=received_ms)
+            except (SQLAlchemyError, CredentialsError) as exc:
+                if _unreachable(exc):
+                    raise
+                events.remove(event)
+                self.malformed += 1
+                self._limited_log.log(logging.WARNING, "refused event",
+                                      "the database refuses a monitoring event of %s/%s "
+                                      "(skipped): %s", event.get("topic"), event.get("tier"),
+                                      _first_line(exc))
+        return new
+
+    def _read(self, timeout_ms: int) -> tuple[list[dict], dict] | None:
         """The next chunk's monitoring events (the malformed counted and
-        skipped), the offsets that acknowledge it, and when it was read;
-        None when there was nothing."""
+        skipped) and the offsets that acknowledge it; None when there was
+        nothing."""
         chunk = self.consumer.poll(timeout_ms=timeout_ms)
         if not chunk:
             return None
@@ -118,8 +154,7 @@ class AuditService:
                 self._limited_log.log(logging.WARNING, "malformed monitoring event",
                                 "skipping a value of %s/%s at offset %d that is not a "
                                 "monitoring event: %s", m.topic, m.partition, m.offset, exc)
-        return (events, {(m.topic, m.partition): m.next_offset for m in chunk},
-                int(time.time() * 1000))
+        return events, {(m.topic, m.partition): m.next_offset for m in chunk}
 
     def stop(self) -> None:
         self._stop.set()
@@ -149,3 +184,17 @@ class AuditService:
         finally:
             self.registry.close()
             self.store.close()
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether a store error says the database cannot be reached (or logged
+    into) now, which waiting may mend, rather than that it refuses the data."""
+    from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+    return isinstance(exc, (CredentialsError, OperationalError, InterfaceError,
+                            DisconnectionError, PoolTimeout))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -117,11 +117,26 @@ def default_url(directory: str = ".") -> str:
     return f"sqlite:///{os.path.abspath(os.path.join(directory, 'audit.db'))}"
 
 
+#: a PostgreSQL server that does not answer: a connection attempt gives up
+#: after this many seconds, and a connection whose peer went silent is found
+#: dead by TCP keepalives within about a minute (not the kernel's two hours),
+#: so the service's retry, its failure counter and its alert go on
+CONNECT_TIMEOUT_S = 10
+
+
+def _connect_args(url: str) -> dict:
+    if not url.startswith("postgresql"):
+        return {}
+    return {"connect_timeout": CONNECT_TIMEOUT_S, "keepalives": 1, "keepalives_idle": 30,
+            "keepalives_interval": 10, "keepalives_count": 3}
+
+
 class Store:
     def __init__(self, url: str, engine: Engine | None = None,
                  credentials_file: str = "") -> None:
         self.url = url
-        self.engine = engine or create_engine(url, future=True, pool_pre_ping=True)
+        self.engine = engine or create_engine(url, future=True, pool_pre_ping=True,
+                                              connect_args=_connect_args(url))
         self.dialect = self.engine.dialect.name
         if credentials_file:
             read_credentials(credentials_file)          # a bad file: said now, not later

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from hadoop_loader import state
 from hadoop_loader.config import LoaderConfig
-from hadoop_loader.outputfs import OutputFS
+from hadoop_loader.outputfs import OutputError, OutputFS
 from hadoop_loader.plan import Plan, RetentionCut, WorkUnit, plan, plan_ranges
 from hadoop_loader.pull import stage_units
 
@@ -96,6 +96,10 @@ def staging_fs(config: LoaderConfig, out: OutputFS) -> OutputFS:
     if out.kind != "s3":
         return out
     import tempfile
+    if not config.staging_dir and not config.master.startswith("local"):
+        raise OutputError(f"output {out.output}: an S3 output stages in staging_dir, which the "
+                          f"driver and every executor must reach; with master "
+                          f"{config.master!r} set staging_dir to a directory they share")
     directory = config.staging_dir or os.path.join(tempfile.gettempdir(),
                                                    "samsa-loader-staging")
     stage = OutputFS(directory)
@@ -103,21 +107,32 @@ def staging_fs(config: LoaderConfig, out: OutputFS) -> OutputFS:
     return stage
 
 
-def finish_interrupted(out: OutputFS, stage: OutputFS | None = None) -> int:
+def finish_interrupted(out: OutputFS, still_loadable=None) -> int:
     """Finish the publish of a run killed during its moves (its staged files
-    in ``stage``, by default the output); the moves done. A run whose staged
-    files are gone (a staging apart, lost) is taken back instead: what it
-    published is deleted and its offsets are not committed, so its ranges
-    load again."""
-    stage = stage or out
+    where its manifest says: the output, or a staging apart); the moves
+    done. A run whose staged files are gone or cut short (a staging apart,
+    lost with its machine) is taken back instead: what it published is
+    deleted and its offsets are not committed, so its ranges load again;
+    unless ``still_loadable(manifest)`` says the brokers no longer hold them
+    (OutputError: nothing is changed, an operator decides)."""
     done = 0
     for name in out.listdir(PUBLISHING):
         if not name.endswith(".json"):
             continue
         manifest = json.loads(out.read_text(PUBLISHING, name))
         run, moves = manifest["run"], manifest["moves"]
-        lost = [source for source, target in moves
-                if not stage.exists(source) and not out.exists(target)]
+        stage = OutputFS(manifest["staging"]) if manifest.get("staging", out.output) \
+            != out.output else out
+        sizes = manifest.get("sizes", {})
+        lost = [source for source, target in moves if not out.exists(target) and (
+            not stage.exists(source) or
+            (source in sizes and stage.size(source) != sizes[source]))]
+        if lost and still_loadable is not None and not still_loadable(manifest):
+            raise OutputError(f"interrupted run {run} can neither be finished ({len(lost)} of "
+                              f"its staged files are gone from {stage.output}) nor loaded again "
+                              f"(its ranges have left the brokers' retention): its manifest "
+                              f"{out.path(PUBLISHING, name)} and published files are left as "
+                              f"they are for an operator")
         if lost:
             taken_back = 0
             for _source, target in moves:
@@ -239,7 +254,7 @@ def _load(config: LoaderConfig, out: OutputFS, session: _Session) -> LoadSummary
     run = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     summary = LoadSummary(run)
     stage = staging_fs(config, out)
-    summary.recovered = finish_interrupted(out, stage)
+    summary.recovered = finish_interrupted(out, lambda m: _still_loadable(config, m))
     _prune_replaced(out, config.keep_replaced_s)
     offsets = state.OffsetStore(out)
     mark = time.monotonic()
@@ -260,6 +275,7 @@ def _load(config: LoaderConfig, out: OutputFS, session: _Session) -> LoadSummary
         return summary
     spark = session.get()
     staging = f"{STAGING}/{run}"
+    manifest_written = False
     try:
         mark = time.monotonic()
         stats = _stage(spark, config, work, stage, staging)
@@ -276,23 +292,63 @@ def _load(config: LoaderConfig, out: OutputFS, session: _Session) -> LoadSummary
         mark = time.monotonic()
         moves = _plan_moves(stage, staging, run)
         hours = hour_ranges(work.units, summary.rows)
-        out.write_json((PUBLISHING, f"{run}.json"),
-                       {"run": run, "moves": moves, "offsets": work.ends, "hours": hours,
-                        "staging": stage.output})
+        manifest = {"run": run, "moves": moves, "offsets": work.ends, "hours": hours,
+                    "staging": stage.output}
+        if stage is not out:
+            _check_staged_apart(stage, summary)
+            # the staged files on disk before the manifest says they are
+            # there; their sizes, so that one cut short by a crash is seen
+            os.sync()
+            manifest["sizes"] = {source: stage.size(source) for source, _ in moves}
+        out.write_json((PUBLISHING, f"{run}.json"), manifest)
+        manifest_written = True
         _publish(stage, out, moves)
         state.HourRanges(out).add(hours)
         offsets.commit(work.ends, run=run, extra={"rows": summary.rows,
                                                   "errors": summary.errors})
         out.delete_file(PUBLISHING, f"{run}.json")
+        manifest_written = False
         summary.phases["publish_and_commit"] = time.monotonic() - mark
         if config.audit:
             mark = time.monotonic()
             summary.audit_events = publish_counts(config, stats)
             summary.phases["audit_counts"] = time.monotonic() - mark
     finally:
-        stage.delete_dir(staging)
+        if not manifest_written:
+            # a publish under way (an error, a timeout, a signal after its
+            # manifest) keeps what is staged: the next run finishes it
+            stage.delete_dir(staging)
     summary.seconds = time.monotonic() - t0
     return summary
+
+
+def _check_staged_apart(stage: OutputFS, summary: LoadSummary) -> None:
+    """Before publishing from a staging apart: the driver sees a row for
+    every message the tasks staged (a staging_dir the executors wrote but
+    the driver does not reach would publish nothing and commit)."""
+    rows = sum(n for per_hour in summary.rows.values() for n in per_hour.values())
+    if rows != summary.messages - summary.errors:
+        raise OutputError(f"the driver finds {rows} rows in {stage.output} where the tasks "
+                          f"staged {summary.messages - summary.errors} messages: staging_dir "
+                          f"must be a directory the driver and every executor reach; nothing "
+                          f"was published or committed")
+
+
+def _still_loadable(config: LoaderConfig, manifest: dict) -> bool:
+    """Whether the brokers still hold every range an interrupted run read."""
+    spans: dict[str, list[int]] = {}
+    for per_key in manifest.get("hours", {}).values():
+        for key, (start, end) in per_key.items():
+            span = spans.setdefault(key, [start, end])
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+    if not spans:
+        return True
+    try:
+        plan_ranges(config.zookeeper, {k: [v] for k, v in spans.items()},
+                    max_unit_bytes=config.max_unit_bytes, credentials=config.credentials)
+    except RetentionCut:
+        return False
+    return True
 
 
 def hour_ranges(units: list[WorkUnit],

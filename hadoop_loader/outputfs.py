@@ -77,8 +77,8 @@ def s3_options(output: str, query: str) -> dict[str, str]:
     send checksums only when an operation requires one: the SDK's newer
     default (streamed uploads with trailing checksums) is refused by S3
     servers other than AWS's (Ceph 16's gateway answers 411), and AWS accepts
-    both. The SDK reads this setting when a file system is made, and a value
-    already set in the environment is kept."""
+    both. The SDK reads this setting (set below, at import) when a file
+    system is made."""
     options: dict[str, str] = {}
     for name, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
         if name not in S3_QUERY:
@@ -87,8 +87,14 @@ def s3_options(output: str, query: str) -> dict[str, str]:
         if name == "scheme" and values[-1] not in ("http", "https"):
             raise OutputError(f"output {output}: scheme must be http or https")
         options[name] = values[-1]
-    os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
     return options
+
+
+# S3 uploads send checksums only when an operation requires one (s3_options
+# says why): set once, when this module is imported, before the threads that
+# Spark and kazoo start, for every S3 client the process makes; a value the
+# environment already has is kept
+os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
 
 
 class OutputFS:
@@ -281,6 +287,11 @@ class OutputFS:
         self.makedirs(posixpath.dirname(aside))
         os.rename(self.path(new), self.path(aside))
         return True
+
+    def size(self, *parts: str) -> int:
+        """A file's size in bytes (-1 if there is no such file)."""
+        info = self._info(*parts)
+        return info.size if info.size is not None else -1
 
     def modified_s(self, *parts: str) -> float:
         """Last modification of a file or directory (seconds since the epoch)."""

@@ -65,7 +65,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
@@ -131,6 +131,7 @@ class PartitionReplica:
     log: Log
     replicas: tuple[int, ...] = ()
     assignment_version: int = -1      # the version of the assignment ``replicas`` came from
+    assignment_stale: bool = False    # an expansion found a newer one: none until it is read
     min_insync: int = 1
     role: Role = Role.NONE
     leader: int = NO_LEADER
@@ -389,6 +390,7 @@ class ReplicaManager:
             if p < len(local.logs) and self.broker_id in replicas:
                 rep = self._replica(topic, p, local.logs[p])
                 rep.replicas, rep.assignment_version = replicas, version
+                rep.assignment_stale = False
                 rep.min_insync = min_insync
                 for gone in set(rep.followers) - set(replicas):
                     del rep.followers[gone]
@@ -660,6 +662,7 @@ class ReplicaManager:
         progress.last_fetch_ms = now
         progress.log_end = offset
         if follower not in rep.isr and follower in rep.replicas and \
+                not rep.assignment_stale and \
                 offset >= max(rep.log.high_watermark, rep.epoch_start):
             self._write_isr(rep, tuple(sorted(set(rep.isr) | {follower})), "expand")
         self._advance_high_watermark(rep)
@@ -741,7 +744,13 @@ class ReplicaManager:
                 checked, written = tx.commit_async().get(timeout=5)
                 if isinstance(checked, BadVersionError):
                     return ASSIGNMENT_CHANGED
-                return None if isinstance(written, Exception) else written
+                if isinstance(written, BadVersionError):
+                    return None                   # overtaken, as a plain write would be
+                for result in (checked, written):
+                    if isinstance(result, Exception) and \
+                            not isinstance(result, RolledBackError):
+                        return result             # NoNode, NoAuth...: said as an error
+                return written
             except BadVersionError:
                 return None
             except (KazooException, KazooTimeoutError) as exc:
@@ -759,6 +768,10 @@ class ReplicaManager:
                     self._reread_state(rep)
                 return
             if outcome is ASSIGNMENT_CHANGED:
+                # no expansion until the new assignment is read (its watch
+                # brings it): not a transaction per follower fetch meanwhile
+                if rep.assignment_version == assignment_version:    # not read since
+                    rep.assignment_stale = True
                 log.info("replication: %s: in-sync expand to %s refused: the assignment "
                          "changed meanwhile; reading the state again", rep.name, list(isr),
                          extra={"event": "isr_expand_refused"})

@@ -58,8 +58,9 @@ Limits and what clients need:
   (the lifecycle threads are off: they made SIGTERM take 4.5 s).
 * Nothing survives ``stop``: ``start`` wants an absent or empty directory.
 * The daemons run as the calling user (root here: Ceph daemons started as
-  root stay root unless given ``--setuser``), die with the process that
-  started them (PR_SET_PDEATHSIG), and write only under the directory.
+  root stay root unless given ``--setuser``), die with the thread that
+  started them (PR_SET_PDEATHSIG: start them from one that lives as long as
+  they do, such as the main thread), and write only under the directory.
   Their admin sockets live in ``<directory>/run``: a directory longer than
   about 75 characters would pass the 108-byte Unix socket path limit, and
   ``start`` refuses it.
@@ -287,13 +288,24 @@ def listens(pid: int, port: int) -> bool:
     return False
 
 
+# looked up once, in the parent: a library load in the forked child could
+# deadlock on a lock another thread of the parent held at the fork
+try:
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
 def _die_with_parent() -> None:
-    # PR_SET_PDEATHSIG: a daemon gets SIGTERM if the process that started it
-    # dies (a test run killed by a timeout leaves no Ceph behind)
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
+    # PR_SET_PDEATHSIG: a daemon gets SIGTERM when the thread that started it
+    # ends (start the daemons from a thread that lives as long as they do:
+    # the test's main thread), so a test run killed by a timeout leaves no
+    # Ceph behind; a parent gone before the call: exit at once
+    parent = os.getppid()
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _tail(path: Path, lines: int = 25) -> str:

@@ -252,3 +252,29 @@ def test_a_database_that_cannot_be_written_holds_the_chunk_and_loses_nothing(
                 len(events)
     finally:
         store.close()
+
+
+def test_an_event_the_database_refuses_is_skipped_and_the_rest_stored(clusters, postgres_url,
+                                                                        tmp_path):
+    """A tier name longer than its column (32): PostgreSQL refuses the
+    event; the chunk's other events are stored, the refused one counted as
+    malformed, and the service goes on (it does not retry it forever)."""
+    analysis = clusters("analysis")
+    events, _, _ = scenario(int(time.time() * 1000))
+    refused = {**events[0], "event_id": uuid.uuid4().bytes, "tier": "t" * 40}
+    with SchemaRegistry.open(f"zookeeper://{analysis.connect}") as registry:
+        registry.register(AUDIT_TOPIC, catalog.load(catalog.MONITORING_EVENT))
+        writer = ValueWriter(registry, AUDIT_TOPIC)
+        with ClusterProducer(analysis.connect, acks="flushed") as producer:
+            for e in [refused, *events]:
+                producer.send(AUDIT_TOPIC, writer.encode(e))
+            producer.flush()
+        service = AuditService(ServeConfig(zookeeper=analysis.connect, db_url=postgres_url,
+                                           http_port=0, data_dir=str(tmp_path)))
+        try:
+            wait_until(lambda: service.step() >= 0 and service.stored == len(events), 60,
+                       what="the other events stored")
+            assert service.malformed == 1 and service.store_failures == 0
+            assert service.consumed == len(events)
+        finally:
+            service.close()

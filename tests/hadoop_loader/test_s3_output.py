@@ -168,8 +168,7 @@ def test_a_load_killed_during_its_uploads_lands_every_row_once(s3, analysis, spa
 
     with monkeypatch.context() as patched:     # (the s3 fixture's environment stays)
         patched.setattr(OutputFS, "upload", dying_upload)
-        patched.setattr(OutputFS, "delete_dir", lambda *a, **k: None)   # a kill cleans nothing
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):  # (a signal, a timeout: the staging is kept)
             job.load(config, spark)
     out = output(s3, "wh")
     assert state.OffsetStore(out).latest() is None                   # not committed
@@ -184,3 +183,31 @@ def test_a_load_killed_during_its_uploads_lands_every_row_once(s3, analysis, spa
         assert again.recovered == 0 and again.units >= 1              # taken back, reloaded
     assert rows_per_hour(s3_rows(out)) == want
     assert out.listdir(job.PUBLISHING) == []
+
+
+def test_a_staging_dir_the_driver_does_not_see_publishes_and_commits_nothing(
+        s3, analysis, spark, tmp_path, monkeypatch):
+    """Spark's tasks staged where the driver does not look (a staging_dir
+    that is not shared): the load fails before its manifest, commits
+    nothing, and the next load (staging where both see it) lands every row."""
+    cluster, registry = analysis
+    base = 1_800_000_000_000 - 1_800_000_000_000 % HOUR
+    want = produce(cluster, registry, 60, base)
+    config = s3_config(s3, cluster, tmp_path)
+    with monkeypatch.context() as patched:
+        patched.setattr(job, "_write_parquet", lambda *a, **k: {})   # the driver sees nothing
+        with pytest.raises(OutputError, match="must be a directory the driver and every "
+                                              "executor reach"):
+            job.load(config, spark)
+    out = output(s3, "wh")
+    assert state.OffsetStore(out).latest() is None and s3_rows(out) == []
+    assert job.load(config, spark).messages == 60
+    assert rows_per_hour(s3_rows(out)) == want
+
+
+def test_an_s3_output_with_a_cluster_master_needs_its_staging_dir_named(s3, tmp_path):
+    config = LoaderConfig(zookeeper="127.0.0.1:1", master="spark://spark-master:7077",
+                          output=f"s3a://{BUCKET}/wh?endpoint_override={s3.endpoint}"
+                                 f"&scheme=http")
+    with pytest.raises(OutputError, match="set staging_dir to a directory they share"):
+        job.staging_fs(config, output(s3, "wh"))

@@ -6,12 +6,15 @@
 # restarted with what it now says.
 
 # install_engine: Debian's docker.io and Amazon's ECR credential helper,
-# through which the engine pulls with the instance's role (each installed
-# unless there).
+# through which the engine pulls with the instance's role, and
+# amazon-ec2-utils, whose udev rules name an EBS volume on an NVMe instance
+# (every Nitro type) by its attachment, /dev/xvdb, as the modules attach it
+# (each installed unless there).
 install_engine() {
   local missing=()
   command -v docker >/dev/null || missing+=(docker.io)
   command -v docker-credential-ecr-login >/dev/null || missing+=(amazon-ecr-credential-helper)
+  [ -e /lib/udev/rules.d/70-ec2-nvme-devices.rules ] || missing+=(amazon-ec2-utils)
   if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -166,6 +169,9 @@ state_dir() {
   mkdir -p "$dir"
   SAMSA_STATE_DIR=$dir
   if [ -n "$device" ]; then
+    # an NVMe volume attached before amazon-ec2-utils was installed: its
+    # rules applied now (they make /dev/xvdb a link to /dev/nvmeXn1)
+    [ -e "$device" ] || { udevadm trigger --subsystem-match=block --action=add && udevadm settle; } || true
     for _ in $(seq 600); do [ -e "$device" ] && break; sleep 1; done
     [ -e "$device" ] || { echo "no data volume at $device after 600 s" >&2; return 1; }
     blkid "$device" >/dev/null || mkfs.ext4 -q -L samsa-data "$device"

@@ -1,3 +1,3 @@
 terraform {
-  required_version = ">= 1.5.0"
+  required_version = ">= 1.9.0" # validations that refer to another variable
 }

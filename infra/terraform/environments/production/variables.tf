@@ -25,7 +25,7 @@ variable "brokers_per_dc" {
 variable "analysis_brokers" {
   description = "Brokers in the analysis cluster."
   type        = number
-  default     = 4
+  default     = 6
   validation {
     condition     = var.analysis_brokers >= 1
     error_message = "analysis_brokers must be at least 1."

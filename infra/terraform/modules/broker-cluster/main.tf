@@ -64,6 +64,17 @@ resource "aws_vpc_security_group_ingress_rule" "clients" {
   referenced_security_group_id = each.value
 }
 
+# the cluster's own brokers: a follower fetches from its partitions' leaders
+# on the same port (replication; over TLS as the broker's user when secured)
+resource "aws_vpc_security_group_ingress_rule" "replication" {
+  security_group_id            = module.service.security_group_id
+  description                  = "Replication between the cluster's brokers"
+  ip_protocol                  = "tcp"
+  from_port                    = 9092
+  to_port                      = 9092
+  referenced_security_group_id = module.service.security_group_id
+}
+
 resource "aws_vpc_security_group_ingress_rule" "remote_clients" {
   for_each          = var.client_cidrs
   security_group_id = module.service.security_group_id

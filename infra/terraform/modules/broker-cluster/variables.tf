@@ -142,9 +142,13 @@ variable "headroom" {
 }
 
 variable "data_volume_gb" {
-  description = "Override of the computed data volume size (null: computed, see README)."
+  description = "Override of the computed data volume size (null: computed, see README); at most gp3's 16,384 GiB."
   type        = number
   default     = null
+  validation {
+    condition     = var.data_volume_gb == null || try(var.data_volume_gb >= 20 && var.data_volume_gb <= 16384 && floor(var.data_volume_gb) == var.data_volume_gb, false)
+    error_message = "data_volume_gb: a whole number of GB from 20 to 16384 (gp3's largest volume), or null."
+  }
 }
 
 variable "instance_type" {

@@ -54,9 +54,13 @@ variable "root_volume_gb" {
 }
 
 variable "data_volume_gb" {
-  description = "Each instance's encrypted data volume (GB), attached as /dev/xvdb: a volume of its own in its subnet's zone, which outlives the instance and which no plan may destroy (null: none)."
+  description = "Each instance's encrypted data volume (GB), attached as /dev/xvdb: a volume of its own in its subnet's zone, which outlives the instance and which no plan may destroy (null: none); at most gp3's 16,384 GiB."
   type        = number
   default     = null
+  validation {
+    condition     = var.data_volume_gb == null || try(var.data_volume_gb >= 1 && var.data_volume_gb <= 16384 && floor(var.data_volume_gb) == var.data_volume_gb, false)
+    error_message = "data_volume_gb (given, or computed by module broker-cluster from the write rate, retention, copies and brokers): a whole number of GB from 1 to 16384, gp3's largest volume; more brokers make each smaller."
+  }
 }
 
 variable "instance_type" {

@@ -56,6 +56,14 @@ run "first_apply" {
     condition     = alltrue([for v in module.service.data_volume_ids : v != ""])
     error_message = "every volume made"
   }
+  # the defect: no rule admitted the brokers to one another, so no follower
+  # could fetch from its leader (replication factor 3 never in sync)
+  assert {
+    condition = (aws_vpc_security_group_ingress_rule.replication.referenced_security_group_id == module.service.security_group_id
+      && aws_vpc_security_group_ingress_rule.replication.security_group_id == module.service.security_group_id
+    && aws_vpc_security_group_ingress_rule.replication.from_port == 9092 && aws_vpc_security_group_ingress_rule.replication.to_port == 9092)
+    error_message = "the brokers admit one another on 9092 (replication)"
+  }
 }
 
 run "an_upgrade_keeps_every_data_volume" {
