@@ -1,5 +1,5 @@
 # Bootstrap: the state backend of every environment, applied once per account
-# before them (infra/terraform/README.md, "Apply from zero").
+# before them (infra/terraform/README.md, "Plan and apply").
 
 provider "aws" {
   region = var.region

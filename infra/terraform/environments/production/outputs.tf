@@ -30,7 +30,7 @@ output "audit_url" {
 }
 
 output "airflow_url" {
-  description = "The Airflow UI (inside the VPC; operator_cidrs may reach it)."
+  description = "The Airflow UI (operator_cidrs may reach it; the VPC when none are given)."
   value       = module.analysis_stack.airflow_url
 }
 

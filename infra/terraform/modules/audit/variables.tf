@@ -45,6 +45,10 @@ variable "db_allocated_gb" {
   description = "Database storage (monitoring events: a few KB per topic, window and tier)."
   type        = number
   default     = 50
+  validation {
+    condition     = var.db_allocated_gb >= 20 && var.db_allocated_gb <= 65536 && floor(var.db_allocated_gb) == var.db_allocated_gb
+    error_message = "db_allocated_gb: a whole number of GB from 20 to 65536 (RDS for PostgreSQL)."
+  }
 }
 
 variable "db_multi_az" {

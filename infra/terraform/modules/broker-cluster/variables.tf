@@ -123,12 +123,20 @@ variable "partitions_per_broker" {
   description = "Partitions a broker holds (each keeps up to one open segment past retention)."
   type        = number
   default     = 8
+  validation {
+    condition     = var.partitions_per_broker >= 1 && floor(var.partitions_per_broker) == var.partitions_per_broker
+    error_message = "partitions_per_broker: a whole number, at least 1."
+  }
 }
 
 variable "segment_gb" {
   description = "Segment size in GB (segment.bytes of the rendered config)."
   type        = number
   default     = 1
+  validation {
+    condition     = var.segment_gb > 0 && var.segment_gb <= 64
+    error_message = "segment_gb: more than 0, at most 64."
+  }
 }
 
 variable "headroom" {

@@ -35,6 +35,10 @@ variable "port" {
   description = "The port producers connect to (the brokers' port behind it is 9092)."
   type        = number
   default     = 9092
+  validation {
+    condition     = var.port >= 1 && var.port <= 65535 && floor(var.port) == var.port
+    error_message = "port: a TCP port, 1 to 65535."
+  }
 }
 
 variable "health_check" {
@@ -56,6 +60,10 @@ variable "idle_timeout_seconds" {
   description = "How long an idle connection stays open: above the brokers' longest long-poll (max_fetch_wait_ms, 30 s); the lab's HAProxy allows 60 s."
   type        = number
   default     = 350
+  validation {
+    condition     = var.idle_timeout_seconds >= 60 && var.idle_timeout_seconds <= 6000 && floor(var.idle_timeout_seconds) == var.idle_timeout_seconds
+    error_message = "idle_timeout_seconds: a whole number from 60 to 6000 (an NLB TCP listener's range)."
+  }
 }
 
 variable "tags" {

@@ -86,9 +86,10 @@ resource "aws_route_table_association" "private" {
   route_table_id = aws_route_table.private[count.index].id
 }
 
-# S3 by a gateway endpoint: the private subnets reach S3 (the warehouse's
-# writes, ECR's image layers) through the VPC's own route, not the NAT
-# gateways, which bill every gigabyte they carry; a gateway endpoint is free
+# S3 by a gateway endpoint: the private subnets reach S3 in the region (the
+# warehouse's uploads; ECR's image layers where the registry is in the same
+# region) through the VPC's own route, not the NAT gateways, which bill every
+# gigabyte they carry; a gateway endpoint is free
 resource "aws_vpc_endpoint" "s3" {
   vpc_id            = aws_vpc.this.id
   service_name      = "com.amazonaws.${data.aws_region.current.name}.s3"

@@ -8,7 +8,7 @@ variable "name" {
 }
 
 variable "cidr" {
-  description = "The VPC's IPv4 range; one private and one public /20 per availability zone are cut from it."
+  description = "The VPC's IPv4 range; one private and one public subnet per availability zone are cut from it, each 4 bits longer in prefix (a /20 of a /16)."
   type        = string
   default     = "10.20.0.0/16"
   validation {

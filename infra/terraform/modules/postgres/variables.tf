@@ -46,8 +46,8 @@ variable "allocated_gb" {
   type        = number
   default     = 50
   validation {
-    condition     = var.allocated_gb >= 20
-    error_message = "allocated_gb must be at least 20."
+    condition     = var.allocated_gb >= 20 && var.allocated_gb <= 65536 && floor(var.allocated_gb) == var.allocated_gb
+    error_message = "allocated_gb: a whole number of GB from 20 to 65536 (RDS for PostgreSQL)."
   }
 }
 

@@ -51,6 +51,10 @@ variable "root_volume_gb" {
   description = "The encrypted root volume's size."
   type        = number
   default     = 20
+  validation {
+    condition     = var.root_volume_gb >= 8 && var.root_volume_gb <= 16384 && floor(var.root_volume_gb) == var.root_volume_gb
+    error_message = "root_volume_gb: a whole number of GB from 8 to 16384."
+  }
 }
 
 variable "data_volume_gb" {

@@ -2,7 +2,7 @@
 # S3 bucket that no one can make public, and a DynamoDB table for the locks
 # (two applies of one environment at once: the second waits or fails). Made
 # once per account by environments/bootstrap, which keeps its own (tiny)
-# state locally; its resources refuse a destroy.
+# state locally; the bucket and the table refuse a destroy.
 
 locals {
   tags = merge(var.tags, { "samsa:module" = "state-backend" })

@@ -32,7 +32,7 @@ variable "subnet_ids" {
 }
 
 variable "client_cidrs" {
-  description = "Who may connect to the client port (2181): the VPC's range (brokers, mirror, loader, audit run there). Never 0.0.0.0/0."
+  description = "Who may connect to the client port (2181): the VPC's range (brokers, loader, audit run there) and, in a producer datacenter, the analysis VPC's (the mirror). Never 0.0.0.0/0."
   type        = list(string)
   validation {
     condition     = length(var.client_cidrs) > 0 && alltrue([for c in var.client_cidrs : try(can(regex("^[0-9.]+/[0-9]+$", c)) && cidrhost(c, 0) != "" && tonumber(split("/", c)[1]) >= 8, false)])
@@ -51,8 +51,8 @@ variable "data_volume_gb" {
   type        = number
   default     = 50
   validation {
-    condition     = var.data_volume_gb >= 10
-    error_message = "data_volume_gb must be at least 10."
+    condition     = var.data_volume_gb >= 10 && var.data_volume_gb <= 16384 && floor(var.data_volume_gb) == var.data_volume_gb
+    error_message = "data_volume_gb: a whole number of GB from 10 to 16384 (gp3)."
   }
 }
 
