@@ -305,7 +305,7 @@ def _die_with_parent() -> None:
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGTERM)
     if os.getppid() != parent:
-        os._exit(1)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _tail(path: Path, lines: int = 25) -> str:
