@@ -211,3 +211,29 @@ def test_an_s3_output_with_a_cluster_master_needs_its_staging_dir_named(s3, tmp_
                                  f"&scheme=http")
     with pytest.raises(OutputError, match="set staging_dir to a directory they share"):
         job.staging_fs(config, output(s3, "wh"))
+
+
+def test_a_run_whose_staging_is_lost_and_whose_ranges_are_gone_is_left_for_an_operator(tmp_path):
+    """Its staged files gone and, by the brokers' word (still_loadable),
+    its ranges no longer held: taking it back would lose what it published
+    for good, so nothing is changed and the load fails saying so."""
+    out = OutputFS(str(tmp_path / "wh"))
+    run = "20261129T050000-0123abcd"
+    moves = [[f"{job.STAGING}/{run}/parquet/page_views/date=2026-11-29/hour={h:02d}/p.parquet",
+              f"page_views/date=2026-11-29/hour={h:02d}/part-{run}-00000.parquet"]
+             for h in range(2)]
+    out.write_text(tuple(moves[0][1].split("/")), "published before the kill")
+    out.write_json((job.PUBLISHING, f"{run}.json"),
+                   {"run": run, "moves": moves, "offsets": {"page_views/0-0": 250},
+                    "hours": {"2026-11-29/00": {"page_views/0-0": [0, 250]}}})
+    asked = []
+    with pytest.raises(OutputError, match="can neither be finished .* nor loaded again"):
+        job.finish_interrupted(out, lambda manifest: asked.append(manifest["run"]) or False)
+    assert asked == [run]
+    assert out.listdir(job.PUBLISHING) == [f"{run}.json"]
+    assert out.read_text(*moves[0][1].split("/")) == "published before the kill"
+    assert state.OffsetStore(out).latest() is None
+    # the brokers still hold the ranges: taken back, nothing committed
+    assert job.finish_interrupted(out, lambda manifest: True) == 0
+    assert not out.exists(moves[0][1]) and out.listdir(job.PUBLISHING) == []
+    assert state.OffsetStore(out).latest() is None
