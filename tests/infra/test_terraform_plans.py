@@ -1,7 +1,9 @@
 """The cloud modules planned by Terraform itself, offline: the AWS provider
 comes from a local plugin directory (these machines carry one; where none is
-found every test here says so and skips), and nothing asks AWS (no
+found every test that needs it says so and skips), and nothing asks AWS (no
 credentials; the real provider plans a new resource without calling it).
+The suites of the local environment and its module need no provider: they
+run wherever Terraform does.
 
 * every ``terraform test`` suite under infra/terraform (``tests/*.tftest.hcl``
   of a module) passes;
@@ -40,15 +42,25 @@ def plugin_dir() -> str | None:
 
 
 PLUGINS = plugin_dir()
-pytestmark = pytest.mark.skipif(
-    PLUGINS is None or shutil.which("terraform") is None,
-    reason="no terraform, or no local plugin directory with the AWS provider (looked in "
-           + ", ".join(d for d in PLUGIN_DIRS if d) + "; or set SAMSA_TERRAFORM_PLUGIN_DIR): "
-           "the cloud modules cannot be planned offline here")
+pytestmark = pytest.mark.skipif(shutil.which("terraform") is None, reason="no terraform here")
+NO_AWS_PROVIDER = (
+    "no local plugin directory with the AWS provider (looked in "
+    + ", ".join(d for d in PLUGIN_DIRS if d) + "; or set SAMSA_TERRAFORM_PLUGIN_DIR): "
+    "the cloud modules cannot be planned offline here")
+needs_aws_provider = pytest.mark.skipif(PLUGINS is None, reason=NO_AWS_PROVIDER)
 
+MODULES_AND_ENVIRONMENTS = sorted(
+    os.path.relpath(directory, TF) for kind in ("modules", "environments")
+    for directory in glob.glob(os.path.join(TF, kind, "*")) if os.path.isdir(directory))
 SUITES = sorted({os.path.relpath(os.path.dirname(os.path.dirname(path)), TF)
                  for kind in ("modules", "environments")
                  for path in glob.glob(os.path.join(TF, kind, "*", "tests", "*.tftest.hcl"))})
+
+
+def uses_aws(suite: str) -> bool:
+    """Whether the suite's module (or one it calls) needs the AWS provider."""
+    return any("hashicorp/aws" in open(path).read() or 'provider "aws"' in open(path).read()
+               for path in glob.glob(os.path.join(TF, suite, "*.tf")))
 
 PROVIDER_OFFLINE = """
 provider "aws" {
@@ -71,8 +83,8 @@ def copy_tree(tmp_path) -> str:
 
 
 def init(directory: str) -> None:
-    out = terraform(directory, "init", "-input=false", "-backend=false",
-                    f"-plugin-dir={PLUGINS}")
+    plugins = [f"-plugin-dir={PLUGINS}"] if PLUGINS else []
+    out = terraform(directory, "init", "-input=false", "-backend=false", *plugins)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -81,14 +93,22 @@ def init(directory: str) -> None:
 KEPT_VOLUMES = {"modules/broker-cluster": 3, "modules/zookeeper": 3}
 
 
-def test_there_are_suites():
-    assert "modules/secrets" in SUITES
-    # each cloud environment planned whole, from zero (the real provider, offline)
-    assert {"environments/production", "environments/staging"} <= set(SUITES)
+def test_every_module_and_environment_has_a_suite():
+    assert "modules/secrets" in MODULES_AND_ENVIRONMENTS
+    # each cloud environment planned whole, from zero (the real provider,
+    # offline); the local environment planned; bootstrap's backend.hcl shown
+    assert SUITES == MODULES_AND_ENVIRONMENTS
+
+
+def test_the_local_suites_need_no_provider():
+    assert not uses_aws("modules/local-service") and not uses_aws("environments/local")
+    assert uses_aws("modules/secrets") and uses_aws("environments/bootstrap")
 
 
 @pytest.mark.parametrize("suite", SUITES)
 def test_terraform_test_passes(suite, tmp_path):
+    if uses_aws(suite) and PLUGINS is None:
+        pytest.skip(NO_AWS_PROVIDER)
     directory = os.path.join(copy_tree(tmp_path), suite)
     init(directory)
     out = terraform(directory, "test", timeout=600)
@@ -106,6 +126,7 @@ def test_terraform_test_passes(suite, tmp_path):
     assert " 0 failed" in out.stdout and "Success!" in out.stdout, out.stdout[-3000:]
 
 
+@needs_aws_provider
 def test_no_password_reaches_the_plan(tmp_path, monkeypatch):
     """A root module that uses module secrets with passwords given (as
     ``TF_VAR_given_passwords``): the saved plan, every file in it and its JSON, holds
@@ -161,6 +182,7 @@ module "secrets" {{
         assert after["secret_string_wo_version"] == 1
 
 
+@needs_aws_provider
 @pytest.mark.parametrize("environment", ["production", "staging", "bootstrap"])
 def test_a_cloud_environment_validates(environment, tmp_path):
     directory = os.path.join(copy_tree(tmp_path), "environments", environment)

@@ -2,6 +2,10 @@ variable "region" {
   description = "Region of the state bucket and lock table."
   type        = string
   default     = "us-east-1"
+  validation {
+    condition     = can(regex("^[a-z]{2}(-gov)?-[a-z]+-[0-9]$", var.region))
+    error_message = "region: an AWS region, such as us-east-1."
+  }
 }
 
 variable "bucket" {

@@ -4,12 +4,20 @@ variable "datacenters" {
   description = "The producer datacenters and their AWS regions (fixed by the provider blocks in main.tf)."
   type        = map(string)
   default     = { "dc-us-east" = "us-east-1", "dc-eu-west" = "eu-west-1" }
+  validation {
+    condition     = toset(keys(var.datacenters)) == toset(["dc-eu-west", "dc-us-east"]) && alltrue([for r in values(var.datacenters) : can(regex("^[a-z]{2}(-gov)?-[a-z]+-[0-9]$", r))])
+    error_message = "datacenters: exactly dc-eu-west, dc-us-east (the provider blocks in main.tf name them), each mapped to an AWS region such as us-east-1."
+  }
 }
 
 variable "analysis_region" {
   description = "The analysis datacenter's AWS region."
   type        = string
   default     = "us-east-2"
+  validation {
+    condition     = can(regex("^[a-z]{2}(-gov)?-[a-z]+-[0-9]$", var.analysis_region))
+    error_message = "analysis_region: an AWS region, such as us-east-2."
+  }
 }
 
 variable "brokers_per_dc" {
@@ -36,18 +44,30 @@ variable "replication_factor" {
   description = "Replicas of each partition in every cluster (topology.toml says the same; rendered into the brokers' settings), one per availability zone."
   type        = number
   default     = 3
+  validation {
+    condition     = var.replication_factor >= 1 && floor(var.replication_factor) == var.replication_factor && var.replication_factor <= min(var.brokers_per_dc, var.analysis_brokers)
+    error_message = "replication_factor: a whole number from 1 to the brokers of the smallest cluster (brokers_per_dc, analysis_brokers): each replica lives on another broker."
+  }
 }
 
 variable "partitions" {
   description = "Partitions per broker of an automatically created topic (rendered into the brokers' settings from topology.toml)."
   type        = number
   default     = 8
+  validation {
+    condition     = var.partitions >= 1 && floor(var.partitions) == var.partitions
+    error_message = "partitions: a whole number, at least 1."
+  }
 }
 
 variable "retention_hours" {
   description = "How long brokers keep messages (rendered from topology.toml; sizes the data volumes)."
   type        = number
   default     = 168
+  validation {
+    condition     = var.retention_hours > 0
+    error_message = "retention_hours must be positive."
+  }
 }
 
 variable "mirror_whitelist" {
@@ -60,11 +80,19 @@ variable "write_mb_per_s" {
   description = "Expected write rate per producer datacenter (MB/s); the analysis cluster receives their sum."
   type        = number
   default     = 20
+  validation {
+    condition     = var.write_mb_per_s > 0
+    error_message = "write_mb_per_s must be positive (it sizes the data volumes)."
+  }
 }
 
 variable "ami_ids" {
   description = "A Debian 12 AMI per region (Debian publishes them: https://wiki.debian.org/Cloud/AmazonEC2Image)."
   type        = map(string)
+  validation {
+    condition     = alltrue([for r in concat(values(var.datacenters), [var.analysis_region]) : can(regex("^ami-[0-9a-f]{8,17}$", lookup(var.ami_ids, r, "")))])
+    error_message = "ami_ids: an AMI id (ami-...) for every region the environment uses: each datacenter's and analysis_region."
+  }
 }
 
 variable "image_registry" {
@@ -96,6 +124,10 @@ variable "mirror_processes" {
   description = "Mirror processes (instances) in the analysis datacenter."
   type        = number
   default     = 2
+  validation {
+    condition     = var.mirror_processes >= 1 && var.mirror_processes <= 10 && floor(var.mirror_processes) == var.mirror_processes
+    error_message = "mirror_processes: a whole number from 1 to 10."
+  }
 }
 
 variable "operator_cidrs" {
@@ -111,6 +143,10 @@ variable "operator_cidrs" {
 variable "warehouse_bucket" {
   description = "Name of the S3 bucket made for the warehouse (Parquet, offsets, audit reports)."
   type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.warehouse_bucket)) && !can(regex("\\.\\.", var.warehouse_bucket))
+    error_message = "warehouse_bucket: an S3 bucket name, 3-63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit."
+  }
 }
 
 variable "password_generation" {

@@ -210,3 +210,63 @@ run "the_environment_plans_from_zero" {
     error_message = "the loader writes to the environment's bucket"
   }
 }
+
+# the environment's own inputs are refused before anything is planned
+
+run "an_environment_without_an_ami_for_one_of_its_regions_is_refused" {
+  command = plan
+
+  variables {
+    ami_ids = {
+      "us-east-1" = "ami-0123456789abcdef0"
+      "eu-west-1" = "ami-0123456789abcdef1"
+    }
+  }
+  expect_failures = [var.ami_ids]
+}
+
+run "a_datacenter_the_providers_do_not_name_is_refused" {
+  command = plan
+
+  variables {
+    datacenters = { "dc-us-east" = "us-east-1", "dc-ap-south" = "ap-south-1" }
+  }
+  expect_failures = [var.datacenters]
+}
+
+run "a_region_misspelt_is_refused" {
+  command = plan
+
+  variables {
+    analysis_region = "us-east2"
+  }
+  expect_failures = [var.analysis_region]
+}
+
+run "more_replicas_than_brokers_are_refused" {
+  command = plan
+
+  variables {
+    brokers_per_dc     = 2
+    replication_factor = 3
+  }
+  expect_failures = [var.replication_factor]
+}
+
+run "a_warehouse_bucket_s3_refuses_is_refused" {
+  command = plan
+
+  variables {
+    warehouse_bucket = "Samsa_Warehouse"
+  }
+  expect_failures = [var.warehouse_bucket]
+}
+
+run "mirror_processes_out_of_range_are_refused" {
+  command = plan
+
+  variables {
+    mirror_processes = 0
+  }
+  expect_failures = [var.mirror_processes]
+}

@@ -137,3 +137,32 @@ run "the_environment_plans_from_zero" {
     error_message = "the loader writes to the environment's bucket"
   }
 }
+
+# the environment's own inputs are refused before anything is planned
+
+run "an_analysis_region_without_an_ami_is_refused" {
+  command = plan
+
+  variables {
+    analysis_region = "us-west-2"
+  }
+  expect_failures = [var.ami_ids]
+}
+
+run "a_second_datacenter_the_providers_do_not_name_is_refused" {
+  command = plan
+
+  variables {
+    datacenters = { "dc-staging" = "us-east-1", "dc-other" = "us-east-1" }
+  }
+  expect_failures = [var.datacenters]
+}
+
+run "more_replicas_than_brokers_are_refused" {
+  command = plan
+
+  variables {
+    replication_factor = 3
+  }
+  expect_failures = [var.replication_factor]
+}
