@@ -90,7 +90,7 @@ SERIAL_DIRECTORIES = ("containers", "dags", "infra", "network")
 # own): they run in the first pass
 UNSHARED_FILES = (
     "dags/test_dag_files.py", "dags/test_dag_steps.py", "infra/test_checkov.py",
-    "infra/test_cloud_secrets.py", "infra/test_docker_files.py",
+    "infra/test_boot_common.py", "infra/test_cloud_secrets.py", "infra/test_docker_files.py",
     "infra/test_haproxy_config.py", "infra/test_host_secrets.py",
     "infra/test_prometheus_config.py", "infra/test_terraform_cloud.py",
     "infra/test_terraform_plans.py", "infra/test_topology.py",

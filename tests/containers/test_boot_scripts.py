@@ -129,6 +129,33 @@ def ssm_agent_bucket(tmp_path):
         server.server_close()
 
 
+def hold_package_database(instance, tmp_path, seconds: int = 8) -> None:
+    """Another install in progress on ``instance``, as unattended-upgrades
+    runs at a fresh instance's first boot: a package whose preinst sleeps,
+    installed by dpkg in the background, which holds dpkg's lock meanwhile.
+    Returns once the lock is held; ``/run/busy-upgrade-done`` marks its end."""
+    package = tmp_path / "busy-package"
+    (package / "DEBIAN").mkdir(parents=True)
+    (package / "DEBIAN" / "control").write_text(
+        "Package: samsa-busy-upgrade\nVersion: 0.0.0\nArchitecture: all\n"
+        "Maintainer: Samsa tests <tests@samsa.invalid>\n"
+        "Description: holds dpkg's lock a while (tests/containers)\n")
+    preinst = package / "DEBIAN" / "preinst"
+    preinst.write_text(f"#!/bin/sh\ntouch /run/busy-upgrade-started\nsleep {seconds}\n"
+                       "touch /run/busy-upgrade-done\n")
+    preinst.chmod(0o755)
+    deb = tmp_path / "busy.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(package), str(deb)],
+                   check=True, capture_output=True)
+    name = instance.container.get_wrapped_container().name
+    subprocess.run(["docker", "cp", str(deb), f"{name}:/tmp/busy.deb"], check=True,
+                   capture_output=True)
+    subprocess.run(["docker", "exec", "-d", name, "dpkg", "-i", "/tmp/busy.deb"], check=True)
+    wait_until(lambda: subprocess.run(["docker", "exec", name, "test", "-e",
+                                       "/run/busy-upgrade-started"]).returncode == 0, 30,
+               what="the background install to hold dpkg's lock")
+
+
 def wait_healthy(container: str, timeout: float = 60) -> None:
     """Until the image's health check calls ``container`` healthy."""
     def status() -> str:
@@ -373,8 +400,21 @@ def test_a_rendered_broker_script_boots_a_broker_that_joins_the_ensemble(instanc
             "config_dir": str(state / "etc-broker-0")}, _own_dir(tmp_path, "render-broker"))
         instance = instances("broker-instance-0", str(state))
         instances.services.append("broker-0")
+        # unattended-upgrades installing at first boot: the script's
+        # installs wait for dpkg's lock (plain dpkg failed at once, and the
+        # instance came up without its SSM agent)
+        boot(instance, "true")                  # systemd up first
+        hold_package_database(instance, tmp_path)
+        name = instance.container.get_wrapped_container().name
+        # the boot starts while the lock is held (its second step installs)
+        assert subprocess.run(["docker", "exec", name, "test", "-e",
+                               "/run/busy-upgrade-done"]).returncode != 0
         done = boot_as_cloud_init(instance, script)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        # a container's /proc/sys is read-only: the WAN buffers are not in
+        # effect, the script says so and goes on (tests/infra/test_boot_common.py
+        # applies them on this machine's kernel)
+        assert "warning: the WAN buffer sizes are not in effect" in done.stderr, done.stderr
         # the script installed itself among cloud-init's per-boot scripts
         name = instance.container.get_wrapped_container().name
         per_boot = subprocess.run(["docker", "exec", name, "cat", CLOUD_INIT_PER_BOOT],

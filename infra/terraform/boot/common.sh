@@ -5,6 +5,14 @@
 # (by hand, after a change): each step does what is missing and the unit is
 # restarted with what it now says.
 
+# apt_get ARGS...: apt-get, without questions, waiting up to 10 minutes for
+# the package database when another apt or dpkg holds it (a fresh instance's
+# unattended-upgrades may be installing at first boot: plain dpkg would fail
+# at once).
+apt_get() {
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -q "$@"
+}
+
 # install_engine: Debian's docker.io and Amazon's ECR credential helper,
 # through which the engine pulls with the instance's role, and
 # amazon-ec2-utils, whose udev rules name an EBS volume on an NVMe instance
@@ -16,8 +24,8 @@ install_engine() {
   command -v docker-credential-ecr-login >/dev/null || missing+=(amazon-ecr-credential-helper)
   [ -e /lib/udev/rules.d/70-ec2-nvme-devices.rules ] || missing+=(amazon-ec2-utils)
   if [ ${#missing[@]} -gt 0 ]; then
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    apt_get update
+    apt_get install -y --no-install-recommends "${missing[@]}"
   fi
   mkdir -p /root/.docker
   [ -e /root/.docker/config.json ] || echo '{"credsStore": "ecr-login"}' > /root/.docker/config.json
@@ -28,7 +36,8 @@ install_engine() {
 # the instance through its role, with no SSH), which Debian does not
 # package: BASE/debian_<arch>/amazon-ssm-agent.deb (the modules pass the
 # region's bucket of Amazon, reached through the S3 gateway endpoint), unless
-# it is installed already; then enabled and started. A failed install does
+# it is installed already (by apt_get: it waits for the package database);
+# then enabled and started. A failed install does
 # not stop the boot, because the service matters more than this way in: the
 # script says so and the next boot tries again. BASE empty: nothing is
 # installed, and the script says that too.
@@ -42,7 +51,7 @@ install_ssm_agent() {
     url="$1/debian_$(dpkg --print-architecture)/amazon-ssm-agent.deb"
     deb=$(mktemp --suffix=.deb)
     if ! curl -sf --connect-timeout 5 --max-time 300 --retry 3 -o "$deb" "$url" \
-        || ! dpkg -i "$deb" >/dev/null; then
+        || ! apt_get install -y --no-install-recommends "$deb" >/dev/null; then
       rm -f "$deb"
       echo "warning: the SSM agent was not installed from $url; no Session Manager on" \
            "this instance until a boot installs it" >&2
@@ -52,6 +61,28 @@ install_ssm_agent() {
   fi
   systemctl enable --now amazon-ssm-agent \
     || echo "warning: the SSM agent did not start (systemctl status amazon-ssm-agent)" >&2
+}
+
+# wan_buffers: across the WAN, TCP may grow a connection's buffers to the
+# bandwidth-delay product (docs/mirror.md, "Across a WAN"); 64 MiB covers
+# ~150 MB/s at 400 ms. Kept in /etc/sysctl.d for every boot, applied now and
+# read back: a kernel that refused (sysctl may still exit 0) is warned of,
+# and the boot goes on.
+wan_buffers() {
+  local conf=/etc/sysctl.d/60-samsa-wan.conf key want have
+  cat > "$conf" <<'SYSCTL'
+net.ipv4.tcp_rmem = 4096 131072 67108864
+net.ipv4.tcp_wmem = 4096 16384 67108864
+SYSCTL
+  sysctl -q -p "$conf" >/dev/null 2>&1 || true
+  for key in net.ipv4.tcp_rmem net.ipv4.tcp_wmem; do
+    want=$(sed -n "s/^$key = //p" "$conf")
+    have=$(sysctl -n "$key" 2>/dev/null | tr -s '\t ' ' ')
+    if [ "$have" != "$want" ]; then
+      echo "warning: the WAN buffer sizes are not in effect ($key is '$have', not '$want')" >&2
+      return 0
+    fi
+  done
 }
 
 # fetch_image IMAGE: pull IMAGE unless the engine has it (an instance
