@@ -237,21 +237,19 @@ class BrokerConnection:
         return bool(readable)
 
     def _read_available(self) -> bool:
-        """Read what the TLS socket has, without blocking; whether any of a
-        response is here now (or the connection ended: receive() says so)."""
-        sock = self._sock
-        sock.setblocking(False)
+        """Read what the TLS channel has, without waiting (and without
+        touching the socket's timeout, which a sender may be using); whether
+        any of a response is here now (or the connection ended: receive()
+        says so)."""
         try:
-            count = sock.recv_into(self._frames.receive_buffer())
+            count = self._sock.recv_into(self._frames.receive_buffer(), blocking=False)
             if count == 0:
                 return True
             self._frames.received(count)
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+        except BlockingIOError:
             pass
-        except OSError:
+        except (OSError, ValueError):
             return True
-        finally:
-            sock.settimeout(self.request_timeout)
         return bool(self._frames.buffered)
 
     def _read_frame(self) -> bytes | bytearray:
