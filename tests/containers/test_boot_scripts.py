@@ -22,7 +22,7 @@ import subprocess
 import pytest
 
 from broker_helpers import wait_until
-from cloud_helpers import fill_secret_store, role_metadata
+from cloud_helpers import access_key, fill_secret_store, readable_by, role_metadata
 from infra.docker.images import latest
 from infra.local.cloud_stand_ins import InstanceMetadataStandIn
 
@@ -704,7 +704,7 @@ def test_a_secured_boot_without_the_authority_keeps_asking_then_fails(instances,
     # an environment's first apply: the instances boot before the operator
     # puts the authority; each asks again (every 20 s, 90 times in the cloud;
     # once here), then fails saying so, its service not started
-    from cloud_helpers import access_key, readable_by
+
     from infra.local.cloud_stand_ins import SecretStoreStandIn
 
     store = SecretStoreStandIn(REGION)             # nothing put yet
@@ -733,11 +733,13 @@ def test_a_secured_boot_without_the_authority_keeps_asking_then_fails(instances,
                            "/etc/systemd/system/samsa-broker-0.service"]).returncode == 1
 
 
-def rds(containers, tmp_path, user: str, password: str):
+def rds(containers, tmp_path, user: str, password: str, store=None, role: str = "",
+        role_reads: tuple[str, ...] = ()):
     """RDS as the modules make it: the samsa/postgres image, TLS alone (its
     rds.force_ssl), the database and its master user named ``user``; and
-    the secret RDS keeps for that user in a stand-in of Secrets Manager,
-    readable by the role of ``user``'s service (role_metadata(user)):
+    the secret RDS keeps for that user in a stand-in of Secrets Manager
+    (``store``, else a new one), readable by the role of ``role``'s service
+    (role_metadata(role); ``user``'s by default) with ``role_reads`` besides:
     (port, the database's container, the stand-in, the secret's ARN)."""
     from broker.security.ca import CertificateAuthority
     from container_helpers import free_ports
@@ -756,9 +758,9 @@ def rds(containers, tmp_path, user: str, password: str):
         "PG_TLS_KEY_FILE": f"/tls/{os.path.basename(key)}"}, files={"/tls": str(certs)},
         ready=lambda s: s.exec(["pg_isready", "-h", "127.0.0.1", "-p", str(port), "-q"])[0] == 0)
     arn = f"arn:aws:secretsmanager:{REGION}:123456789012:secret:rds!db-{user}-AbCdEf"
-    store = SecretStoreStandIn(REGION)
+    store = store or SecretStoreStandIn(REGION)
     store.put(arn, json.dumps({"username": user, "password": password}))
-    store.grant(f"AKID{user.upper()}", f"secret-{user}", [arn])
+    store.grant(*access_key(role or user), [arn, *role_reads])
     return port, database, store, arn
 
 
@@ -777,15 +779,24 @@ def test_a_rendered_analysis_stack_script_runs_airflow_with_both_dags_on_rds(
         instances, containers, tmp_path, zookeeper):
     # issue 31: Airflow from the samsa/analysis image (its DAGs folder the
     # image's: the named defect was a DAGS_FOLDER the wheel did not hold), its
-    # database RDS's with the master user RDS made, restarted on a rotation
+    # database RDS's with the master user RDS made, restarted on a rotation;
+    # issue 30: booted secured, as the environments boot it (its secrets from
+    # the store with the role's credentials), its API server on HTTPS alone
+    # with the host's certificate, the image's health check asking over it
+    import urllib.error
     import urllib.request
 
     from infra.local.airflow_stack import PROJECT_DAGS
 
-    port, database, store, arn = rds(containers, tmp_path, "airflow", "rds-pw-1")
+    standin, _passwords, ca_cert = fill_secret_store(REGION, SECRETS,
+                                                     str(tmp_path / "operator"))
+    port, database, store, arn = rds(containers, tmp_path, "airflow", "rds-pw-1", store=standin,
+                                     role="analysis",
+                                     role_reads=tuple(readable_by(SECRETS, "analysis")))
+    context = ssl.create_default_context(cafile=ca_cert)
     metadata = InstanceMetadataStandIn({
         "local-ipv4": "127.0.0.1", "local-hostname": LOOPBACK_NAME, "placement/region": REGION,
-        **role_metadata("airflow")})
+        **role_metadata("analysis")})
     state = tmp_path / "state"
     state.mkdir()
     config_dir = state / "etc-analysis"
@@ -795,7 +806,7 @@ def test_a_rendered_analysis_stack_script_runs_airflow_with_both_dags_on_rds(
                  f'audit_url = "http://127.0.0.1:8090"\n')
     with store.serving() as endpoint, metadata.serving() as url:
         script = render(os.path.join(ANALYSIS_MODULE, "user_data.sh.tftpl"), {
-            "metadata_url": url, "image": latest("analysis"), "secrets": "",
+            "metadata_url": url, "image": latest("analysis"), "secrets": SECRETS,
             "secrets_endpoint": endpoint, "warehouse_config": warehouse,
             "db_host": "127.0.0.1", "db_port": port, "db_name": "airflow",
             "db_secret_arn": arn, "state_dir": str(state), "config_dir": str(config_dir)},
@@ -808,8 +819,8 @@ def test_a_rendered_analysis_stack_script_runs_airflow_with_both_dags_on_rds(
 
         def health() -> dict:
             try:
-                with urllib.request.urlopen("http://127.0.0.1:8080/api/v2/monitor/health",
-                                            timeout=5) as answer:
+                with urllib.request.urlopen("https://127.0.0.1:8080/api/v2/monitor/health",
+                                            timeout=5, context=context) as answer:
                     return json.load(answer)
             except (OSError, ValueError):
                 return {}
@@ -822,15 +833,15 @@ def test_a_rendered_analysis_stack_script_runs_airflow_with_both_dags_on_rds(
             try:
                 passwords = state / "airflow" / "simple_auth_manager_passwords.json.generated"
                 request = urllib.request.Request(
-                    "http://127.0.0.1:8080/auth/token", method="POST",
+                    "https://127.0.0.1:8080/auth/token", method="POST",
                     data=json.dumps({"username": "admin", "password": json.loads(
                         passwords.read_text())["admin"]}).encode(),
                     headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=5) as answer:
+                with urllib.request.urlopen(request, timeout=5, context=context) as answer:
                     token = json.load(answer)["access_token"]
-                request = urllib.request.Request("http://127.0.0.1:8080/api/v2/dags?limit=100",
+                request = urllib.request.Request("https://127.0.0.1:8080/api/v2/dags?limit=100",
                                                  headers={"Authorization": f"Bearer {token}"})
-                with urllib.request.urlopen(request, timeout=5) as answer:
+                with urllib.request.urlopen(request, timeout=5, context=context) as answer:
                     return {d["dag_id"] for d in json.load(answer)["dags"]}
             except (OSError, ValueError, KeyError):
                 return set()
@@ -840,6 +851,31 @@ def test_a_rendered_analysis_stack_script_runs_airflow_with_both_dags_on_rds(
         wait_until(lambda: set(PROJECT_DAGS) <= dags(), 180, interval=2,
                    what=lambda: f"both DAGs loaded from the image's folder: {dags()}")
         assert (state / "airflow" / "simple_auth_manager_passwords.json.generated").exists()
+        # HTTPS alone: plain HTTP finds the port open and gets no answer
+        with pytest.raises((urllib.error.URLError, OSError)) as plain:
+            urllib.request.urlopen("http://127.0.0.1:8080/api/v2/monitor/health", timeout=5)
+        assert not isinstance(getattr(plain.value, "reason", plain.value),
+                              ConnectionRefusedError), plain.value
+        # the health check asks over TLS
+        wait_healthy("airflow-api-server", 120)
+        # the task runners' way in: the execution API at the URL they are
+        # given, over HTTPS, trusting the authority they are given (asked
+        # from the scheduler's container, which runs them)
+        execution = subprocess.run(
+            ["docker", "exec", "airflow-scheduler", "python3", "-c",
+             "import os, ssl, urllib.request; e = os.environ; "
+             "url = e['AIRFLOW__CORE__EXECUTION_API_SERVER_URL'] + 'health'; "
+             "c = ssl.create_default_context(cafile=e['AIRFLOW__API__SSL_CA_FILE']); "
+             "print(url, urllib.request.urlopen(url, context=c, timeout=10).read().decode())"],
+            capture_output=True, text=True, timeout=60)
+        assert execution.returncode == 0, execution.stderr[-2000:]
+        assert execution.stdout.startswith("https://127.0.0.1:8080/execution/health ") \
+            and '"healthy"' in execution.stdout, execution.stdout
+        # the DAGs' settings: the loader reads the analysis cluster as its
+        # user, the audit is asked over HTTPS as airflow (the secured lines added)
+        settings = (config_dir / "security" / "warehouse.toml").read_text()
+        assert 'audit_username = "airflow"' in settings, settings
+        assert "\n[loader.credentials]\n" in settings and '"loader"' in settings, settings
 
         # RDS rotates the password: the kept credentials take it (restarted
         # here so as not to wait the minute), the path unit restarts Airflow's

@@ -63,3 +63,52 @@ def test_images_lists_what_it_builds():
     out = subprocess.run([sys.executable, "-m", "infra.docker.images", "--list"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["samsa/base:bookworm"] + [f"samsa/{n}" for n in IMAGES]
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_the_analysis_health_check_asks_the_api_server_as_it_serves(tmp_path, tls):
+    """infra/docker/analysis/healthcheck.py against a real server on this
+    host: plain HTTP, or HTTPS with a certificate of the authority Airflow is
+    given that names another host (an instance's address): healthy; a server
+    whose authority is not that one, or none: unhealthy."""
+    import http.server
+    import ssl
+    import threading
+
+    from broker.security.ca import CertificateAuthority
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/api/v2/monitor/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *_args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
+    env = {"PATH": os.environ["PATH"], "AIRFLOW__API__PORT": str(server.server_address[1])}
+    if tls:
+        ca = CertificateAuthority.create(str(tmp_path / "ca"))
+        cert, key = ca.issue("analysis-0", ["10.20.3.4"], str(tmp_path / "certs"))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        stranger = CertificateAuthority.create(str(tmp_path / "stranger"))
+        env.update({"AIRFLOW__API__SSL_CERT": cert, "AIRFLOW__API__SSL_KEY": key,
+                    "AIRFLOW__API__SSL_CA_FILE": ca.cert_path})
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    check = [sys.executable, os.path.join(DOCKER, "analysis", "healthcheck.py")]
+    try:
+        healthy = subprocess.run(check, env=env, capture_output=True, text=True, timeout=30)
+        assert healthy.returncode == 0, healthy.stderr
+        if tls:
+            untrusted = subprocess.run(check, env={**env, "AIRFLOW__API__SSL_CA_FILE":
+                                                   stranger.cert_path},
+                                       capture_output=True, text=True, timeout=30)
+            assert untrusted.returncode == 1
+            assert "certificate verify failed" in untrusted.stderr, untrusted.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+    gone = subprocess.run(check, env=env, capture_output=True, text=True, timeout=30)
+    assert gone.returncode == 1 and "unhealthy" in gone.stderr

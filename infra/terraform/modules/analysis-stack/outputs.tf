@@ -1,6 +1,6 @@
 output "airflow_url" {
-  description = "The Airflow UI and REST API, inside the VPC."
-  value       = "http://${module.service.private_ips[0]}:8080"
+  description = "The Airflow UI and REST API, inside the VPC: HTTPS with a certificate of the environment's authority when secured (secrets_name), else HTTP."
+  value       = "${var.secrets_name != "" ? "https" : "http"}://${module.service.private_ips[0]}:8080"
 }
 
 output "warehouse" {

@@ -109,8 +109,20 @@ run "a_private_versioned_encrypted_warehouse" {
     error_message = "the DAGs' settings write where the warehouse output says"
   }
   assert {
+    condition     = output.airflow_url == "https://10.30.1.30:8080"
+    error_message = "Airflow on its instance's address, port 8080, over HTTPS when secured"
+  }
+}
+
+run "an_open_stack_serves_airflow_over_http" {
+  command = apply
+
+  variables {
+    secrets_name = ""
+  }
+  assert {
     condition     = output.airflow_url == "http://10.30.1.30:8080"
-    error_message = "Airflow on its instance's address, port 8080"
+    error_message = "open (no secrets): Airflow on plain HTTP"
   }
 }
 
