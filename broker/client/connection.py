@@ -237,19 +237,21 @@ class BrokerConnection:
         return bool(readable)
 
     def _read_available(self) -> bool:
-        """Read what the TLS channel has, without waiting (and without
-        touching the socket's timeout, which a sender may be using); whether
-        any of a response is here now (or the connection ended: receive()
-        says so)."""
+        """Read what the TLS socket has, without blocking; whether any of a
+        response is here now (or the connection ended: receive() says so)."""
+        sock = self._sock
+        sock.setblocking(False)
         try:
-            count = self._sock.recv_into(self._frames.receive_buffer(), blocking=False)
+            count = sock.recv_into(self._frames.receive_buffer())
             if count == 0:
                 return True
             self._frames.received(count)
-        except BlockingIOError:
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
             pass
-        except (OSError, ValueError):
+        except OSError:
             return True
+        finally:
+            sock.settimeout(self.request_timeout)
         return bool(self._frames.buffered)
 
     def _read_frame(self) -> bytes | bytearray:

@@ -22,13 +22,11 @@ nothing to read ``BlockingIOError``, a refused certificate
 Invariants:
 
 * every byte read from the socket goes into the incoming BIO before any is
-  decrypted, and the socket is read only when ``ssl`` can decrypt nothing
-  more from what is here (a record only partly received needs the rest);
+  decrypted, and nothing is read from the socket while decrypted or raw
+  bytes are already here for the caller (``pending``);
 * every ``sendall`` leaves the outgoing BIO empty: what ``ssl`` encrypted
-  (records, and any TLS message it owes the broker after a read, such as a
-  key update's answer, which thus waits for the next send) is on the socket
-  when it returns; a read never writes to the socket, so a read may be
-  non-blocking while a send on another thread blocks;
+  (records, and any TLS message it owes the broker after a read) is on the
+  socket when it returns; a read never writes to the socket;
 * ``ssl``'s session state is touched under one lock, so that a sender and a
   reader on two threads never run OpenSSL on it at once; encrypted bytes are
   taken from the outgoing BIO and written to the socket under another, so
@@ -37,16 +35,12 @@ Invariants:
 """
 from __future__ import annotations
 
-import select
 import socket
 import ssl
 import threading
 
 #: how much of the socket one read takes (several records at a time)
 RAW_READ_BYTES = 1 << 20
-#: how much of a send is encrypted before it goes to the socket: a large
-#: batch is not held twice in memory, and the wire starts early
-SEND_PIECE_BYTES = 256 * 1024
 
 
 class TlsChannel:
@@ -84,14 +78,6 @@ class TlsChannel:
                     raise ConnectionResetError(
                         "the broker closed the connection during the TLS handshake") from None
                 self._incoming.write(data)
-            except ssl.SSLError:
-                # the alert that says why (unknown CA, bad certificate) goes
-                # to the broker, as SSLSocket sent it; then the error is ours
-                try:
-                    self._flush()
-                except OSError:
-                    pass
-                raise
 
     def getpeercert(self, binary_form: bool = False):
         return self._session.getpeercert(binary_form)
@@ -102,26 +88,19 @@ class TlsChannel:
     # ------------------------------------------------------------ data
 
     def sendall(self, data: bytes | bytearray | memoryview) -> None:
-        view = memoryview(data).cast("B")
+        view = memoryview(data)
         with self._send_lock:
-            while True:
-                piece, view = view[:SEND_PIECE_BYTES], view[SEND_PIECE_BYTES:]
-                with self._lock:
-                    while piece:
-                        written = self._session.write(piece)
-                        piece = piece[written:]
-                    encrypted = self._outgoing.read()
-                self._sock.sendall(encrypted)
-                if not view:
-                    return
+            with self._lock:
+                while view:
+                    written = self._session.write(view)
+                    view = view[written:]
+                encrypted = self._outgoing.read()
+            self._sock.sendall(encrypted)
 
-    def recv_into(self, buffer: memoryview | bytearray, blocking: bool = True) -> int:
+    def recv_into(self, buffer: memoryview | bytearray) -> int:
         """Decrypt into ``buffer`` as much as is here, at least one byte:
-        reads the socket only when nothing is (and then waits as the
-        socket's timeout says; ``blocking=False``: not at all, raising
-        BlockingIOError, the socket's own timeout left as it is, since a
-        sender on another thread uses it). 0: the broker ended the
-        connection."""
+        reads the socket only when nothing is (and then blocks as the
+        socket's timeout says). 0: the broker ended the connection."""
         view = memoryview(buffer)
         size = len(view)
         filled = 0
@@ -134,19 +113,19 @@ class TlsChannel:
                     break                   # what is here is given now
                 if self._ended:
                     return 0
-                if not blocking and not select.select([self._sock], [], [], 0)[0]:
-                    raise BlockingIOError("nothing to read")
+                # (what ssl owes the broker after a read, a key update's
+                # answer, goes with the next sendall: a read may be
+                # non-blocking, where a write could be cut short)
                 data = self._sock.recv(RAW_READ_BYTES)
                 if not data:
                     self._ended = True
                     return 0
                 self._incoming.write(data)
                 continue
-            except ssl.SSLZeroReturnError:  # the broker's close_notify (a
-                self._ended = True          # read may say it by returning 0)
+            except ssl.SSLZeroReturnError:  # the broker's close_notify
+                self._ended = True
                 return filled
             if count == 0:
-                self._ended = True
                 break
             filled += count
         return filled
@@ -154,8 +133,7 @@ class TlsChannel:
     def pending(self) -> int:
         """Bytes here already (decrypted, or received and not yet
         decrypted): a select() on the socket cannot see them."""
-        with self._lock:
-            return self._session.pending() + self._incoming.pending
+        return self._session.pending() + self._incoming.pending
 
     def _flush(self) -> None:
         """What ``ssl`` owes the broker during the handshake, onto the socket."""
