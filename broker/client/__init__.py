@@ -2,8 +2,6 @@
 the storage.
 
 * connection.py: a blocking, pipelined connection to one broker;
-* tls_channel.py: a connection's TLS session through memory BIOs (many
-  records decrypted per read);
 * authentication.py: the client's side of SASL/SCRAM-SHA-512 on a connection;
 * producer.py: batching, asynchronous producer of one broker;
 * record_accumulator.py: the producer's batches per partition and the rule

@@ -19,7 +19,6 @@ from broker.protocol import api
 from broker.protocol.errors import ErrorCode, ProtocolError, SamsaError
 from broker.protocol.framing import FrameDecoder
 from .authentication import SaslLogin, authenticate
-from .tls_channel import TlsChannel
 
 DEFAULT_MAX_RESPONSE_BYTES = 256 << 20
 
@@ -101,10 +100,7 @@ class BrokerConnection:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
         if self.tls is not None:
             try:
-                # through memory BIOs: many records decrypted per read
-                # (tls_channel.py); SSLSocket decrypts one per call
-                sock = TlsChannel(sock, self.tls, server_hostname=self.host)
-                sock.handshake()
+                sock = self.tls.wrap_socket(sock, server_hostname=self.host)
             except ssl.SSLCertVerificationError as exc:
                 sock.close()
                 raise BrokerConnectionError(
@@ -224,8 +220,8 @@ class BrokerConnection:
             return True
         if self._sock is None:
             return True      # receive() will say what is wrong
-        if self.tls is not None and self._sock.pending() and self._read_available():
-            return True      # here already (select cannot see it): decrypted now
+        if self.tls is not None and self._sock.pending():
+            return True      # decrypted already: select cannot see it
         try:
             readable, _, _ = select.select([self._sock], [], [], max(0.0, timeout))
         except (OSError, ValueError):
