@@ -290,7 +290,7 @@ bench-mirror-wan: setup
 
 # produce and consume through the broker's TLS listener against its plaintext one
 bench-tls: setup
-	$(PY) -m bench.tls_bench --json bench/results/tls-$$(date +%F).json
+	$(PY) -m bench.tls_bench --messages 2000000 --json bench/results/tls-$$(date +%F).json
 
 # connection set-up: plaintext, SCRAM, TLS, TLS + SCRAM (median ms per connection)
 bench-scram: setup
