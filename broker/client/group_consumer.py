@@ -189,6 +189,9 @@ class _Fetcher(threading.Thread):
                 if self.owner._paused.is_set():
                     self.owner._resumed.wait(0.1)
                     continue
+                if self.owner.member.interrupted:     # the pause is on its way
+                    self.stopping.wait(0.01)
+                    continue
                 try:
                     messages = consumer.poll(cfg.max_wait_ms)
                 except (CorruptDataError, InvalidOffsetError) as exc:
@@ -319,7 +322,7 @@ class GroupConsumer:
                     raise chunk
                 continue
             for m in chunk:
-                if generation != self._generation or self._paused.is_set():
+                if generation != self._generation or self._interrupted():
                     break           # rebalanced or suspended meanwhile: drop the rest
                 self._handed = {(m.topic, m.partition): m.next_offset}
                 self._handed_to[(m.topic, m.partition)] = m.next_offset
@@ -344,7 +347,7 @@ class GroupConsumer:
                 if time.monotonic() >= deadline:
                     return []
                 continue
-            if generation != self._generation or self._paused.is_set():
+            if generation != self._generation or self._interrupted():
                 continue
             if isinstance(chunk, Exception):
                 raise chunk
@@ -398,9 +401,14 @@ class GroupConsumer:
         """The partitions this consumer owns and hands out messages of now:
         none while its ZooKeeper connection is suspended or its session lost
         (it hands out nothing then, and another consumer may own them already)."""
-        if self._paused.is_set() or not self.client.connected:
+        if self._interrupted() or not self.client.connected:
             return frozenset()
         return self._owned
+
+    def _interrupted(self) -> bool:
+        """Paused, or about to be: kazoo reported the session suspended or
+        lost and the coordination thread has not caught up yet."""
+        return self._paused.is_set() or self.member.interrupted
 
     def close(self) -> None:
         """Commit, release the partitions, leave the group, disconnect."""

@@ -38,7 +38,12 @@ Session states (kazoo) and what they do here::
                                message of theirs reached our application;
     LOST       --CONNECTED-->  a new session: re-register, rebalance.
 
-Callbacks run on this member's coordination thread, never on kazoo's.
+Callbacks run on this member's coordination thread, never on kazoo's. So
+that nothing waits for that thread (a loaded machine may run it late),
+``interrupted`` is true from the moment kazoo reports SUSPENDED or LOST
+until the coordination thread has handled a CONNECTED after it: a consumer
+hands out nothing meanwhile and reports owning nothing (kazoo may be
+connected again, with a new session, before on_pause and on_lost have run).
 """
 from __future__ import annotations
 
@@ -136,6 +141,10 @@ class GroupMember:
         self._requested = 0
         self._events: list[str] = []            # session events for the coordination thread
         self._events_lock = threading.Lock()
+        # SUSPENDED and LOST reported by kazoo, and how many of them the
+        # coordination thread has followed by a CONNECTED it handled
+        self._interruptions = 0
+        self._resumed_through = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"group-{group}-{consumer_id}",
                                         daemon=True)
@@ -179,15 +188,30 @@ class GroupMember:
 
     # ------------------------------------------------------------ session states
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether the session was suspended or lost and the coordination
+        thread has not yet handled the reconnection (see the module's
+        docstring): true at once, on kazoo's report."""
+        return self._interruptions != self._resumed_through
+
     def _on_session(self, state: str) -> None:
         # kazoo's thread: hand over, never block
         with self._events_lock:
             self._events.append(state)
+            if state != KazooState.CONNECTED:
+                self._interruptions += 1
         self._wake.set()
 
     def _handle_session_events(self) -> None:
         with self._events_lock:
             events, self._events = self._events, []
+            reported = self._interruptions
+        self._follow_session_events(events)
+        if events and events[-1] == KazooState.CONNECTED:
+            self._resumed_through = reported
+
+    def _follow_session_events(self, events: list[str]) -> None:
         for state in events:
             if state == KazooState.SUSPENDED:
                 self.state = "SUSPENDED"

@@ -10,6 +10,7 @@ import json
 
 from broker.coordination import paths
 from broker.harness.kazoo_faults import drop_connection, expire_session
+from broker_helpers import wait_until
 from coordination_helpers import OwnershipMonitor, range_assignment, wait_settled
 
 
@@ -111,3 +112,47 @@ def test_a_dropped_connection_keeps_the_session_and_the_partitions(
     assert {bp: zk.exists(paths.owners_path(group, topic, bp)).czxid
             for bp in partitions} == owner_nodes
     assert range_assignment(partitions, ["c0", "c1"])["c0"] == {bp for _, bp in owned[0]}
+
+
+def test_a_consumer_owns_nothing_from_kazoos_report_on_however_late_its_thread_runs(
+        shared_cluster, group_consumers, topic):
+    # A CI run's monitor saw a consumer report partitions whose owner nodes
+    # ZooKeeper had deleted: its session had expired and kazoo was connected
+    # again (a new session) while the group's coordination thread, late on a
+    # loaded machine, had not yet handled SUSPENDED and LOST. From kazoo's
+    # report on, the consumer owns nothing and hands out nothing, whatever
+    # that thread is doing. Here the thread is held in its session handling
+    # while kazoo reports (as kazoo's own thread calls the listener).
+    import threading
+
+    from kazoo.client import KazooState
+
+    partitions = shared_cluster.create_topic(topic, 1)
+    consumer = group_consumers(shared_cluster.connect, "late", [topic], consumer_id="c0")
+    wait_settled([consumer], shared_cluster.zk, "late", topic, partitions)
+    owned = consumer.owned()
+    assert len(owned) == len(partitions)
+    member = consumer.member
+    gate, held = threading.Event(), threading.Event()
+    handle = member._handle_session_events
+
+    def late():
+        held.set()
+        assert gate.wait(30)
+        handle()
+
+    member._handle_session_events = late
+    try:
+        member._on_session(KazooState.SUSPENDED)     # kazoo's report
+        assert consumer.owned() == frozenset()       # at once
+        assert held.wait(10)                         # the thread is held in it
+        assert consumer.owned() == frozenset() and not consumer._paused.is_set()
+        assert consumer.poll(200) == []
+        gate.set()
+        member._on_session(KazooState.CONNECTED)     # the same session, back
+        wait_until(lambda: consumer.owned() == owned, 10,
+                   what="the consumer to own its partitions again")
+        assert not member.interrupted
+    finally:
+        gate.set()
+        member._handle_session_events = handle
